@@ -1,0 +1,459 @@
+"""Experiment configuration: frozen dataclasses, TOML presets and ``SECTION.KEY=VALUE`` overrides.
+
+A config is four sections (data, model, train, decode). Attention hyper-parameters
+(``model.window``, ``model.rank``, ...) are not fixed fields: their names, types and ranges
+come from the attention registry, so a new variant's parameters are config keys with no edit
+here. Every user mistake raises AttnlabError naming the key, the value and what is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import AttnlabError, did_you_mean, unknown_choice
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    task: str = "reverse"  # a toy task name, or "corpus" for parallel text (data.path ...)
+    train_size: int = 20000
+    dev_size: int = 500
+    test_size: int = 500
+    min_len: int = 3
+    max_len: int = 20
+    vocab_size: int = 30  # toy tasks: number of symbols
+    test_min_len: int = 0  # length generalisation: 0 = same as min_len
+    test_max_len: int = 0  # 0 = same as max_len
+    seed: int = 1234
+    # Real corpora (see attnlab.data.corpus)
+    path: str = ""  # folder with train/dev/test files, or a .tsv file
+    src_file: str = ""
+    tgt_file: str = ""
+    columns: str = "0,1"  # TSV columns (source, target)
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    tokenizer: str = "whitespace"  # whitespace | char | word | bpe | unigram
+    subword_vocab: int = 8000
+    lowercase: bool = False
+    min_freq: int = 1
+    max_vocab: int = 0  # 0 = unlimited
+    shared_vocab: bool = False
+    dev_fraction: float = 0.05
+    test_fraction: float = 0.05
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "rnn"  # rnn | transformer (architecture registry)
+    # RNN encoder-decoder
+    cell: str = "gru"
+    attention: str = "bahdanau"
+    hidden: int = 128
+    emb: int = 64
+    layers: int = 1
+    bidirectional: bool = True
+    input_feeding: bool = True
+    dropout: float = 0.1
+    # Transformer
+    d_model: int = 128
+    heads: int = 4
+    ff: int = 256
+    enc_layers: int = 2
+    dec_layers: int = 2
+    norm: str = "pre"  # pre | post
+    activation: str = "relu"  # relu | gelu
+    positions: str = "sinusoidal"  # sinusoidal | learned | none | rotary
+    self_attention: str = "scaled-dot"  # encoder self-attention
+    decoder_self_attention: str = ""  # "" = same as self_attention
+    cross_attention: str = "scaled-dot"
+    share_embeddings: bool = False
+    tie_embeddings: bool = False
+    # Attention hyper-parameters set explicitly (names from the attention registry).
+    attn_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_steps: int = 3000
+    batch_size: int = 64
+    batch_tokens: int = 0  # > 0: token-budget batches with length bucketing
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: str = "constant"  # constant | warmup-inverse-sqrt | cosine | plateau
+    warmup: int = 100
+    min_lr: float = 1e-5
+    plateau_factor: float = 0.5
+    plateau_patience: int = 2
+    clip: float = 1.0
+    label_smoothing: float = 0.0
+    teacher_forcing: float = 1.0  # ratio at step 0 (and throughout for "constant")
+    tf_schedule: str = "constant"  # constant | linear | exponential | inverse-sigmoid
+    tf_min: float = 0.0  # floor for linear decay
+    tf_k: float = 0.0  # decay constant; 0 = pick from max_steps
+    eval_every: int = 250
+    eval_sentences: int = 500  # dev sentences scored at each eval (0 = all)
+    samples: int = 3  # sample translations (with attention) logged per eval
+    log_every: int = 25
+    patience: int = 0  # early stopping: evals without improvement (0 = off)
+    metric: str = "bleu"  # bleu | chrf | exact_match | loss: what "best" means
+    seed: int = 1234
+    device: str = "auto"  # auto | cpu | cuda | mps
+    amp: bool = True  # bf16 autocast on CUDA
+    threads: int = 0  # torch CPU threads (0 = torch default)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam: int = 1
+    alpha: float = 0.0  # length penalty exponent
+    beta: float = 0.0  # coverage penalty weight
+    length_norm: str = "gnmt"  # gnmt: ((5+|Y|)/6)^alpha | fairseq: |Y|^alpha
+    groups: int = 1  # diverse beam search groups
+    diversity: float = 0.0  # Hamming diversity strength
+    sample: bool = False
+    num_samples: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    nbest: int = 1
+    max_len_ratio: float = 1.5
+    max_len_const: int = 10
+    min_len: int = 0
+    seed: int = 0
+    batch_size: int = 128
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "experiment"
+    description: str = ""
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+    def replace(self, **sections: Any) -> ExperimentConfig:
+        return dataclasses.replace(self, **sections)
+
+    def attention_params(self) -> dict[str, Any]:
+        return dict(self.model.attn_params)
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "decode": DecodeConfig,
+}
+
+# Closed sets checked at config time (registries are checked in validate()).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.cell": ("gru", "lstm"),
+    "model.norm": ("pre", "post"),
+    "model.activation": ("relu", "gelu"),
+    "model.positions": ("sinusoidal", "learned", "none", "rotary"),
+    "train.schedule": ("constant", "warmup-inverse-sqrt", "cosine", "plateau"),
+    "train.tf_schedule": ("constant", "linear", "exponential", "inverse-sigmoid"),
+    "train.metric": ("bleu", "chrf", "exact_match", "loss"),
+    "train.device": ("auto", "cpu", "cuda", "mps"),
+    "decode.length_norm": ("gnmt", "fairseq"),
+    "data.tokenizer": ("whitespace", "char", "word", "bpe", "unigram"),
+}
+
+# (low, high) for numeric fields; None = unbounded on that side.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "data.train_size": (1, None),
+    "data.dev_size": (1, None),
+    "data.test_size": (1, None),
+    "data.min_len": (1, None),
+    "data.max_len": (1, None),
+    "data.vocab_size": (2, 10000),
+    "data.subword_vocab": (50, 1_000_000),
+    "data.min_freq": (1, None),
+    "data.dev_fraction": (0.0, 0.5),
+    "data.test_fraction": (0.0, 0.5),
+    "model.hidden": (1, 16384),
+    "model.emb": (1, 16384),
+    "model.layers": (1, 16),
+    "model.dropout": (0.0, 0.9),
+    "model.d_model": (4, 16384),
+    "model.heads": (1, 64),
+    "model.ff": (1, 65536),
+    "model.enc_layers": (0, 48),
+    "model.dec_layers": (1, 48),
+    "train.max_steps": (1, None),
+    "train.batch_size": (1, None),
+    "train.batch_tokens": (0, None),
+    "train.lr": (0.0, 10.0),
+    "train.warmup": (0, None),
+    "train.clip": (0.0, None),
+    "train.label_smoothing": (0.0, 0.99),
+    "train.teacher_forcing": (0.0, 1.0),
+    "train.tf_min": (0.0, 1.0),
+    "train.tf_k": (0.0, None),
+    "train.eval_every": (1, None),
+    "train.log_every": (1, None),
+    "train.patience": (0, None),
+    "decode.beam": (1, 1000),
+    "decode.alpha": (0.0, 10.0),
+    "decode.beta": (0.0, 10.0),
+    "decode.groups": (1, 100),
+    "decode.diversity": (0.0, None),
+    "decode.num_samples": (1, 1000),
+    "decode.temperature": (1e-6, 100.0),
+    "decode.top_k": (0, None),
+    "decode.top_p": (1e-6, 1.0),
+    "decode.nbest": (1, 1000),
+    "decode.max_len_ratio": (0.0, 100.0),
+    "decode.max_len_const": (0, 10000),
+    "decode.min_len": (0, None),
+}
+
+
+def _attention_hparams() -> dict[str, Any]:
+    """All hyper-parameters declared by registered attention variants: name -> HParam."""
+    from attnlab.nn.attention import ATTENTION  # registry import registers the variants
+
+    found: dict[str, Any] = {}
+    for entry in ATTENTION.entries():
+        for hp in entry.meta.hparams:
+            found.setdefault(hp.name, hp)
+    return found
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Coerce a TOML or command-line value to the type of the field's default."""
+    kind = type(default)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise AttnlabError(f"{key} must be true or false, got {value!r}")
+    if kind is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+        try:
+            return tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            raise AttnlabError(f"{key} must be a list of numbers, got {value!r}") from None
+    if kind is int:
+        if isinstance(value, bool):
+            raise AttnlabError(f"{key} must be an integer, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise AttnlabError(f"{key} must be an integer, got {value!r}") from None
+        if not number.is_integer():
+            raise AttnlabError(f"{key} must be an integer, got {value!r}")
+        return int(number)
+    if kind is float:
+        if isinstance(value, bool):
+            raise AttnlabError(f"{key} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise AttnlabError(f"{key} must be a number, got {value!r}") from None
+    if kind is str:
+        return str(value)
+    return value
+
+
+def _check_value(key: str, value: Any) -> None:
+    if key in CHOICES and value not in CHOICES[key]:
+        raise unknown_choice(key, str(value), CHOICES[key])
+    if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high = RANGES[key]
+        if (low is not None and value < low) or (high is not None and value > high):
+            lo = "-inf" if low is None else f"{low:g}"
+            hi = "inf" if high is None else f"{high:g}"
+            raise AttnlabError(f"{key}={value} is out of range [{lo}, {hi}]")
+
+
+def _set_in(section_name: str, values: dict[str, Any], key: str, raw: Any, source: str) -> None:
+    """Validate one key of a section and store the coerced value in ``values``."""
+    cls = SECTIONS[section_name]
+    defaults = {f.name: f.default for f in fields(cls) if f.name != "attn_params"}
+    full = f"{section_name}.{key}"
+    if key in defaults:
+        value = _coerce(full, raw, defaults[key])
+        _check_value(full, value)
+        values[key] = value
+        return
+    if section_name == "model":
+        hparams = _attention_hparams()
+        if key in hparams:
+            values.setdefault("attn_params", {})[key] = hparams[key].validate(
+                _coerce(full, raw, hparams[key].default)
+            )
+            return
+        valid = list(defaults) + [k for k in hparams if k not in defaults]
+    else:
+        valid = list(defaults)
+    raise AttnlabError(
+        f"{source}: unknown key {full}{did_you_mean(key, valid)}; "
+        f"valid keys in [{section_name}]: {', '.join(valid)}"
+    )
+
+
+def from_dict(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    """Build a config from a TOML-shaped dict (top-level name/description + sections)."""
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for key, value in raw.items():
+        if key in ("name", "description"):
+            top[key] = str(value)
+        elif key in SECTIONS:
+            if not isinstance(value, dict):
+                raise AttnlabError(f"{source}: [{key}] must be a table")
+            for sub, sub_value in value.items():
+                _set_in(key, sections[key], sub, sub_value, source)
+        else:
+            valid = ["name", "description", *SECTIONS]
+            raise AttnlabError(f"{source}: unknown section {key!r}{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+    built = {name: SECTIONS[name](**values) for name, values in sections.items()}
+    return ExperimentConfig(**top, **built)
+
+
+def to_dict(config: ExperimentConfig) -> dict[str, Any]:
+    """The TOML-shaped dict of a config: only sections, attention params flattened into model."""
+    out: dict[str, Any] = {"name": config.name, "description": config.description}
+    for name in SECTIONS:
+        section = dataclasses.asdict(getattr(config, name))
+        extra = section.pop("attn_params", {}) or {}
+        section = {k: (list(v) if isinstance(v, tuple) else v) for k, v in section.items()}
+        section.update(extra)
+        out[name] = section
+    return out
+
+
+def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
+    """Apply ``SECTION.KEY=VALUE`` strings (the CLI's ``--set``)."""
+    raw = to_dict(config)
+    explicit_attn = dict(config.model.attn_params)
+    for item in overrides:
+        if "=" not in item:
+            raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
+        path, value = item.split("=", 1)
+        if "." not in path:
+            raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
+        section, key = path.strip().split(".", 1)
+        if section in ("name", "description"):
+            raw[section] = value
+            continue
+        if section not in SECTIONS:
+            raise AttnlabError(
+                f"--set {item!r}: unknown section {section!r}{did_you_mean(section, SECTIONS)}; valid: {', '.join(SECTIONS)}"
+            )
+        scratch: dict[str, Any] = {}
+        _set_in(section, scratch, key, value.strip(), "--set")
+        if "attn_params" in scratch:
+            explicit_attn.update(scratch["attn_params"])
+        else:
+            raw[section][key] = scratch[key]
+    # to_dict flattened defaults-free attn params into model; rebuild from explicit ones only
+    for key in list(raw["model"]):
+        if key not in {f.name for f in fields(ModelConfig)}:
+            del raw["model"][key]
+    raw["model"].update(explicit_attn)
+    return validate(from_dict(raw))
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise AttnlabError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise AttnlabError(f"{path}: invalid TOML: {err}") from None
+    except OSError as err:
+        raise AttnlabError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+
+
+def resolve_preset(name_or_file: str) -> Path:
+    """A preset name (``reverse-bahdanau``) or a path to a TOML file."""
+    candidate = Path(name_or_file)
+    if candidate.suffix == ".toml" or candidate.exists() or "/" in name_or_file:
+        if not candidate.is_file():
+            raise AttnlabError(f"{name_or_file}: no such preset file")
+        return candidate
+    path = PRESETS_DIR / f"{name_or_file}.toml"
+    if not path.is_file():
+        raise unknown_choice("preset", name_or_file, preset_names())
+    return path
+
+
+def load_preset(name_or_file: str) -> ExperimentConfig:
+    path = resolve_preset(name_or_file)
+    raw = load_toml(path)
+    raw.setdefault("name", path.stem)
+    return validate(from_dict(raw, source=str(path)))
+
+
+def validate(config: ExperimentConfig) -> ExperimentConfig:
+    """Cross-field checks and registry lookups; returns the config unchanged when valid."""
+    from attnlab.data.tasks import TASKS
+    from attnlab.nn.attention import ATTENTION
+    from attnlab.nn.model import ARCHITECTURES
+
+    d, m, t, dec = config.data, config.model, config.train, config.decode
+    if d.task != "corpus" and d.task not in TASKS:
+        raise unknown_choice("data.task", d.task, [*TASKS.names(), "corpus"])
+    if d.min_len > d.max_len:
+        raise AttnlabError(f"data.min_len={d.min_len} is greater than data.max_len={d.max_len}")
+    if m.arch not in ARCHITECTURES:
+        raise unknown_choice("model.arch", m.arch, ARCHITECTURES.names())
+    ARCHITECTURES.get(m.arch).meta.check(config)  # arch-specific: roles, sizes
+    for key, value in m.attn_params.items():
+        for entry in ATTENTION.entries():
+            hp = entry.meta.hparam(key)
+            if hp is not None:
+                hp.validate(value)
+    if dec.groups > 1 and dec.beam % dec.groups:
+        raise AttnlabError(f"decode.beam={dec.beam} must be a multiple of decode.groups={dec.groups}")
+    if dec.nbest > max(dec.beam, dec.num_samples if dec.sample else 1):
+        raise AttnlabError(f"decode.nbest={dec.nbest} exceeds decode.beam={dec.beam}")
+    if t.eval_every > t.max_steps:
+        pass  # evaluating only at the end is fine
+    return config
+
+
+def dumps_toml(config: ExperimentConfig) -> str:
+    """Serialise a config as TOML (a tiny writer: flat sections of scalars and lists)."""
+    raw = to_dict(config)
+    lines = [f"name = {_toml_value(raw['name'])}", f"description = {_toml_value(raw['description'])}"]
+    for section in SECTIONS:
+        lines.append("")
+        lines.append(f"[{section}]")
+        for key, value in raw[section].items():
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Data: toy tasks, parallel corpora, tokenizers, vocabularies and batching."""

@@ -1,0 +1,1 @@
+"""Placeholder: toy tasks, filled in by the data developer."""

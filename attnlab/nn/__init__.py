@@ -1,0 +1,1 @@
+"""Neural modules: attention variants, RNN and Transformer encoder-decoders."""

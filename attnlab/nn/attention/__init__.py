@@ -1,0 +1,49 @@
+"""Every attention variant, in one registry (``ATTENTION``) shared by both eras.
+
+Importing this package registers the built-in variants. A new variant is one class with a
+``spec`` plus ``@register_attention``; it then appears in ``attnlab variants``, the TUI menus,
+config validation and the parametrised tests.
+"""
+
+from attnlab.nn.attention.base import (
+    ALL_ROLES,
+    ATTENTION,
+    ROLE_CAUSAL_SELF,
+    ROLE_CROSS,
+    ROLE_RNN_CROSS,
+    ROLE_SELF,
+    Attention,
+    AttentionOutput,
+    AttentionSpec,
+    HParam,
+    build_attention,
+    causal_mask,
+    combine_masks,
+    masked_softmax,
+    register_attention,
+)
+
+# Built-in variants (import order = menu order).
+from attnlab.nn.attention import classic  # noqa: E402,F401  none, bahdanau, luong-*, local-m/p
+from attnlab.nn.attention import multihead  # noqa: E402,F401  scaled-dot, multihead, additive, gated
+from attnlab.nn.attention import positional  # noqa: E402,F401  relative, alibi
+from attnlab.nn.attention import sparse  # noqa: E402,F401  sliding-window, dilated
+from attnlab.nn.attention import kernel  # noqa: E402,F401  linformer, performer, linear
+
+__all__ = [
+    "ALL_ROLES",
+    "ATTENTION",
+    "ROLE_CAUSAL_SELF",
+    "ROLE_CROSS",
+    "ROLE_RNN_CROSS",
+    "ROLE_SELF",
+    "Attention",
+    "AttentionOutput",
+    "AttentionSpec",
+    "HParam",
+    "build_attention",
+    "causal_mask",
+    "combine_masks",
+    "masked_softmax",
+    "register_attention",
+]

@@ -1,0 +1,88 @@
+"""The contract every encoder-decoder implements; decoding and training only use this.
+
+Shapes: B batch, S source length, T target length, V target vocabulary, L layers, H heads.
+Token ids: pad 0, unk 1, bos 2, eos 3 (see attnlab.data.vocab).
+
+- ``encode(src[B,S], src_mask[B,S]) -> EncoderOutput``
+- ``start_state(enc) -> DecoderState`` (a dict of batch-first tensors)
+- ``step(prev_tokens[B], state, enc, need_weights) -> (logits[B,V], state, cross[B,L,H,S] | None)``
+  one decoding step; Transformers keep a key/value cache in ``state``.
+- ``forward(src, src_mask, tgt_in[B,T], teacher_forcing=1.0, need_weights=False) -> ModelOutput``
+  the training pass. With ``teacher_forcing < 1`` each target position (t > 0) reads the
+  model's own previous prediction with probability ``1 - teacher_forcing`` (scheduled
+  sampling), decided per token and vectorised over the batch.
+
+Beam search reorders ``state`` and ``enc`` along dim 0 with ``select_state`` /
+``EncoderOutput.index_select``, so every tensor in them must be batch-first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from torch import Tensor, nn
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+DecoderState = dict[str, Tensor]
+
+
+@dataclass
+class EncoderOutput:
+    states: Tensor  # [B, S, D] encoder states (memory for cross-attention)
+    mask: Tensor  # [B, S] bool, True for real tokens
+    extras: dict[str, Tensor] = field(default_factory=dict)  # batch-first, arch-specific
+
+    def index_select(self, index: Tensor) -> EncoderOutput:
+        """Rows ``index`` of every tensor (beam expansion / reordering)."""
+        return EncoderOutput(
+            states=self.states.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+            extras={k: v.index_select(0, index) for k, v in self.extras.items()},
+        )
+
+
+def select_state(state: DecoderState, index: Tensor) -> DecoderState:
+    """Rows ``index`` of every batch-first tensor in a decoder state."""
+    return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # [B, T, V]
+    # "cross": [B, L, H, T, S] for every architecture (RNN: L = 1);
+    # Transformers also "enc_self": [B, L, H, S, S] and "dec_self": [B, L, H, T, T].
+    attentions: dict[str, Tensor] = field(default_factory=dict)
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Seq2Seq(nn.Module):
+    """Base class: subclasses implement encode / start_state / step / forward."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:  # pragma: no cover
+        raise NotImplementedError
+
+    def start_state(self, enc: EncoderOutput) -> DecoderState:  # pragma: no cover
+        raise NotImplementedError
+
+    def step(
+        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool = False
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        teacher_forcing: float = 1.0,
+        need_weights: bool = False,
+    ) -> ModelOutput:  # pragma: no cover
+        raise NotImplementedError
+
+
+def dataclass_fields(obj: object) -> list[str]:
+    return [f.name for f in fields(obj)]  # type: ignore[arg-type]

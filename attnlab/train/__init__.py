@@ -1,0 +1,1 @@
+"""Training: the Trainer loop, schedules and the run-directory event log."""
