@@ -51,6 +51,8 @@ class DataConfig:
     shared_vocab: bool = False
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
+    max_pairs: int = 0  # corpora: keep only the first N pairs of each split (0 = all)
+    train_max_tokens: int = 0  # corpora: drop training pairs longer than N tokens (0 = keep all)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.min_freq": (1, None),
     "data.dev_fraction": (0.0, 0.5),
     "data.test_fraction": (0.0, 0.5),
+    "data.max_pairs": (0, None),
+    "data.train_max_tokens": (0, None),
     "model.hidden": (1, 16384),
     "model.emb": (1, 16384),
     "model.layers": (1, 16),

@@ -45,12 +45,9 @@ class Batch:
 
 
 def pad(rows: Sequence[Sequence[int]], min_len: int = 1) -> Tensor:
+    """[B, max length] long tensor, PAD_ID after each row (one tensor construction)."""
     width = max([len(r) for r in rows] + [min_len])
-    out = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
+    return torch.tensor([[*row, *([PAD_ID] * (width - len(row)))] for row in rows], dtype=torch.long)
 
 
 def make_batch(examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab) -> Batch:
@@ -61,6 +58,64 @@ def make_batch(examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab) 
     return Batch(src, src != PAD_ID, tgt_in, tgt_out, tgt_out != PAD_ID, examples)
 
 
+def example_cost(example: Example) -> tuple[int, int]:
+    """(source length, target length + 1 for </s>): the padded widths an example needs."""
+    return len(example.src_tokens), len(example.tgt_tokens) + 1
+
+
+def plan_batches(
+    examples: Sequence[Example],
+    batch_size: int = 64,
+    batch_tokens: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    bucket: bool = True,
+) -> list[list[int]]:
+    """One epoch as lists of example indices (every index exactly once).
+
+    With ``batch_tokens > 0`` a batch holds as many sentences as fit in that many padded
+    source + target tokens (``n * (max_src + max_tgt)``; a single longer sentence gets a
+    batch of its own) and ``batch_size`` is ignored; otherwise a batch holds ``batch_size``
+    sentences. With ``bucket`` sentences of
+    similar length go together: sorted by length inside shuffled pools of about 100
+    batches, so batches stay random across pools while padding stays low.
+    """
+    rng = random.Random(seed)
+    order = list(range(len(examples)))
+    if shuffle:
+        rng.shuffle(order)
+    costs = [example_cost(examples[i]) for i in range(len(examples))]
+    if batch_tokens > 0:
+        mean = sum(s + t for s, t in costs) / max(len(costs), 1)
+        pool_size = max(int(batch_tokens / max(mean, 1.0)), 1) * 100
+    else:
+        pool_size = batch_size * 100
+    batches: list[list[int]] = []
+    for start in range(0, len(order), pool_size):
+        pool = order[start : start + pool_size]
+        if bucket:
+            pool.sort(key=lambda i: (costs[i][0] + costs[i][1], costs[i][0]))
+        current: list[int] = []
+        max_src = max_tgt = 0
+        for i in pool:
+            src_len, tgt_len = costs[i]
+            new_src, new_tgt = max(max_src, src_len), max(max_tgt, tgt_len)
+            if batch_tokens > 0:
+                full = bool(current) and (len(current) + 1) * (new_src + new_tgt) > batch_tokens
+            else:
+                full = len(current) >= batch_size
+            if full:
+                batches.append(current)
+                current, new_src, new_tgt = [], src_len, tgt_len
+            current.append(i)
+            max_src, max_tgt = new_src, new_tgt
+        if current:
+            batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
 def iterate_batches(
     examples: Sequence[Example],
     batch_size: int = 64,
@@ -69,44 +124,16 @@ def iterate_batches(
     seed: int = 0,
     bucket: bool = True,
 ) -> Iterator[list[Example]]:
-    """One epoch of batches.
-
-    With ``batch_tokens > 0`` a batch holds as many sentences as fit in that many (padded)
-    source+target tokens; with ``bucket`` sentences of similar length go together (sorted
-    inside shuffled pools of 100 batches), which keeps padding low.
-    """
-    rng = random.Random(seed)
-    order = list(range(len(examples)))
-    if shuffle:
-        rng.shuffle(order)
-
-    def length(i: int) -> int:
-        e = examples[i]
-        return max(len(e.src_tokens), len(e.tgt_tokens) + 1)
-
-    pool_size = (batch_size if batch_tokens <= 0 else max(batch_tokens // 16, 1)) * 100
-    batches: list[list[int]] = []
-    for start in range(0, len(order), pool_size):
-        pool = order[start : start + pool_size]
-        if bucket:
-            pool.sort(key=length)
-        current: list[int] = []
-        longest = 0
-        for i in pool:
-            longest_if_added = max(longest, length(i))
-            too_big = (
-                len(current) >= batch_size
-                if batch_tokens <= 0
-                else current and longest_if_added * (len(current) + 1) * 2 > batch_tokens
-            )
-            if too_big:
-                batches.append(current)
-                current, longest_if_added = [], length(i)
-            current.append(i)
-            longest = longest_if_added
-        if current:
-            batches.append(current)
-    if shuffle:
-        rng.shuffle(batches)
-    for idx in batches:
+    """One epoch of batches of examples (see ``plan_batches`` for the rules)."""
+    for idx in plan_batches(examples, batch_size, batch_tokens, shuffle, seed, bucket):
         yield [examples[i] for i in idx]
+
+
+def padding_fraction(examples: Sequence[Example], batches: Sequence[Sequence[int]]) -> float:
+    """Share of padded positions (source + target incl. </s>) over an epoch of batches."""
+    real = padded = 0
+    for idx in batches:
+        costs = [example_cost(examples[i]) for i in idx]
+        real += sum(s + t for s, t in costs)
+        padded += len(costs) * (max(s for s, _ in costs) + max(t for _, t in costs))
+    return 1.0 - real / padded if padded else 0.0

@@ -1,0 +1,158 @@
+"""Multi30k de->en: train the three reference presets, print test BLEU beside the published numbers.
+
+Published (bentrevett/pytorch-seq2seq, greedy, lowercased spaCy tokens, see
+../shared/notes/corpora-and-peers.md §2b): GRU without attention 20.61, GRU + additive
+attention 28.30, Transformer 36.52.
+
+We report, on test_2016_flickr with greedy decoding from the best (dev BLEU) checkpoint:
+- ``BLEU lc``: sacrebleu 13a, lowercased, detokenised hypotheses against the raw references
+  (comparable with the reference, which lowercases both sides);
+- ``BLEU``: sacrebleu's default (cased) against the raw references, plus chrF;
+with wall time and training tokens/s.
+
+Full run (hours on CPU, minutes on one GPU):
+    .venv/bin/python benchmarks/multi30k.py --device cuda
+Smoke run of the whole path (2k training pairs, a few steps):
+    .venv/bin/python benchmarks/multi30k.py --steps 20 --max-pairs 2000 --eval-sentences 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PUBLISHED = {
+    "multi30k-gru-none": 20.61,
+    "multi30k-gru-bahdanau": 28.30,
+    "multi30k-transformer": 36.52,
+}
+
+
+def translate_split(model: Any, dataset: Any, split: str, decode_cfg: Any, device: Any, limit: int = 0) -> tuple[list[str], list[str]]:
+    """Greedy (or configured) hypotheses and raw references for a split, in corpus order."""
+    import torch
+
+    from attnlab.data.batching import make_batch
+    from attnlab.evaluate import decode_best
+
+    examples = list(dataset.splits.split(split))
+    if limit > 0:
+        examples = examples[:limit]
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].src_tokens))
+    hyps = [""] * len(examples)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(order), decode_cfg.batch_size):
+            idx = order[start : start + decode_cfg.batch_size]
+            batch = make_batch([examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab).to(device)
+            for i, hyp in zip(idx, decode_best(model, batch.src, batch.src_mask, decode_cfg, False), strict=True):
+                hyps[i] = dataset.detokenize_target(dataset.tgt_vocab.decode(hyp.tokens))
+    return hyps, [e.tgt_text for e in examples]
+
+
+def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from attnlab.config import apply_overrides, load_preset
+    from attnlab.data.dataset import load_dataset
+    from attnlab.evaluate import corpus_bleu, corpus_chrf
+    from attnlab.runs import load_checkpoint
+    from attnlab.train.trainer import Trainer
+
+    overrides = list(args.set)
+    if args.steps:
+        overrides += [f"train.max_steps={args.steps}", f"train.eval_every={max(1, min(args.steps, 500))}"]
+    if args.max_pairs:
+        overrides.append(f"data.max_pairs={args.max_pairs}")
+    if args.eval_sentences:
+        overrides.append(f"train.eval_sentences={args.eval_sentences}")
+    config = apply_overrides(load_preset(name), overrides)
+
+    start = time.perf_counter()
+    dataset = load_dataset(config.data)
+    prepare_s = time.perf_counter() - start
+    run_dir = Path(args.out) / name
+    summary = Trainer(config, run_dir, device=args.device, dataset=dataset, install_signals=True).run()
+    loaded = load_checkpoint(Path(summary["best_checkpoint"]), device=args.device_resolved)
+    decode_cfg = replace(config.decode, beam=1, sample=False, nbest=1)
+    hyps, refs = translate_split(loaded.model, dataset, "test", decode_cfg, args.device_resolved, args.test_sentences)
+    bleu, _ = corpus_bleu(hyps, refs)
+    bleu_lc, sig_lc = corpus_bleu(hyps, refs, lowercase=True)
+    chrf, _ = corpus_chrf(hyps, refs)
+    return {
+        "preset": name,
+        "published_bleu": PUBLISHED.get(name),
+        "test_bleu_lc": round(float(bleu_lc.score), 2),
+        "test_bleu": round(float(bleu.score), 2),
+        "test_chrf": round(float(chrf.score), 2),
+        "bleu_lc_signature": sig_lc,
+        "steps": summary["step"],
+        "params": summary["params"],
+        "wall_s": round(summary["wall_s"], 1),
+        "prepare_s": round(prepare_s, 2),
+        "tokens_per_s": round(summary["tokens_per_s"] or 0.0, 1),
+        "device": summary["device"],
+        "best_dev": {k: summary["best"].get(k) for k in ("bleu", "chrf", "loss") if k in summary["best"]},
+        "n_test": len(hyps),
+        "example": {"ref": refs[0], "hyp": hyps[0]} if hyps else {},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--presets", nargs="+", default=list(PUBLISHED), help="presets to train (default: the three references)")
+    parser.add_argument("--steps", type=int, default=0, help="override train.max_steps (0 = the preset's)")
+    parser.add_argument("--max-pairs", type=int, default=0, help="data.max_pairs: first N pairs of each split (smoke runs)")
+    parser.add_argument("--eval-sentences", type=int, default=0, help="train.eval_sentences for dev evals (0 = the preset's)")
+    parser.add_argument("--test-sentences", type=int, default=0, help="score only the first N test sentences (0 = all 1000)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | mps")
+    parser.add_argument("--out", default="runs/bench-multi30k", help="where the run directories go")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="extra config override")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+
+    from attnlab.device import resolve_device
+    from attnlab.errors import AttnlabError
+
+    try:
+        args.device_resolved = resolve_device(args.device)
+        results = []
+        for name in args.presets:
+            print(f"== {name}", file=sys.stderr, flush=True)
+            results.append(run_preset(name, args))
+    except AttnlabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    if args.json:
+        print(json.dumps(results, indent=2, ensure_ascii=False))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Multi30k de->en, test_2016_flickr, greedy")
+    for col in ("preset", "published", "BLEU lc", "Δ", "BLEU", "chrF", "steps", "wall s", "tok/s"):
+        table.add_column(col, justify="left" if col == "preset" else "right")
+    for r in results:
+        pub = r["published_bleu"]
+        delta = f"{r['test_bleu_lc'] - pub:+.2f}" if pub is not None else "-"
+        table.add_row(
+            r["preset"].removeprefix("multi30k-"), f"{pub:.2f}" if pub is not None else "-",
+            f"{r['test_bleu_lc']:.2f}", delta, f"{r['test_bleu']:.2f}", f"{r['test_chrf']:.2f}",
+            str(r["steps"]), f"{r['wall_s']:.0f}", f"{r['tokens_per_s']:,.0f}",
+        )
+    Console().print(table)
+    for r in results:
+        print(f"{r['preset']}: {r['params']:,} parameters on {r['device']}; data prepared in {r['prepare_s']} s")
+    print(f"BLEU lc signature: {results[0]['bleu_lc_signature']}" if results else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
