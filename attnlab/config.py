@@ -90,6 +90,9 @@ class TrainConfig:
     max_steps: int = 3000
     batch_size: int = 64
     batch_tokens: int = 0  # > 0: token-budget batches with length bucketing
+    # Sort sentences of similar length into the same batch (less padding). Off: every batch
+    # mixes lengths, which smooths the gradient (Transformers learn toy tasks much faster).
+    bucket: bool = True
     lr: float = 2e-3
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
+
+from attnlab.decode.penalties import coverage_penalty, final_score, length_penalty
 
 
 @dataclass
@@ -19,3 +22,66 @@ class Hypothesis:
     # Cross-attention, rows = tokens (+ a row for </s> when finished), columns = source:
     attention: Tensor | None = None  # [T, S], averaged over heads of the last layer
     attention_layers: Tensor | None = None  # [L, H, T, S]
+
+
+def build_hypotheses(
+    tokens: Tensor,
+    token_log_probs: Tensor,
+    lengths: Tensor,
+    finished: Tensor,
+    src_mask: Tensor,
+    cross: Tensor | None,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    length_norm: str = "gnmt",
+    keep_attention: bool = False,
+) -> list[Hypothesis]:
+    """Turn N decoded rows into Hypothesis objects with their penalties and final score.
+
+    tokens[N, T] and token_log_probs[N, T]: what each step produced (</s> included);
+    lengths[N]: steps taken (scored tokens, </s> included when finished); finished[N] bool;
+    src_mask[N, S]; cross[N, T, L, H, S] or None. Attention is cut to the hypothesis's
+    steps and to the real source positions.
+    """
+    n, width = tokens.shape
+    steps = torch.arange(width, device=tokens.device)
+    taken = steps.unsqueeze(0) < lengths.unsqueeze(1)  # [N, T]
+    token_log_probs = token_log_probs.masked_fill(~taken, 0.0)
+    log_prob = token_log_probs.to(torch.float64).sum(dim=1)  # [N]
+    lp = length_penalty(lengths, alpha, length_norm)
+    head_mean = None
+    if cross is not None:
+        cross = cross.float().masked_fill(~taken[:, :, None, None, None], 0.0)
+        head_mean = cross[:, :, -1].mean(dim=2)  # [N, T, S] last layer, mean over heads
+    if beta != 0.0 and head_mean is None:
+        raise ValueError("the coverage penalty needs the cross-attention (need_weights=True)")
+    cp = (
+        coverage_penalty(head_mean, src_mask, beta)
+        if head_mean is not None
+        else torch.zeros(n, dtype=torch.float64)
+    )
+    score = final_score(log_prob, lp, cp)
+
+    rows_tokens = tokens.tolist()
+    rows_lp = token_log_probs.tolist()
+    rows_len = lengths.tolist()
+    rows_fin = finished.tolist()
+    out = []
+    for i in range(n):
+        length, done = int(rows_len[i]), bool(rows_fin[i])
+        hyp = Hypothesis(
+            tokens=rows_tokens[i][: length - 1 if done else length],
+            score=float(score[i]),
+            log_prob=float(log_prob[i]),
+            token_log_probs=rows_lp[i][:length],
+            length_penalty=float(lp[i]),
+            coverage_penalty=float(cp[i]),
+            finished=done,
+        )
+        if keep_attention and cross is not None:
+            real = src_mask[i]
+            layers = cross[i, :length][..., real].permute(1, 2, 0, 3).contiguous()  # [L, H, T, S]
+            hyp.attention_layers = layers.cpu()
+            hyp.attention = layers[-1].mean(dim=0).cpu()  # [T, S]
+        out.append(hyp)
+    return out

@@ -1,1 +1,361 @@
-"""Placeholder: filled in by the owning developer."""
+"""Encoder-decoder Transformer (Vaswani et al. 2017) with swappable attention in every role.
+
+Encoder self-, decoder self- and cross-attention each take any registered variant that
+declares the role (``model.self_attention``, ``model.decoder_self_attention``,
+``model.cross_attention``). ``forward(..., need_weights=True)`` returns every layer's and
+head's weights; ``step`` decodes one token with a key/value cache kept in the decoder state
+(batch-first tensors, so beam search can reorder it with ``index_select``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import ExperimentConfig, ModelConfig
+from attnlab.errors import AttnlabError
+from attnlab.nn.attention import ATTENTION, Attention, build_attention
+from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
+from attnlab.nn.attention.multihead import MultiHeadBase
+from attnlab.nn.model import ARCHITECTURES, ArchSpec
+from attnlab.nn.positions import AbsolutePositions, Rotary
+from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
+
+FALLBACK_DECODER_SELF = "scaled-dot"
+
+
+def decoder_self_attention_name(model: ModelConfig) -> str:
+    """``model.decoder_self_attention``; "" means the encoder's variant when it can be causal."""
+    if model.decoder_self_attention:
+        return model.decoder_self_attention
+    if model.self_attention in ATTENTION and ROLE_CAUSAL_SELF in ATTENTION.get(model.self_attention).meta.roles:
+        return model.self_attention
+    return FALLBACK_DECODER_SELF
+
+
+class AttentionBlock(nn.Module):
+    """An attention variant in a Transformer role, with a projection when its width ≠ d_model."""
+
+    def __init__(self, name: str, role: str, d_model: int, heads: int, dropout: float, hparams: dict[str, Any]):
+        super().__init__()
+        self.attn: Attention = build_attention(
+            name, d_model, d_model, role=role, heads=heads, dropout=dropout, hparams=hparams
+        )
+        out_dim = getattr(self.attn, "out_dim", d_model)
+        self.proj = nn.Identity() if out_dim == d_model else nn.Linear(out_dim, d_model)
+        self.cacheable = isinstance(self.attn, MultiHeadBase)  # caches projected keys / values
+
+    def forward(
+        self, query: Tensor, keys: Tensor, key_mask: Tensor, causal: bool, need_weights: bool,
+        precomputed: Any = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        out = self.attn(
+            query, keys, keys, key_mask, causal=causal, need_weights=need_weights, precomputed=precomputed
+        )
+        weights = out.weights
+        if weights is not None and weights.dim() == 3:  # a single-head variant: [B,Tq,Tk]
+            weights = weights.unsqueeze(1)
+        return self.proj(out.context), weights
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ff: int, activation: str, dropout: float):
+        super().__init__()
+        self.inner = nn.Linear(d_model, ff)
+        self.outer = nn.Linear(ff, d_model)
+        self.activation = F.gelu if activation == "gelu" else F.relu
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.dropout(self.activation(self.inner(x))))
+
+
+class Sublayer(nn.Module):
+    """Residual + layer norm around a sublayer: pre-LN x + f(LN(x)) or post-LN LN(x + f(x))."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def inp(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def out(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + self.dropout(y)
+        return x if self.pre_norm else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, m: ModelConfig, hparams: dict[str, Any]):
+        super().__init__()
+        pre = m.norm == "pre"
+        self.self_attn = AttentionBlock(m.self_attention, ROLE_SELF, m.d_model, m.heads, m.dropout, hparams)
+        self.ff = FeedForward(m.d_model, m.ff, m.activation, m.dropout)
+        self.sub_attn = Sublayer(m.d_model, m.dropout, pre)
+        self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        h = self.sub_attn.inp(x)
+        y, weights = self.self_attn(h, h, mask, False, need_weights)
+        x = self.sub_attn.out(x, y)
+        x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, m: ModelConfig, hparams: dict[str, Any]):
+        super().__init__()
+        pre = m.norm == "pre"
+        self.self_attn = AttentionBlock(
+            decoder_self_attention_name(m), ROLE_CAUSAL_SELF, m.d_model, m.heads, m.dropout, hparams
+        )
+        self.cross_attn = AttentionBlock(m.cross_attention, ROLE_CROSS, m.d_model, m.heads, m.dropout, hparams)
+        self.ff = FeedForward(m.d_model, m.ff, m.activation, m.dropout)
+        self.sub_self = Sublayer(m.d_model, m.dropout, pre)
+        self.sub_cross = Sublayer(m.d_model, m.dropout, pre)
+        self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
+
+    def forward(
+        self, x: Tensor, enc_states: Tensor, enc_mask: Tensor, need_weights: bool,
+        self_keys: Tensor | None = None, self_kv: Any = None, cross_kv: Any = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """x [B,Tq,D]. Full pass: keys are this layer's own inputs. Cached step: ``self_kv`` =
+        projected (k, v) of every position so far, or ``self_keys`` = the inputs so far [B,Tk,D]
+        for variants without a projected cache."""
+        h = self.sub_self.inp(x)
+        keys = h if self_keys is None else self_keys
+        tk = self_kv[0].shape[2] if self_kv is not None else keys.shape[1]
+        # Decoder positions are never padding as keys: causality alone hides what follows.
+        self_mask = torch.ones(x.shape[0], tk, dtype=torch.bool, device=x.device)
+        y, self_weights = self.self_attn(h, keys, self_mask, True, need_weights, precomputed=self_kv)
+        x = self.sub_self.out(x, y)
+        y, cross_weights = self.cross_attn(
+            self.sub_cross.inp(x), enc_states, enc_mask, False, need_weights, precomputed=cross_kv
+        )
+        x = self.sub_cross.out(x, y)
+        x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
+        return x, self_weights, cross_weights
+
+
+def _stack(weights: list[Tensor | None]) -> Tensor | None:
+    """Per-layer [B,H,Tq,Tk] -> [B,L,H,Tq,Tk] (None if any layer gave none)."""
+    if not weights or any(w is None for w in weights):
+        return None
+    return torch.stack(weights, dim=1)  # type: ignore[arg-type]
+
+
+class TransformerSeq2Seq(Seq2Seq):
+    def __init__(self, config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__()
+        m = config.model
+        self.config = config
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        self.d_model = m.d_model
+        hparams = config.attention_params()
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, m.d_model, padding_idx=PAD_ID)
+        if m.share_embeddings:
+            if src_vocab_size != tgt_vocab_size:
+                raise AttnlabError(
+                    f"model.share_embeddings=true needs one vocabulary for both sides, but the source "
+                    f"has {src_vocab_size} tokens and the target {tgt_vocab_size}; set data.shared_vocab=true"
+                )
+            self.src_embed = self.tgt_embed
+        else:
+            self.src_embed = nn.Embedding(src_vocab_size, m.d_model, padding_idx=PAD_ID)
+        for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(emb.weight, std=m.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[PAD_ID].zero_()
+        max_positions = max(1024, 4 * max(config.data.max_len, config.data.test_max_len) + 64)
+        self.positions = AbsolutePositions(m.positions, m.d_model, max_positions)
+        self.embed_dropout = nn.Dropout(m.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(m, hparams) for _ in range(m.enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(m, hparams) for _ in range(m.dec_layers))
+        pre = m.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(m.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(m.d_model) if pre else nn.Identity()
+        self.output = nn.Linear(m.d_model, tgt_vocab_size)
+        if m.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+        if m.positions == "rotary":
+            head_dim = m.d_model // m.heads
+            for layer in [*self.encoder_layers, *self.decoder_layers]:
+                attn = layer.self_attn.attn
+                if isinstance(attn, MultiHeadBase) and attn.supports_rotary:
+                    attn.rotary = Rotary(head_dim)
+
+    # -- embeddings ---------------------------------------------------------------------------
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        x = embedding(tokens) * math.sqrt(self.d_model)
+        return self.embed_dropout(self.positions(x, start))
+
+    # -- encoder ------------------------------------------------------------------------------
+
+    def _encode(self, src: Tensor, src_mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        x = self._embed(self.src_embed, src)
+        weights = []
+        for layer in self.encoder_layers:
+            x, w = layer(x, src_mask, need_weights)
+            weights.append(w)
+        return self.encoder_norm(x), _stack(weights) if need_weights else None
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
+        states, _ = self._encode(src, src_mask, need_weights=False)
+        return EncoderOutput(states=states, mask=src_mask)
+
+    # -- decoder: full pass ---------------------------------------------------------------------
+
+    def _decode(
+        self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        x = self._embed(self.tgt_embed, tgt_in)
+        self_weights, cross_weights = [], []
+        for layer in self.decoder_layers:
+            x, sw, cw = layer(x, enc.states, enc.mask, need_weights)
+            self_weights.append(sw)
+            cross_weights.append(cw)
+        logits = self.output(self.decoder_norm(x))
+        if not need_weights:
+            return logits, None, None
+        return logits, _stack(self_weights), _stack(cross_weights)
+
+    def forward(
+        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float = 1.0,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        states, enc_self = self._encode(src, src_mask, need_weights)
+        enc = EncoderOutput(states=states, mask=src_mask)
+        if teacher_forcing < 1.0:
+            tgt_in = self._scheduled_sampling_inputs(tgt_in, enc, teacher_forcing)
+        logits, dec_self, cross = self._decode(tgt_in, enc, need_weights)
+        attentions = {}
+        for key, value in (("enc_self", enc_self), ("dec_self", dec_self), ("cross", cross)):
+            if value is not None:
+                attentions[key] = value
+        return ModelOutput(logits=logits, attentions=attentions)
+
+    def _scheduled_sampling_inputs(self, tgt_in: Tensor, enc: EncoderOutput, teacher_forcing: float) -> Tensor:
+        """Two passes (Bengio et al. 2015 adapted to parallel decoding): predict every position
+        with the gold prefix, then feed the model's previous prediction at each position t > 0
+        with probability 1 - teacher_forcing, decided per token."""
+        with torch.no_grad():
+            logits, _, _ = self._decode(tgt_in, enc, need_weights=False)
+            predictions = logits.argmax(-1)  # [B,T]: prediction for position t + 1
+        previous = torch.cat([tgt_in[:, :1], predictions[:, :-1]], dim=1)
+        use_model = torch.rand(tgt_in.shape, device=tgt_in.device) >= teacher_forcing
+        use_model[:, 0] = False  # <s> stays
+        use_model &= tgt_in != PAD_ID  # padding stays padding
+        return torch.where(use_model, previous, tgt_in)
+
+    # -- decoder: incremental ---------------------------------------------------------------------
+
+    def start_state(self, enc: EncoderOutput) -> DecoderState:
+        """Empty self-attention caches and the projected encoder keys / values per layer."""
+        bsz = enc.states.shape[0]
+        state: DecoderState = {}
+        for i, layer in enumerate(self.decoder_layers):
+            self_block, cross_block = layer.self_attn, layer.cross_attn
+            if self_block.cacheable:
+                attn = self_block.attn
+                empty = enc.states.new_zeros(bsz, attn.heads, 0, attn.head_dim)
+                state[f"self_k{i}"], state[f"self_v{i}"] = empty, empty.clone()
+            else:
+                state[f"self_x{i}"] = enc.states.new_zeros(bsz, 0, self.d_model)
+            if cross_block.cacheable:
+                state[f"cross_kv{i}"] = cross_block.attn.precompute(enc.states)  # [B,2,H,S,dh]
+        return state
+
+    def step(
+        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool = False
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        first = self.decoder_layers[0]
+        key = "self_k0" if first.self_attn.cacheable else "self_x0"
+        position = state[key].shape[-2]  # tokens decoded so far
+        x = self._embed(self.tgt_embed, prev_tokens[:, None], start=position)  # [B,1,D]
+        new_state: DecoderState = {}
+        cross_weights = []
+        for i, layer in enumerate(self.decoder_layers):
+            h = layer.sub_self.inp(x)
+            if layer.self_attn.cacheable:
+                k_new, v_new = layer.self_attn.attn.project_kv(h, h, start=position)
+                k = torch.cat([state[f"self_k{i}"], k_new], dim=2)
+                v = torch.cat([state[f"self_v{i}"], v_new], dim=2)
+                new_state[f"self_k{i}"], new_state[f"self_v{i}"] = k, v
+                self_keys, self_kv = h, (k, v)
+            else:
+                self_keys = torch.cat([state[f"self_x{i}"], h], dim=1)
+                new_state[f"self_x{i}"] = self_keys
+                self_kv = None
+            cross_kv = state.get(f"cross_kv{i}")
+            if cross_kv is not None:
+                new_state[f"cross_kv{i}"] = cross_kv
+            x, _, cw = layer(x, enc.states, enc.mask, need_weights, self_keys, self_kv, cross_kv)
+            cross_weights.append(cw)
+        logits = self.output(self.decoder_norm(x))[:, 0]
+        cross = _stack(cross_weights) if need_weights else None
+        return logits, new_state, None if cross is None else cross[:, :, :, 0]
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+
+def _check_role(key: str, name: str, role: str) -> None:
+    entry = ATTENTION.get(name)  # unknown names raise with "did you mean"
+    roles = entry.meta.roles
+    if role not in roles:
+        raise AttnlabError(
+            f"{key}={name}: {name} cannot be used for {role} attention; it supports: {', '.join(sorted(roles))}"
+        )
+
+
+def check_transformer(config: ExperimentConfig) -> None:
+    """Config-time checks for model.arch = transformer; one-line AttnlabError on a bad combination."""
+    m, d = config.model, config.data
+    if m.d_model % m.heads:
+        raise AttnlabError(f"model.d_model={m.d_model} must be divisible by model.heads={m.heads}")
+    if m.enc_layers > 0:
+        _check_role("model.self_attention", m.self_attention, ROLE_SELF)
+    elif m.self_attention not in ATTENTION:
+        ATTENTION.get(m.self_attention)
+    dec_name = decoder_self_attention_name(m)
+    _check_role("model.decoder_self_attention", dec_name, ROLE_CAUSAL_SELF)
+    _check_role("model.cross_attention", m.cross_attention, ROLE_CROSS)
+    if m.positions == "rotary":
+        if (m.d_model // m.heads) % 2:
+            raise AttnlabError(
+                f"model.positions=rotary needs an even head size; model.d_model/model.heads = {m.d_model // m.heads}"
+            )
+        for name in {m.self_attention, dec_name}:
+            cls = ATTENTION.get(name).factory
+            if not getattr(cls, "supports_rotary", False):
+                raise AttnlabError(f"model.positions=rotary is not supported by the {name} attention")
+    if "linformer" in (m.self_attention, m.cross_attention) and d.task != "corpus":
+        max_len = m.attn_params.get("max_len", ATTENTION.get("linformer").meta.hparam("max_len").default)
+        longest = max(d.max_len, d.test_max_len)
+        if longest > max_len:
+            raise AttnlabError(
+                f"model.max_len={max_len} is shorter than the longest source (data.max_len={longest}); "
+                "linformer needs model.max_len >= the source length"
+            )
+
+
+def build_transformer(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> TransformerSeq2Seq:
+    check_transformer(config)
+    return TransformerSeq2Seq(config, src_vocab_size, tgt_vocab_size)
+
+
+ARCHITECTURES.add(
+    "transformer",
+    build_transformer,
+    ArchSpec(
+        description="Encoder-decoder Transformer; any registered attention in each role",
+        check=check_transformer,
+    ),
+)

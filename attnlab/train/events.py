@@ -13,6 +13,10 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | checkpoint | tag ("best" or "last"), path                                                           |
 | error      | message, kind ("nan" | "exception" | "oom")                                             |
 | done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
+| control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
+
+Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
+also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s.
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline; ``read_events`` skips a trailing partial line.
@@ -27,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done")
+EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done", "control")
 EVENTS_FILE = "events.jsonl"
 
 
@@ -37,7 +41,7 @@ class EventLog:
     def __init__(self, run_dir: Path, on_event: Any = None):
         self.path = Path(run_dir) / EVENTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self.path, "a", encoding="utf-8")
+        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the log
         self.on_event = on_event
 
     def emit(self, type_: str, step: int, **fields: Any) -> dict[str, Any]:

@@ -1,1 +1,454 @@
-"""Placeholder: filled in by the owning developer."""
+"""The classic attention family of RNN encoder-decoders (2014-2015).
+
+All variants are single-head (H = 1): weights are [B, 1, Tq, Tk] and the context is a
+weighted sum of the values, so ``out_dim == key_dim``. They are written for any Tq (the RNN
+decoder calls them with Tq = 1 per step, or Tq = T when a whole teacher-forced sequence can
+be attended at once; the Transformer uses bahdanau / luong-dot / luong-general /
+luong-concat as cross-attention). ``heads`` and ``dropout`` are accepted for the common
+constructor signature and ignored: these variants have one head and no attention dropout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.errors import AttnlabError
+from attnlab.nn.attention.base import (
+    ROLE_CROSS,
+    ROLE_RNN_CROSS,
+    Attention,
+    AttentionOutput,
+    AttentionSpec,
+    HParam,
+    causal_mask,
+    combine_masks,
+    masked_softmax,
+    register_attention,
+)
+
+RNN_ONLY = frozenset({ROLE_RNN_CROSS})
+RNN_AND_CROSS = frozenset({ROLE_RNN_CROSS, ROLE_CROSS})
+
+WINDOW = HParam(
+    "window", 10, "half-width D of the local window [p_t - D, p_t + D]", low=1, high=100_000
+)
+MAX_SRC_LEN = HParam(
+    "max_src_len",
+    256,
+    "luong-location: number of source positions W_a scores (longer sources are cut)",
+    low=1,
+    high=100_000,
+)
+
+
+def _attend(
+    scores: Tensor,
+    values: Tensor,
+    key_mask: Tensor,
+    causal: bool,
+    allowed: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """scores [B,Tq,Tk] -> (context [B,Tq,Dv], weights [B,1,Tq,Tk]) over allowed real keys."""
+    tq, tk = scores.shape[-2:]
+    if causal:
+        pattern = causal_mask(tq, tk, scores.device)
+        allowed = pattern if allowed is None else allowed & pattern
+    mask = combine_masks(key_mask, allowed)  # [B,1,Tq|1,Tk]
+    weights = masked_softmax(scores.unsqueeze(1), mask)  # [B,1,Tq,Tk]
+    context = torch.bmm(weights.squeeze(1), values)  # [B,Tq,Dv]
+    return context, weights
+
+
+def _positions(query_pos: Tensor | None, batch: int, tq: int, device: torch.device) -> Tensor:
+    """query_pos as [B|1, Tq] float; default 0..Tq-1 (the decoder steps of a full sequence)."""
+    if query_pos is None:
+        return torch.arange(tq, device=device, dtype=torch.float32).unsqueeze(0)
+    pos = query_pos.to(device=device, dtype=torch.float32)
+    if pos.dim() == 1:
+        # [B] for one decoder step (Tq = 1), else [Tq] shared by the batch
+        pos = pos.view(-1, 1) if tq == 1 else pos.unsqueeze(0)
+    return pos
+
+
+class _ClassicAttention(Attention):
+    """Shared constructor: remembers the dimensions; context width = key (value) width."""
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__()
+        self.query_dim = query_dim
+        self.key_dim = key_dim
+        self.out_dim = key_dim
+
+
+@register_attention
+class NoAttention(_ClassicAttention):
+    """c_t = c (fixed): the encoder's final state fed at every step. Cho et al. 2014.
+
+    The bottleneck baseline: no alignment at all. The RNN model passes the encoder summary
+    as ``precomputed`` (it sets ``uses_encoder_summary``); without one, the last real key
+    stands in. The weights are all zeros (``exposes_weights=False``): they carry no meaning.
+    """
+
+    spec = AttentionSpec(
+        name="none",
+        roles=RNN_ONLY,
+        formula="c_t = c = h_final (no attention)",
+        complexity="O(d) per step",
+        known_for="the fixed-vector bottleneck baseline; degrades on long sentences",
+        paper="Cho et al. 2014 (arXiv 1406.1078)",
+        query_timing="previous",
+        exposes_weights=False,
+    )
+    uses_encoder_summary: ClassVar[bool] = True
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        batch, tq = query.shape[:2]
+        if isinstance(precomputed, Tensor):
+            summary = precomputed  # [B,D]
+        else:
+            last = (key_mask.long().sum(-1) - 1).clamp(min=0)  # [B]
+            summary = values[torch.arange(batch, device=values.device), last]
+        context = summary.unsqueeze(1).expand(batch, tq, summary.shape[-1])
+        weights = values.new_zeros(batch, 1, tq, keys.shape[1])
+        return AttentionOutput(context, weights)
+
+
+@register_attention
+class BahdanauAttention(_ClassicAttention):
+    """score(s_{t-1}, h_j) = vᵀ tanh(W s_{t-1} + U h_j). Bahdanau, Cho & Bengio 2015."""
+
+    spec = AttentionSpec(
+        name="bahdanau",
+        roles=RNN_AND_CROSS,
+        formula="score(s_{t-1}, h_j) = vᵀ tanh(W s_{t-1} + U h_j)",
+        complexity="O(Tq·Tk·d)",
+        known_for="additive attention; the previous decoder state is the query",
+        paper="Bahdanau, Cho & Bengio 2015 (arXiv 1409.0473)",
+        query_timing="previous",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.query_proj = nn.Linear(query_dim, query_dim, bias=False)  # W
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)  # U
+        self.energy = nn.Linear(query_dim, 1, bias=False)  # v
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return self.key_proj(keys)  # U h: [B,Tk,A], once per source batch
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        projected_keys = self.precompute(keys) if precomputed is None else precomputed
+        projected_query = self.query_proj(query)  # [B,Tq,A]
+        # [B,Tq,1,A] + [B,1,Tk,A] -> [B,Tq,Tk,A] -> [B,Tq,Tk]
+        energy = torch.tanh(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
+        scores = self.energy(energy).squeeze(-1)
+        context, weights = _attend(scores, values, key_mask, causal)
+        return AttentionOutput(context, weights)
+
+
+@register_attention
+class LuongDotAttention(_ClassicAttention):
+    """score(s_t, h_j) = s_tᵀ h_j. Luong, Pham & Manning 2015."""
+
+    spec = AttentionSpec(
+        name="luong-dot",
+        roles=RNN_AND_CROSS,
+        formula="score(s_t, h_j) = s_tᵀ h_j",
+        complexity="O(Tq·Tk·d)",
+        known_for="parameter-free global attention; needs decoder width = encoder width",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        if query_dim != key_dim:
+            raise AttnlabError(
+                f'attention "luong-dot" scores s_tᵀh_j, so the decoder state ({query_dim}) must be '
+                f"as wide as the encoder states ({key_dim}); set model.bidirectional=false "
+                "or use luong-general"
+            )
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        scores = torch.bmm(query, keys.transpose(1, 2))  # [B,Tq,Tk]
+        context, weights = _attend(scores, values, key_mask, causal)
+        return AttentionOutput(context, weights)
+
+
+class _GeneralScore(_ClassicAttention):
+    """Shared by luong-general and the local variants: score(s_t, h_j) = s_tᵀ W_a h_j."""
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)  # W_a
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return self.key_proj(keys)  # W_a h: [B,Tk,Dq]
+
+    def _scores(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+        projected_keys = self.precompute(keys) if precomputed is None else precomputed
+        return torch.bmm(query, projected_keys.transpose(1, 2))  # [B,Tq,Tk]
+
+
+@register_attention
+class LuongGeneralAttention(_GeneralScore):
+    """score(s_t, h_j) = s_tᵀ W_a h_j. Luong, Pham & Manning 2015."""
+
+    spec = AttentionSpec(
+        name="luong-general",
+        roles=RNN_AND_CROSS,
+        formula="score(s_t, h_j) = s_tᵀ W_a h_j",
+        complexity="O(Tq·Tk·d)",
+        known_for="bilinear global attention; the best global score in Luong et al.",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+    )
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        scores = self._scores(query, keys, precomputed)
+        context, weights = _attend(scores, values, key_mask, causal)
+        return AttentionOutput(context, weights)
+
+
+@register_attention
+class LuongConcatAttention(_ClassicAttention):
+    """score(s_t, h_j) = v_aᵀ tanh(W_a [s_t; h_j]). Luong, Pham & Manning 2015."""
+
+    spec = AttentionSpec(
+        name="luong-concat",
+        roles=RNN_AND_CROSS,
+        formula="score(s_t, h_j) = v_aᵀ tanh(W_a [s_t; h_j])",
+        complexity="O(Tq·Tk·d)",
+        known_for="additive score with the current decoder state as query",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.concat_proj = nn.Linear(query_dim + key_dim, query_dim, bias=False)  # W_a
+        self.energy = nn.Linear(query_dim, 1, bias=False)  # v_a
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        # W_a [s; h] = W_s s + W_h h: the key half is done once per source batch.
+        return keys @ self.concat_proj.weight[:, self.query_dim :].t()  # [B,Tk,A]
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        projected_keys = self.precompute(keys) if precomputed is None else precomputed
+        projected_query = query @ self.concat_proj.weight[:, : self.query_dim].t()  # [B,Tq,A]
+        energy = torch.tanh(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
+        scores = self.energy(energy).squeeze(-1)  # [B,Tq,Tk]
+        context, weights = _attend(scores, values, key_mask, causal)
+        return AttentionOutput(context, weights)
+
+
+@register_attention
+class LuongLocationAttention(_ClassicAttention):
+    """a_t = softmax(W_a s_t) over source positions. Luong, Pham & Manning 2015.
+
+    The weights depend on the decoder state only, not on the keys: W_a maps the state to
+    ``max_src_len`` position scores; positions past the real length (or past max_src_len)
+    get zero weight.
+    """
+
+    spec = AttentionSpec(
+        name="luong-location",
+        roles=RNN_ONLY,
+        formula="a_t = softmax(W_a s_t)",
+        complexity="O(Tq·max_src_len·d)",
+        known_for="location-only scores: where to look, not what to look for",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+        hparams=(MAX_SRC_LEN,),
+    )
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        max_src_len: int = 256,
+    ):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.max_src_len = max_src_len
+        self.location = nn.Linear(query_dim, max_src_len, bias=False)  # W_a
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        tk = keys.shape[1]
+        scores = self.location(query)  # [B,Tq,max_src_len]
+        if tk <= self.max_src_len:
+            scores = scores[..., :tk]
+            allowed = None
+        else:
+            scores = torch.cat([scores, scores.new_zeros(*scores.shape[:-1], tk - self.max_src_len)], -1)
+            allowed = torch.arange(tk, device=keys.device) < self.max_src_len  # [Tk]
+            allowed = allowed.expand(scores.shape[1], tk)
+        context, weights = _attend(scores, values, key_mask, causal, allowed)
+        return AttentionOutput(context, weights)
+
+
+def _local_window(centre: Tensor, tk: int, window: int) -> tuple[Tensor, Tensor]:
+    """centre [B|1,Tq] -> (offsets j - p_t [B|1,Tq,Tk], in-window mask |j - p_t| <= D)."""
+    positions = torch.arange(tk, device=centre.device, dtype=centre.dtype)
+    offsets = positions.view(1, 1, tk) - centre.unsqueeze(-1)
+    return offsets, offsets.abs() <= window
+
+
+@register_attention
+class LocalMonotonicAttention(_GeneralScore):
+    """a_t(j) = softmax_{|j-p_t|<=D}(s_tᵀ W_a h_j), p_t = t (local-m). Luong et al. 2015.
+
+    p_t is the decoder step (``query_pos``), clamped to the last real source position so a
+    target longer than its source still sees the end of the source.
+    """
+
+    spec = AttentionSpec(
+        name="local-m",
+        roles=RNN_ONLY,
+        formula="a_t(j) = softmax_{|j-t|≤D}(s_tᵀ W_a h_j), p_t = t",
+        complexity="O(Tq·Tk·d)",
+        known_for="monotonic local window; suits copy-like alignments",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+        hparams=(WINDOW,),
+    )
+
+    def __init__(
+        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, window: int = 10
+    ):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.window = window
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        batch, tq = query.shape[:2]
+        last = (key_mask.sum(-1, keepdim=True) - 1).clamp(min=0).float()  # [B,1]
+        centre = torch.minimum(_positions(query_pos, batch, tq, query.device), last)  # [B,Tq]
+        _, in_window = _local_window(centre, keys.shape[1], self.window)
+        scores = self._scores(query, keys, precomputed)
+        context, weights = _attend(scores, values, key_mask, causal, in_window)
+        return AttentionOutput(context, weights, {"position": centre})
+
+
+@register_attention
+class LocalPredictiveAttention(_GeneralScore):
+    """a_t(j) ∝ exp(s_tᵀ W_a h_j) · exp(-(j-p_t)²/(2σ²)) on |j-p_t|<=D. Luong et al. 2015.
+
+    p_t = S · sigmoid(v_pᵀ tanh(W_p s_t)), S the real source length, σ = D/2. Luong et al.
+    multiply the window's softmax by the Gaussian; we renormalise the product so the row
+    sums to 1 like every other variant (equivalently: the Gaussian's log enters the scores).
+    """
+
+    spec = AttentionSpec(
+        name="local-p",
+        roles=RNN_ONLY,
+        formula="a_t(j) ∝ exp(s_tᵀW_a h_j − (j−p_t)²/(2σ²)), p_t = S·σ(v_pᵀ tanh(W_p s_t))",
+        complexity="O(Tq·Tk·d)",
+        known_for="predicts where to look, then a Gaussian window around it",
+        paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
+        hparams=(WINDOW,),
+    )
+
+    def __init__(
+        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, window: int = 10
+    ):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.window = window
+        self.position_proj = nn.Linear(query_dim, query_dim, bias=False)  # W_p
+        self.position_score = nn.Linear(query_dim, 1, bias=False)  # v_p
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        source_len = key_mask.sum(-1, keepdim=True).to(query.dtype)  # S: [B,1]
+        gate = torch.sigmoid(self.position_score(torch.tanh(self.position_proj(query))))
+        centre = source_len * gate.squeeze(-1)  # p_t: [B,Tq]
+        offsets, in_window = _local_window(centre, keys.shape[1], self.window)
+        sigma = self.window / 2.0
+        scores = self._scores(query, keys, precomputed) - offsets.pow(2) / (2.0 * sigma**2)
+        context, weights = _attend(scores, values, key_mask, causal, in_window)
+        return AttentionOutput(context, weights, {"position": centre})

@@ -1,1 +1,243 @@
-"""Placeholder: filled in by the owning developer."""
+"""The multi-head family: scaled-dot, multihead (RNN decoder), additive, gated.
+
+``MultiHeadBase`` holds what every modern variant shares: query/key/value projections split
+into H heads, an output projection, optional rotary positions, and a key/value cache
+interface (``project_kv``; ``precomputed`` = the stacked projected keys and values). A
+variant overrides ``scores`` (how a query meets a key), ``bias`` (position terms added to
+the scores), ``allowed`` (a sparsity pattern) or the whole ``attend`` step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.errors import AttnlabError
+from attnlab.nn.attention.base import (
+    ROLE_CAUSAL_SELF,
+    ROLE_CROSS,
+    ROLE_RNN_CROSS,
+    ROLE_SELF,
+    Attention,
+    AttentionOutput,
+    AttentionSpec,
+    causal_mask,
+    masked_softmax,
+    register_attention,
+)
+from attnlab.nn.positions import Rotary
+
+TRANSFORMER_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """[B,T,H·dh] -> [B,H,T,dh]"""
+    b, t, d = x.shape
+    return x.view(b, t, heads, d // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """[B,H,T,dh] -> [B,T,H·dh]"""
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+def key_pattern_mask(key_mask: Tensor, allowed: Tensor | None) -> Tensor:
+    """key_mask [B,Tk] & pattern [Tq,Tk] or per-head [H,Tq,Tk] -> [B,1|H,Tq|1,Tk] bool."""
+    mask = key_mask[:, None, None, :]
+    if allowed is None:
+        return mask
+    if allowed.dim() == 2:
+        allowed = allowed[None]
+    return mask & allowed[None]
+
+
+class MultiHeadBase(Attention):
+    """Shared machinery of the multi-head variants (not registered itself)."""
+
+    supports_rotary: ClassVar[bool] = True
+    uses_sdpa: ClassVar[bool] = False  # may call F.scaled_dot_product_attention without weights
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__()
+        if heads < 1 or query_dim % heads:
+            raise AttnlabError(
+                f"{self.spec.name}: width {query_dim} (model.d_model / model.hidden) "
+                f"must be divisible by model.heads={heads}"
+            )
+        self.heads = heads
+        self.head_dim = query_dim // heads
+        self.out_dim = query_dim
+        self.dropout_p = dropout
+        self.q_proj = nn.Linear(query_dim, query_dim)
+        self.k_proj = nn.Linear(key_dim, query_dim)
+        self.v_proj = nn.Linear(key_dim, query_dim)
+        self.out_proj = nn.Linear(query_dim, query_dim)
+        # Set by the Transformer for self-attention when model.positions = rotary.
+        self.rotary: Rotary | None = None
+
+    # -- projections and the key/value cache ------------------------------------------------
+
+    def project_kv(self, keys: Tensor, values: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
+        """keys/values [B,Tk,Dk] at absolute positions start.. -> k, v [B,H,Tk,dh]."""
+        k = split_heads(self.k_proj(keys), self.heads)
+        if self.rotary is not None:
+            k = self.rotary(k, start)
+        return k, split_heads(self.v_proj(values), self.heads)
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        """Projected encoder keys and values, stacked batch-first: [B,2,H,S,dh]."""
+        return torch.stack(self.project_kv(keys, keys), dim=1)
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        if precomputed is None:
+            k, v = self.project_kv(keys, values)
+        elif isinstance(precomputed, Tensor):
+            k, v = precomputed.unbind(1)
+        else:
+            k, v = precomputed
+        tq, tk = query.shape[1], k.shape[2]
+        q = split_heads(self.q_proj(query), self.heads)  # [B,H,Tq,dh]
+        if self.rotary is not None:
+            q = self.rotary(q, tk - tq)  # bottom-right aligned: query i sits at tk - tq + i
+        context, weights = self.attend(q, k, v, key_mask, causal, need_weights)
+        context = self.gate(query, context)
+        return AttentionOutput(self.out_proj(merge_heads(context)), weights)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def gate(self, query: Tensor, context: Tensor) -> Tensor:
+        return context
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """q [B,H,Tq,dh], k [B,H,Tk,dh] -> [B,H,Tq,Tk]"""
+        return q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+
+    def bias(self, tq: int, tk: int, causal: bool, device: torch.device) -> Tensor | None:
+        """Additive score terms that depend on positions only, [H,Tq,Tk] (None = none)."""
+        return None
+
+    def allowed(self, tq: int, tk: int, causal: bool, device: torch.device) -> Tensor | None:
+        """Which keys each query may see: [Tq,Tk] or per head [H,Tq,Tk] (None = all)."""
+        return causal_mask(tq, tk, device) if causal else None
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Softmax attention per head -> context [B,H,Tq,dv], weights [B,H,Tq,Tk] | None."""
+        tq, tk = q.shape[2], k.shape[2]
+        mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
+        bias = self.bias(tq, tk, causal, q.device)
+        if self.uses_sdpa and not need_weights:
+            return sdpa(q, k, v, mask, bias, self.dropout_p if self.training else 0.0), None
+        scores = self.scores(q, k)
+        if bias is not None:
+            scores = scores + bias
+        weights = masked_softmax(scores, mask)
+        dropped = F.dropout(weights, self.dropout_p, self.training)
+        return dropped @ v, weights
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout_p: float) -> Tensor:
+    """F.scaled_dot_product_attention with a bool mask (+ float bias); rows with no key -> 0."""
+    has_key = mask.any(dim=-1, keepdim=True)  # [B,1|H,Tq|1,1]
+    # A row with every key masked would be NaN in SDPA: let it see everything, zero it after.
+    mask = mask | ~has_key
+    attn_mask: Tensor = mask
+    if bias is not None:
+        attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    return context * has_key.to(context.dtype)
+
+
+@register_attention
+class ScaledDotAttention(MultiHeadBase):
+    """score(q, k) = q·k / √d_h per head; Vaswani et al. 2017, "Attention Is All You Need"."""
+
+    uses_sdpa = True
+    spec = AttentionSpec(
+        name="scaled-dot",
+        roles=frozenset({ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS}),
+        formula="softmax(Q_h K_hᵀ / √d_h) V_h per head, concat, W_o",
+        complexity="O(Tq·Tk·d) time, O(Tq·Tk) memory (explicit); fused SDPA without weights",
+        known_for="The Transformer's attention; fast fused kernel when weights are not needed.",
+        paper="Vaswani et al. 2017",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+
+
+@register_attention
+class MultiHeadRNNAttention(ScaledDotAttention):
+    """score_h(s, h) = (W_q^h s)·(W_k^h h) / √d_h; Vaswani et al. 2017, as RNN-decoder attention."""
+
+    spec = AttentionSpec(
+        name="multihead",
+        roles=frozenset({ROLE_RNN_CROSS}),
+        formula="c = W_o concat_h(softmax(q_h K_hᵀ/√d_h) V_h), q = decoder state",
+        complexity="O(S·d) per decoding step",
+        known_for="Multi-head scaled-dot attention from an RNN decoder state (H heads).",
+        paper="Vaswani et al. 2017",
+    )
+
+
+@register_attention
+class AdditiveMultiHeadAttention(MultiHeadBase):
+    """score_h(q, k) = v_hᵀ tanh(W_q^h q + W_k^h k); Bahdanau et al. 2015, per head."""
+
+    spec = AttentionSpec(
+        name="additive",
+        roles=TRANSFORMER_ROLES,
+        formula="score_h = v_hᵀ tanh(W_q^h q + W_k^h k), softmax per head",
+        complexity="O(Tq·Tk·d) time and memory",
+        known_for="Bahdanau's additive scores inside multi-head attention.",
+        paper="Bahdanau et al. 2015",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.v = nn.Parameter(torch.empty(heads, self.head_dim))
+        nn.init.normal_(self.v, std=self.head_dim**-0.5)
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        # [B,H,Tq,1,dh] + [B,H,1,Tk,dh] -> tanh -> · v_h -> [B,H,Tq,Tk]
+        hidden = torch.tanh(q.unsqueeze(3) + k.unsqueeze(2))
+        return torch.einsum("bhqkd,hd->bhqk", hidden, self.v)
+
+
+@register_attention
+class GatedAttention(MultiHeadBase):
+    """o_h = σ(W_g^h x) ⊙ softmax(q·k/√d_h) V_h; sigmoid output gate per head (Qiu et al. 2025)."""
+
+    uses_sdpa = True
+    spec = AttentionSpec(
+        name="gated",
+        roles=TRANSFORMER_ROLES,
+        formula="o_h = σ(W_g^h x) ⊙ softmax(Q_h K_hᵀ/√d_h) V_h",
+        complexity="O(Tq·Tk·d), like scaled-dot",
+        known_for="A query-dependent sigmoid gate lets a head switch itself off (no attention sink).",
+        paper="Qiu et al. 2025, Gated Attention for LLMs",
+    )
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
+        super().__init__(query_dim, key_dim, heads, dropout)
+        self.gate_proj = nn.Linear(query_dim, query_dim)
+
+    def gate(self, query: Tensor, context: Tensor) -> Tensor:
+        return torch.sigmoid(split_heads(self.gate_proj(query), self.heads)) * context

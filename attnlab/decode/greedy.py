@@ -1,0 +1,150 @@
+"""Batched greedy decoding: one ``model.step`` per time step for the whole batch.
+
+Sentences that have produced </s> (or reached their own max length) leave the batch:
+their rows are dropped from the decoder state and the encoder output, so a long sentence
+does not make the finished ones pay for its extra steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
+from attnlab.decode.penalties import step_log_probs
+from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
+
+
+def max_lengths(src_mask: Tensor, ratio: float, const: int) -> Tensor:
+    """Per-sentence step budget ceil(ratio * |X|) + const (at least 1); src_mask[B, S] -> [B]."""
+    src_len = src_mask.sum(dim=1).to(torch.float64)
+    return (torch.ceil(ratio * src_len) + const).clamp(min=1).long()
+
+
+def as_lengths(max_len: int | Tensor, batch: int, device: torch.device) -> Tensor:
+    """An int or a [B] tensor of step budgets -> [B] long tensor on ``device``."""
+    if isinstance(max_len, Tensor):
+        lengths = max_len.to(device=device, dtype=torch.long).reshape(-1)
+        if lengths.numel() != batch:
+            raise ValueError(f"max_len has {lengths.numel()} entries for a batch of {batch}")
+        return lengths.clamp(min=1)
+    return torch.full((batch,), max(1, int(max_len)), dtype=torch.long, device=device)
+
+
+# pick(log_probs[R, V], rows[R]) -> tokens[R]: how one step chooses (arg-max, sampling).
+TokenPicker = Callable[[Tensor, Tensor], Tensor]
+
+
+def pick_argmax(log_probs: Tensor, rows: Tensor) -> Tensor:
+    return log_probs.argmax(dim=-1)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: int | Tensor,
+    need_attention: bool = False,
+    min_len: int = 0,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    length_norm: str = "gnmt",
+) -> list[Hypothesis]:
+    """Arg-max decoding of src[B, S]; one Hypothesis per sentence, in input order.
+
+    ``max_len`` is the number of decoding steps allowed (</s> included), an int or one per
+    sentence ([B]). ``alpha``/``beta`` only fill in the reported penalties and score.
+    """
+    return decode_one_path(
+        model, src, src_mask, max_len, pick_argmax, need_attention, min_len, alpha, beta, length_norm
+    )
+
+
+@torch.no_grad()
+def decode_one_path(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: int | Tensor,
+    pick: TokenPicker,
+    need_attention: bool = False,
+    min_len: int = 0,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    length_norm: str = "gnmt",
+    copies: int = 1,
+) -> list[Hypothesis]:
+    """One path per row, one ``model.step`` per time step for all rows (greedy, sampling).
+
+    With ``copies`` > 1 each sentence is decoded ``copies`` times (rows b*copies ... ,
+    the encoder runs once per sentence). Reported log-probs are the model's own
+    (constrained) distribution, whatever ``pick`` does.
+    """
+    device = src.device
+    enc = model.encode(src, src_mask)
+    if copies > 1:
+        expand = torch.arange(src.size(0), device=device).repeat_interleave(copies)
+        enc = enc.index_select(expand)
+        src_mask = src_mask.index_select(0, expand)
+        if isinstance(max_len, Tensor):
+            max_len = max_len.to(device).index_select(0, expand)
+    batch = src_mask.size(0)
+    budget = as_lengths(max_len, batch, device)  # [N]
+    width = int(budget.max())
+    with_weights = need_attention or beta != 0.0
+
+    state = model.start_state(enc)
+    tokens = torch.full((batch, width), EOS_ID, dtype=torch.long, device=device)
+    token_lp = torch.zeros(batch, width, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    cross_all: Tensor | None = None  # [N, T, L, H, S]
+
+    rows = torch.arange(batch, device=device)  # original index of each row still decoding
+    prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    for t in range(width):
+        logits, state, cross = model.step(prev, state, enc, need_weights=with_weights)
+        log_probs = step_log_probs(logits, t, min_len)  # [R, V]
+        chosen = pick(log_probs, rows)  # [R]
+        tokens[rows, t] = chosen
+        token_lp[rows, t] = log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        lengths[rows] = t + 1
+        if with_weights and cross is not None:
+            if cross_all is None:
+                cross_all = cross.new_zeros(batch, width, *cross.shape[1:], dtype=torch.float32)
+            cross_all[rows, t] = cross.float()
+        ended = chosen == EOS_ID
+        finished[rows] = ended
+        keep = ~(ended | (budget[rows] <= t + 1))  # [R]
+        if not bool(keep.any()):
+            break
+        if not bool(keep.all()):
+            # Drop finished rows from the batch (state, encoder output, inputs).
+            kept = keep.nonzero().squeeze(1)
+            rows, prev = rows[kept], chosen[kept]
+            state = select_state(state, kept)
+            enc = enc.index_select(kept)
+        else:
+            prev = chosen
+
+    return build_hypotheses(
+        tokens,
+        token_lp,
+        lengths,
+        finished,
+        src_mask,
+        cross_all,
+        alpha=alpha,
+        beta=beta,
+        length_norm=length_norm,
+        keep_attention=need_attention,
+    )
+
+
+def ceil_len(ratio: float, src_len: int, const: int) -> int:
+    """The scalar version of :func:`max_lengths` (for one sentence)."""
+    return max(1, math.ceil(ratio * src_len) + const)

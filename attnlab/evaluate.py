@@ -1,0 +1,278 @@
+"""Metrics: sacrebleu BLEU / chrF, exact match, BLEU by source length, alignment accuracy.
+
+BLEU and chrF are sacrebleu's (13a tokenisation, exponential smoothing, chrF β = 2) on
+detokenised hypotheses against the raw reference text; the signatures travel with the scores.
+
+- **exact match**: share of sentences whose hypothesis tokens equal the reference tokens.
+- **BLEU by source length**: corpus BLEU inside fixed-width buckets of source length
+  (in tokens): 1-10, 11-20, 21-30, ... (``LENGTH_BUCKET_WIDTH``), empty buckets omitted —
+  the Bahdanau et al. (2015) Fig. 2 view.
+- **alignment accuracy** (tasks with gold alignments): share of reference target tokens whose
+  arg-max cross-attention (last layer, averaged over heads) falls on the gold source token,
+  with the model teacher-forced on the reference (so every target token has a gold position;
+  the ``</s>`` position has none and is not counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sacrebleu.metrics import BLEU, CHRF
+from torch import Tensor
+
+from attnlab.config import DecodeConfig
+from attnlab.data.batching import Batch, make_batch
+from attnlab.data.example import Example
+from attnlab.data.vocab import PAD_ID
+from attnlab.decode.hypothesis import Hypothesis
+
+LENGTH_BUCKET_WIDTH = 10
+
+
+# -- text metrics -------------------------------------------------------------------------------
+
+
+def _streams(refs: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
+    """One reference per sentence (list of str) or sacrebleu's reference streams."""
+    if refs and isinstance(refs[0], str):
+        return [list(refs)]  # type: ignore[arg-type]
+    return [list(stream) for stream in refs]
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], **options: Any):
+    """sacrebleu corpus BLEU; ``options`` go to ``sacrebleu.metrics.BLEU`` (tokenize, ...)."""
+    metric = BLEU(**options)
+    score = metric.corpus_score(list(hyps), _streams(refs))
+    return score, str(metric.get_signature())
+
+
+def corpus_chrf(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], **options: Any):
+    metric = CHRF(**options)
+    score = metric.corpus_score(list(hyps), _streams(refs))
+    return score, str(metric.get_signature())
+
+
+def text_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    """BLEU and chrF (0-100) with their sacrebleu signatures."""
+    if not hyps:
+        return {"bleu": 0.0, "chrf": 0.0, "bleu_signature": "", "chrf_signature": ""}
+    bleu, bleu_sig = corpus_bleu(hyps, refs)
+    chrf, chrf_sig = corpus_chrf(hyps, refs)
+    return {
+        "bleu": float(bleu.score),
+        "chrf": float(chrf.score),
+        "bleu_signature": bleu_sig,
+        "chrf_signature": chrf_sig,
+    }
+
+
+def exact_match(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[str]]) -> float:
+    """Share of sentences whose hypothesis tokens equal the reference tokens exactly."""
+    if not hyps:
+        return 0.0
+    return sum(list(h) == list(r) for h, r in zip(hyps, refs, strict=True)) / len(hyps)
+
+
+def length_bucket(length: int, width: int = LENGTH_BUCKET_WIDTH) -> tuple[int, int]:
+    """Source length -> its bucket (low, high), e.g. 13 -> (11, 20)."""
+    low = (max(length, 1) - 1) // width * width + 1
+    return low, low + width - 1
+
+
+def bleu_by_length(
+    src_lengths: Sequence[int],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    width: int = LENGTH_BUCKET_WIDTH,
+) -> list[dict[str, Any]]:
+    """[{bucket: "11-20", n, bleu}] in increasing length order; empty buckets omitted."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, n in enumerate(src_lengths):
+        groups.setdefault(length_bucket(n, width), []).append(i)
+    out = []
+    for (low, high), idx in sorted(groups.items()):
+        score, _ = corpus_bleu([hyps[i] for i in idx], [refs[i] for i in idx])
+        out.append({"bucket": f"{low}-{high}", "n": len(idx), "bleu": round(float(score.score), 4)})
+    return out
+
+
+def alignment_hits(attention: Tensor, gold: Tensor) -> tuple[int, int]:
+    """(correct, counted) target positions: attention [B,T,S], gold [B,T] (-1 = no gold)."""
+    counted = gold >= 0
+    hits = (attention.argmax(dim=-1) == gold) & counted  # [B, T]
+    return int(hits.sum()), int(counted.sum())
+
+
+def alignment_accuracy(attention: Tensor, gold: Tensor) -> float | None:
+    correct, counted = alignment_hits(attention, gold)
+    return correct / counted if counted else None
+
+
+def gold_alignment(examples: Sequence[Example], width: int) -> Tensor | None:
+    """[B, width] long: gold source index per target position, -1 where none (eos, padding)."""
+    if not examples or any(e.alignment is None for e in examples):
+        return None
+    gold = torch.full((len(examples), width), -1, dtype=torch.long)
+    for i, e in enumerate(examples):
+        if e.alignment:
+            gold[i, : len(e.alignment)] = torch.tensor(e.alignment[:width], dtype=torch.long)
+    return gold
+
+
+# -- model passes ---------------------------------------------------------------------------------
+
+
+def token_loss_sum(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Summed cross-entropy over non-pad targets: logits [B,T,V], targets [B,T]."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        targets.reshape(-1),
+        ignore_index=PAD_ID,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
+
+
+def last_layer_cross(attentions: dict[str, Tensor]) -> Tensor | None:
+    """cross [B,L,H,T,S] -> [B,T,S] (last layer, head average)."""
+    cross = attentions.get("cross")
+    if cross is None:
+        return None
+    return cross[:, -1].float().mean(dim=1)
+
+
+def is_greedy(cfg: DecodeConfig) -> bool:
+    return cfg.beam == 1 and not cfg.sample
+
+
+def decode_best(
+    model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, need_attention: bool
+) -> list[Hypothesis]:
+    """The best hypothesis per sentence: batched greedy, or the configured search."""
+    if is_greedy(cfg):
+        from attnlab.decode.greedy import greedy_decode, max_lengths
+
+        budget = max_lengths(src_mask, cfg.max_len_ratio, cfg.max_len_const)  # [B]
+        return greedy_decode(model, src, src_mask, budget, need_attention, min_len=cfg.min_len)
+    return [nbest[0] for nbest in decode_nbest(model, src, src_mask, cfg, need_attention)]
+
+
+def decode_nbest(
+    model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, need_attention: bool
+) -> list[list[Hypothesis]]:
+    """n-best lists per sentence (greedy gives a list of one)."""
+    if is_greedy(cfg) and cfg.nbest == 1:
+        return [[h] for h in decode_best(model, src, src_mask, cfg, need_attention)]
+    from attnlab.decode.search import decode_batch
+
+    return decode_batch(model, src, src_mask, cfg, need_attention)
+
+
+# -- one split ---------------------------------------------------------------------------------
+
+
+def _detok(dataset: Any, tokens: Sequence[str]) -> str:
+    return dataset.detokenize_target(tokens)
+
+
+def _reference(dataset: Any, example: Example) -> str:
+    return example.tgt_text if example.tgt_text else _detok(dataset, example.tgt_tokens)
+
+
+@torch.no_grad()
+def evaluate_split(
+    model: Any,
+    dataset: Any,
+    split: str = "dev",
+    decode_cfg: DecodeConfig | None = None,
+    *,
+    device: torch.device | str = "cpu",
+    max_sentences: int = 0,
+    samples: int = 0,
+    batch_size: int = 0,
+) -> dict[str, Any]:
+    """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
+
+    Returns ``split, n, loss, ppl, bleu, chrf, exact_match, alignment_accuracy (None without
+    gold alignments), bleu_by_length, bleu_signature, chrf_signature`` and ``samples``: the
+    first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
+    """
+    cfg = decode_cfg or DecodeConfig()
+    examples = list(dataset.splits.split(split))
+    if max_sentences > 0:
+        examples = examples[:max_sentences]
+    batch_size = batch_size or cfg.batch_size
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    with_alignment = bool(dataset.has_alignment) and all(e.alignment is not None for e in examples)
+
+    # Sort by source length so batches carry little padding; results go back in order.
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].src_tokens))
+    hyp_tokens: list[list[str]] = [[] for _ in examples]
+    loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch: Batch = make_batch([examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab).to(device)
+        out = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=1.0, need_weights=with_alignment)
+        loss_sum += float(token_loss_sum(out.logits, batch.tgt_out))
+        n_tokens += batch.n_tokens
+        if with_alignment:
+            attention = last_layer_cross(out.attentions)
+            gold = gold_alignment(batch.examples, batch.tgt_out.size(1))
+            if attention is not None and gold is not None:
+                c, n = alignment_hits(attention.cpu(), gold)
+                correct, counted = correct + c, counted + n
+        for i, hyp in zip(idx, decode_best(model, batch.src, batch.src_mask, cfg, False), strict=True):
+            hyp_tokens[i] = dataset.tgt_vocab.decode(hyp.tokens)
+
+    hyps_text = [_detok(dataset, h) for h in hyp_tokens]
+    refs_text = [_reference(dataset, e) for e in examples]
+    loss = loss_sum / max(n_tokens, 1)
+    result: dict[str, Any] = {
+        "split": split,
+        "n": len(examples),
+        "loss": loss,
+        "ppl": math.exp(min(loss, 50.0)),
+        **text_scores(hyps_text, refs_text),
+        "exact_match": exact_match(hyp_tokens, [e.tgt_tokens for e in examples]),
+        "alignment_accuracy": (correct / counted if counted else None) if with_alignment else None,
+        "bleu_by_length": bleu_by_length([len(e.src_tokens) for e in examples], hyps_text, refs_text)
+        if examples
+        else [],
+    }
+    result["samples"] = sample_translations(model, dataset, examples[:samples], cfg, device) if samples else []
+    model.train(was_training)
+    return result
+
+
+def sample_translations(
+    model: Any, dataset: Any, examples: Sequence[Example], cfg: DecodeConfig, device: torch.device
+) -> list[dict[str, Any]]:
+    """A few translations with their attention (rows = hypothesis tokens, columns = source)."""
+    if not examples:
+        return []
+    batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
+    hyps = decode_best(model, batch.src, batch.src_mask, cfg, True)
+    out = []
+    for i, (example, hyp) in enumerate(zip(examples, hyps, strict=True)):
+        tokens = dataset.tgt_vocab.decode(hyp.tokens)
+        src_len = len(example.src_tokens)
+        attention: list[list[float]] = []
+        if hyp.attention is not None:
+            matrix = hyp.attention[: len(tokens), :src_len].float().cpu()
+            attention = [[round(float(w), 4) for w in row] for row in matrix.tolist()]
+        out.append(
+            {
+                "index": i,
+                "src": list(example.src_tokens),
+                "ref": list(example.tgt_tokens),
+                "hyp": tokens,
+                "attention": attention,
+            }
+        )
+    return out

@@ -1,0 +1,297 @@
+"""The lab: a Textual app over the attnlab engine.
+
+``make_app(runs_dir)`` builds it (the CLI and the tests use the same factory);
+``run_app(runs_dir)`` runs it. Nothing here imports torch at module import time: the
+registries (which import torch) load in a thread after the first frame, training runs in a
+child process, and Inspect loads models in a thread worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import events, on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+
+from attnlab.config import ExperimentConfig, validate
+from attnlab.errors import AttnlabError
+from attnlab.tui.menus import Menus
+from attnlab.tui.views.setup import SetupView
+from attnlab.tui.views.train import CommandFactory, SampleChosen, TrainView
+
+TABS = ("setup", "train", "inspect", "runs", "export")
+TAB_FOCUS = {"train": "#samples", "inspect": "#heatmap", "runs": "#runs-table", "export": "#export-run"}
+
+
+@dataclass
+class MenusLoaded(Message):
+    menus: Menus
+    config: ExperimentConfig | None
+
+
+@dataclass
+class MenusFailed(Message):
+    error: str
+
+
+def default_config() -> ExperimentConfig:
+    """The experiment the lab opens on: reverse, GRU + Bahdanau, small enough to show progress
+    within seconds (the ``reverse-bahdanau`` preset when it exists)."""
+    from attnlab.config import load_preset, preset_names
+
+    if "reverse-bahdanau" in preset_names():
+        return load_preset("reverse-bahdanau")
+    return ExperimentConfig(name="reverse-bahdanau")
+
+
+class AttnLab(App[None]):
+    """attnlab: pick attention variants, train, inspect alignments, compare, export."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "attnlab"
+    SUB_TITLE = "attention lab"
+
+    BINDINGS = [
+        Binding("1", "tab('setup')", "Setup", show=False),
+        Binding("2", "tab('train')", "Train", show=False),
+        Binding("3", "tab('inspect')", "Inspect", show=False),
+        Binding("4", "tab('runs')", "Runs", show=False),
+        Binding("5", "tab('export')", "Export", show=False),
+        Binding("t", "train", "Train ▶"),
+        Binding("ctrl+t", "train", "Train", show=False, priority=True),
+        Binding("p", "control('pause')", "Pause"),
+        Binding("x", "control('stop')", "Stop"),
+        Binding("s", "control('save')", "Save now"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("f1", "help", "Help", show=False),
+        Binding("escape", "blur", "Leave field", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(
+        self,
+        runs_dir: Path = Path("runs"),
+        *,
+        config: ExperimentConfig | None = None,
+        command_factory: CommandFactory | None = None,
+        poll_seconds: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.runs_dir = Path(runs_dir)
+        self.initial_config = config
+        self.command_factory = command_factory
+        self.poll_seconds = poll_seconds
+        self.menus: Menus | None = None
+        self.first_frame_at: float | None = None  # perf_counter() after the first refresh
+        self.menus_ready = asyncio.Event()  # set once Setup's menus are built (tests wait on it)
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        from attnlab.tui.views.export import ExportView
+        from attnlab.tui.views.inspect import InspectView
+        from attnlab.tui.views.runs import RunsView
+
+        yield Header(icon="◈")
+        with TabbedContent(initial="setup", id="tabs"):
+            with TabPane("1 Setup", id="setup"):
+                yield SetupView(self.initial_config or ExperimentConfig(name="reverse-bahdanau"), id="setup-view")
+            with TabPane("2 Train", id="train"):
+                kwargs = {"poll_seconds": self.poll_seconds} if self.poll_seconds else {}
+                yield TrainView(self.runs_dir, command_factory=self.command_factory, id="train-view", **kwargs)
+            with TabPane("3 Inspect", id="inspect"):
+                yield InspectView(self.runs_dir, id="inspect-view")
+            with TabPane("4 Runs", id="runs"):
+                yield RunsView(self.runs_dir, id="runs-view")
+            with TabPane("5 Export", id="export"):
+                yield ExportView(self.runs_dir, id="export-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._after_first_frame)
+
+    def _after_first_frame(self) -> None:
+        """The first frame is on screen: now import the registries (torch) in a thread."""
+        self.first_frame_at = time.perf_counter()
+        self.load_registries()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # At 80 columns the side panels shrink (see app.tcss ".narrow").
+        self.set_class(event.size.width < 90, "narrow")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="registries")
+    def load_registries(self) -> None:
+        """Import the registries (and torch) off the UI thread; post what the menus need."""
+        from attnlab.errors import AttnlabError
+        from attnlab.tui.menus import load_menus
+
+        try:
+            menus = load_menus()
+            config = None if self.initial_config is not None else default_config()
+        except (AttnlabError, ImportError) as err:
+            self.post_message(MenusFailed(str(err)))
+            return
+        self.post_message(MenusLoaded(menus, config))
+
+    @on(MenusLoaded)
+    async def _menus_loaded(self, message: MenusLoaded) -> None:
+        self.menus = message.menus
+        setup = self.query_one(SetupView)
+        if message.config is not None:
+            setup.config = message.config
+        await setup.populate(message.menus)
+        # torch, the registries and every widget now exist: move them out of the cyclic GC's
+        # reach, so its full collections (hundreds of ms with torch loaded) stop stalling keys.
+        gc.collect()
+        gc.freeze()
+        self.menus_ready.set()
+
+    @on(MenusFailed)
+    def _menus_failed(self, message: MenusFailed) -> None:
+        self.notify(message.error, title="Cannot load the registries", severity="error", timeout=30)
+
+    # -- views --------------------------------------------------------------------------------
+
+    @property
+    def setup_view(self) -> SetupView:
+        return self.query_one(SetupView)
+
+    @property
+    def train_view(self) -> TrainView:
+        return self.query_one(TrainView)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+        # Move focus into the new tab: a focused widget left in a hidden pane would switch the
+        # tabs back (TabbedContent follows focus). Setup starts unfocused so letter keys work.
+        target = TAB_FOCUS.get(tab)
+        self.screen.set_focus(self.query_one(target) if target else None)
+
+    def action_blur(self) -> None:
+        self.screen.set_focus(None)
+
+    def action_train(self) -> None:
+        self.setup_view.request_training(queue=False)
+
+    def action_queue(self) -> None:
+        self.setup_view.request_training(queue=True)
+
+    def action_control(self, word: str) -> None:
+        self.notify(self.train_view.control(word))
+
+    @on(SetupView.TrainRequested)
+    def _train_requested(self, message: SetupView.TrainRequested) -> None:
+        notice = self.train_view.train(message.config, queue=message.queue)
+        self.notify(notice)
+        if not message.queue:
+            self.action_tab("train")
+
+    @on(TrainView.RunFinished)
+    def _run_finished(self, message: TrainView.RunFinished) -> None:
+        from attnlab.tui.views.runs import RunsView
+
+        self.query_one(RunsView).refresh_runs()
+
+    @on(SampleChosen)
+    def _sample_chosen(self, message: SampleChosen) -> None:
+        from attnlab.tui.views.inspect import InspectView
+
+        self.query_one(InspectView).show_logged_sample(message.run_dir, message.sample)
+        self.action_tab("inspect")
+
+    def open_in_inspect(self, run_dir: Path) -> None:
+        from attnlab.tui.views.inspect import InspectView
+
+        self.query_one(InspectView).select_run(run_dir)
+        self.action_tab("inspect")
+
+    def queue_variants(self) -> None:
+        """Queue one run per attention variant that fits the current role (same task)."""
+        setup = self.setup_view
+        config = setup.validate_form()
+        if config is None or self.menus is None:
+            self.notify(setup.error or "the registries are still loading", severity="error")
+            return
+        role, key = ("rnn-cross", "attention") if config.model.arch != "transformer" else ("cross", "cross_attention")
+        names = self.menus.variants_for(role)
+        queued: list[str] = []
+        for name in names:
+            model = dataclasses.replace(config.model, **{key: name})
+            candidate = config.replace(model=model, name=f"{config.name}-{name}")
+            try:
+                validate(candidate)  # e.g. luong-dot needs equal state sizes: skip, do not fail later
+            except AttnlabError as err:
+                self.notify(f"skipped {name}: {err}", severity="warning")
+                continue
+            queued.append(name)
+            self.train_view.train(candidate, queue=True)
+        if not self.train_view.active and self.train_view.queue:
+            self.train_view.train(self.train_view.queue.pop(0))
+        self.notify(f"queued {len(queued)} runs: {', '.join(queued)}")
+        self.action_tab("train")
+
+    # -- help, palette, quit ------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from attnlab.tui.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for tab in TABS:
+            yield SystemCommand(f"Go to {tab.title()}", f"Show the {tab} tab", lambda t=tab: self.action_tab(t))
+        yield SystemCommand("Train", "Train the experiment set up in Setup", self.action_train)
+        yield SystemCommand("Queue", "Add the Setup experiment to the training queue", self.action_queue)
+        yield SystemCommand(
+            "Queue every variant", "Train each attention variant on this task, one after another", self.queue_variants
+        )
+        yield SystemCommand("Pause / resume training", "Pause or resume the active run", lambda: self.action_control("pause"))
+        yield SystemCommand("Stop training", "Stop the active run (saves a checkpoint)", lambda: self.action_control("stop"))
+        yield SystemCommand("Save checkpoint now", "Ask the active run to save", lambda: self.action_control("save"))
+        yield SystemCommand("Toggle light/dark", "Switch between the light and dark theme", self.action_toggle_theme)
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    async def action_quit(self) -> None:
+        if not self.train_view.active or self.train_view.process is None:
+            self.exit()
+            return
+        from attnlab.tui.help import QuitScreen
+
+        def decide(choice: str | None) -> None:
+            if choice == "stop":
+                self.train_view.control("stop")
+                self.exit()
+            elif choice == "keep":
+                self.exit()
+
+        self.push_screen(QuitScreen(self.train_view.process.run_name), decide)
+
+
+def make_app(
+    runs_dir: Path = Path("runs"),
+    *,
+    config: ExperimentConfig | None = None,
+    command_factory: CommandFactory | None = None,
+    poll_seconds: float | None = None,
+) -> AttnLab:
+    """The app factory shared by the CLI and the tests."""
+    return AttnLab(runs_dir, config=config, command_factory=command_factory, poll_seconds=poll_seconds)
+
+
+def run_app(runs_dir: Path = Path("runs")) -> None:
+    """Open the lab on ``runs_dir`` (what ``attnlab`` with no command does)."""
+    make_app(runs_dir).run()

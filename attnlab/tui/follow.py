@@ -1,0 +1,230 @@
+"""Follow a run directory's ``events.jsonl`` and keep what the Train and Compare views draw.
+
+Pure logic (no textual, no torch): a ``RunFollower`` is fed the events that
+``attnlab.train.events.read_events`` returns and accumulates the curves (train / dev loss,
+dev BLEU / chrF / exact match against step), the latest step figures, the last eval's
+samples, the log lines and the run's state. The Train view polls it on a timer; the tests
+feed it a hand-written ``events.jsonl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.train.events import read_events
+
+# States shown in the Train view's status line.
+STARTING, RUNNING, PAUSED, FINISHED, STOPPED, FAILED = (
+    "starting",
+    "running",
+    "paused",
+    "finished",
+    "stopped",
+    "failed",
+)
+
+
+@dataclass
+class Sample:
+    """One logged sample translation with its cross-attention [hyp_len x src_len]."""
+
+    index: int
+    src: list[str]
+    ref: list[str]
+    hyp: list[str]
+    attention: list[list[float]] | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.hyp == self.ref
+
+
+@dataclass
+class Curves:
+    """Metric series against step; eval metrics are on a 0-100 scale like sacrebleu's BLEU."""
+
+    train_step: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    dev_loss: list[float] = field(default_factory=list)
+    bleu: list[float] = field(default_factory=list)
+    chrf: list[float] = field(default_factory=list)
+    exact_match: list[float] = field(default_factory=list)  # percent
+    bleu_by_length: list[dict[str, Any]] = field(default_factory=list)  # from the last eval
+
+
+def _num(value: Any, default: float = float("nan")) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def exact_match_percent(value: Any) -> float:
+    """Exact match is logged as a fraction in [0, 1]; plots share BLEU's 0-100 scale."""
+    number = _num(value)
+    return number * 100.0 if number <= 1.0 else number
+
+
+@dataclass
+class RunFollower:
+    """Incremental reader of one run's event log."""
+
+    run_dir: Path
+    offset: int = 0
+    state: str = STARTING
+    name: str = ""
+    max_steps: int = 0
+    params: int = 0
+    device: str = ""
+    step: int = 0
+    loss: float = float("nan")
+    lr: float = float("nan")
+    tokens_per_s: float = float("nan")
+    elapsed_s: float = 0.0
+    last_eval: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    checkpoints: dict[str, str] = field(default_factory=dict)  # tag -> path
+    error: str = ""
+    done_reason: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    curves: Curves = field(default_factory=Curves)
+    log: list[str] = field(default_factory=list)
+    _pending_samples: list[Sample] = field(default_factory=list)
+    _samples_step: int = -1
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Read new events from disk and apply them; returns what was read."""
+        events, self.offset = read_events(self.run_dir, self.offset)
+        self.apply(events)
+        return events
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (FINISHED, STOPPED, FAILED)
+
+    @property
+    def progress(self) -> float:
+        return min(self.step / self.max_steps, 1.0) if self.max_steps else 0.0
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the mean pace so far (None before the first logged step)."""
+        if self.step <= 0 or self.elapsed_s <= 0 or not self.max_steps:
+            return None
+        return max(self.max_steps - self.step, 0) * self.elapsed_s / self.step
+
+    def apply(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            handler = getattr(self, f"_on_{event.get('type', '')}", None)
+            if handler is not None:
+                handler(event)
+
+    # -- one handler per event type (schema in attnlab.train.events) ----------------------
+
+    def _on_start(self, e: dict[str, Any]) -> None:
+        self.name = str(e.get("name", "")) or Path(str(e.get("run_dir", self.run_dir))).name
+        self.config = e.get("config") or {}
+        self.max_steps = int(e.get("max_steps") or (self.config.get("train") or {}).get("max_steps", 0) or 0)
+        self.params = int(e.get("params", 0) or 0)
+        self.device = str(e.get("device", ""))
+        self.state = RUNNING
+        resumed = " (resumed)" if e.get("resumed") else ""
+        self._log(e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}")
+
+    def _on_step(self, e: dict[str, Any]) -> None:
+        self.step = int(e.get("step", self.step))
+        self.loss = _num(e.get("loss"))
+        self.lr = _num(e.get("lr"))
+        self.tokens_per_s = _num(e.get("tokens_per_s"))
+        self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
+        if self.state == STARTING:
+            self.state = RUNNING
+        c = self.curves
+        c.train_step.append(self.step)
+        c.train_loss.append(self.loss)
+        c.lr.append(self.lr)
+
+    def _on_eval(self, e: dict[str, Any]) -> None:
+        if e.get("split", "dev") not in ("dev", "val", "valid"):
+            self._log(e, f"eval {e.get('split')}: BLEU {_num(e.get('bleu')):.2f}")
+            return
+        self.last_eval = e
+        step = int(e.get("step", self.step))
+        c = self.curves
+        c.eval_step.append(step)
+        c.dev_loss.append(_num(e.get("loss")))
+        c.bleu.append(_num(e.get("bleu")))
+        c.chrf.append(_num(e.get("chrf")))
+        c.exact_match.append(exact_match_percent(e.get("exact_match")))
+        c.bleu_by_length = list(e.get("bleu_by_length") or [])
+        if e.get("best"):
+            self.best = {k: e.get(k) for k in ("step", "bleu", "chrf", "exact_match", "loss")}
+        mark = " *best*" if e.get("best") else ""
+        self._log(
+            e,
+            f"eval dev: loss {_num(e.get('loss')):.3f}  BLEU {_num(e.get('bleu')):.2f}  "
+            f"chrF {_num(e.get('chrf')):.2f}  exact {exact_match_percent(e.get('exact_match')):.1f}%{mark}",
+        )
+
+    def _on_sample(self, e: dict[str, Any]) -> None:
+        step = int(e.get("step", 0))
+        sample = Sample(
+            index=int(e.get("index", 0)),
+            src=list(e.get("src") or []),
+            ref=list(e.get("ref") or []),
+            hyp=list(e.get("hyp") or []),
+            attention=e.get("attention"),
+        )
+        # Samples of one eval share its step: a new step starts a new table.
+        if step != self._samples_step:
+            self._samples_step = step
+            self.samples = []
+        self.samples.append(sample)
+
+    def _on_control(self, e: dict[str, Any]) -> None:
+        command = str(e.get("command", ""))
+        if command == "pause":
+            self.state = PAUSED
+        elif command == "resume" and self.state == PAUSED:
+            self.state = RUNNING
+        self._log(e, f"{command} acknowledged")
+
+    def _on_checkpoint(self, e: dict[str, Any]) -> None:
+        tag = str(e.get("tag", "last"))
+        self.checkpoints[tag] = str(e.get("path", ""))
+        self._log(e, f"checkpoint {tag} saved")
+
+    def _on_error(self, e: dict[str, Any]) -> None:
+        self.error = str(e.get("message", "training failed"))
+        self.state = FAILED
+        self._log(e, f"ERROR ({e.get('kind', 'exception')}): {self.error}")
+
+    def _on_done(self, e: dict[str, Any]) -> None:
+        self.done_reason = str(e.get("reason", "finished"))
+        if self.done_reason == "error" or self.error:
+            self.state = FAILED
+        elif self.done_reason in ("stopped", "interrupted"):
+            self.state = STOPPED
+        else:
+            self.state = FINISHED
+        if e.get("best"):
+            self.best = dict(e["best"])
+        self._log(e, f"done: {self.done_reason}")
+
+    def _log(self, e: dict[str, Any], text: str) -> None:
+        # Step, not wall-clock time: the log reads the same wherever and whenever it is replayed.
+        self.log.append(f"step {int(e.get('step', 0)):>6}  {text}")
+
+
+def format_duration(seconds: float | None) -> str:
+    """``75`` -> ``1:15``; ``3700`` -> ``1:01:40``; None -> ``--:--``."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "--:--"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

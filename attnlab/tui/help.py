@@ -1,0 +1,84 @@
+"""Modal screens: the key help (``?``) and the quit-while-training question."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+HELP_TEXT = """\
+[b]attnlab — keys[/b]   (mouse works everywhere too; Ctrl+P opens the command palette)
+
+[b]Everywhere[/b]
+  1..5        Setup · Train · Inspect · Runs · Export
+  t / Ctrl+T  train the Setup experiment (queued if a run is active)
+  p           pause / resume the active run
+  x           stop the active run (it saves a checkpoint)
+  s           save a checkpoint now
+  Esc         leave a text field (so letter keys act as commands)
+  ?  F1       this help          Ctrl+Q  quit (asks when a run is active)
+
+[b]Setup[/b]    Tab / Shift+Tab move between fields; Enter opens a menu.
+  Invalid values are marked in red; Train stays disabled and the reason is shown.
+  Queue + adds the experiment to the queue; palette: "Queue every variant".
+
+[b]Train[/b]    plots of train/dev loss and dev BLEU/chrF/exact match; the samples table
+  (Enter on a sample opens its attention in Inspect) and the event log.
+
+[b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence), Enter to decode.
+  arrows      move the heatmap cursor (weight and tokens shown below it)
+  n / b       step decoding forward / back one target token (bar chart of that row)
+  a           show all rows again
+  h           half-block overview of the whole matrix
+  k / l       previous / next hypothesis of the beam's n-best list
+
+[b]Runs[/b]     Space marks runs to compare (curves and BLEU by length overlay);
+  Enter opens the run in Inspect; w follows it live in Train; r refreshes.
+
+[b]Export[/b]   writes one .safetensors bundle and shows the `attnlab translate` command.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP_TEXT, id="help-text")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[str]):
+    """Quit while a run trains: stop it (it saves a checkpoint), keep it running, or cancel."""
+
+    BINDINGS = [
+        Binding("s", "choose('stop')", "Stop & quit"),
+        Binding("k", "choose('keep')", "Keep running & quit"),
+        Binding("escape", "choose('cancel')", "Cancel"),
+    ]
+
+    def __init__(self, run_name: str) -> None:
+        super().__init__()
+        self.run_name = run_name
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-box"):
+            yield Static(f"[b]{self.run_name}[/b] is still training.\nStop it (saving a checkpoint) or keep it running in the background?")
+            with Horizontal(classes="buttons"):
+                yield Button("Stop & save (s)", id="stop", variant="warning", compact=True)
+                yield Button("Keep running (k)", id="keep", compact=True)
+                yield Button("Cancel (Esc)", id="cancel", compact=True)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id or "cancel")
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice)

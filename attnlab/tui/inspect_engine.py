@@ -1,0 +1,166 @@
+"""What the Inspect view computes (torch side, no textual): runs in a thread worker.
+
+Load a checkpoint (cached), take a dev/test example or a typed sentence, decode it with the
+engine's search (n-best with the beam), then re-run each hypothesis teacher-forced with
+``need_weights=True`` to get every attention map: ``cross`` [L, H, T, S] and, for
+Transformers, ``enc_self`` [L, H, S, S] and ``dec_self`` [L, H, T, T]. For tasks with gold
+alignments, the reference is forced through the model too and alignment accuracy is the
+share of reference tokens whose arg-max cross-attention (last layer, head average) is the
+gold source token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.tui.diagnostics import alignment_accuracy
+
+EOS, BOS = "</s>", "<s>"
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    run_dir: Path
+    checkpoint: str = "best"  # best | last
+    split: str = "dev"
+    index: int = 0
+    text: str = ""  # a typed sentence replaces the split/index example
+    beam: int = 1
+
+
+@dataclass
+class HypothesisMaps:
+    tokens: list[str]  # target tokens, without </s>
+    score: float
+    finished: bool
+    maps: dict[str, np.ndarray]  # kind -> [L, H, rows, cols]
+    labels: dict[str, tuple[list[str], list[str]]]  # kind -> (row labels, column labels)
+
+
+@dataclass
+class InspectResult:
+    request: InspectRequest
+    checkpoint_path: str
+    step: int
+    src: list[str]
+    ref: list[str] | None
+    gold: list[int] | None
+    hypotheses: list[HypothesisMaps]
+    alignment_accuracy: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+_lock = threading.Lock()
+_models: dict[tuple[str, float], Any] = {}
+_datasets: dict[str, Any] = {}
+
+
+def checkpoint_path(run_dir: Path, which: str) -> Path:
+    """``RUN/checkpoints/<which>`` (falls back to the other tag), or an exported file."""
+    from attnlab.runs import checkpoint_dir, resolve_checkpoint
+
+    run_dir = Path(run_dir)
+    if run_dir.is_file():
+        return run_dir
+    for tag in (which, "last" if which == "best" else "best"):
+        candidate = checkpoint_dir(run_dir, tag)
+        if (candidate / "meta.json").is_file():
+            return candidate
+    return resolve_checkpoint(run_dir)  # raises AttnlabError naming what is missing
+
+
+def _load(path: Path) -> Any:
+    from attnlab.runs import load_checkpoint
+
+    meta = path / "meta.json" if path.is_dir() else path
+    key = (str(path), meta.stat().st_mtime if meta.exists() else 0.0)
+    with _lock:
+        if key not in _models:
+            _models.clear()  # keep one model in memory
+            _models[key] = load_checkpoint(path)
+        return _models[key]
+
+
+def _examples(loaded: Any, split: str) -> list[Any]:
+    from attnlab.config import dumps_toml
+    from attnlab.data.dataset import load_dataset
+
+    key = dumps_toml(loaded.config)
+    with _lock:
+        if key not in _datasets:
+            _datasets.clear()
+            _datasets[key] = load_dataset(loaded.config.data)
+        return _datasets[key].splits.split(split)
+
+
+def analyse(request: InspectRequest) -> InspectResult:
+    import torch
+
+    from attnlab.decode.search import decode_batch
+    from attnlab.errors import AttnlabError
+    from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+    path = checkpoint_path(request.run_dir, request.checkpoint)
+    loaded = _load(path)
+    model, ds = loaded.model, loaded.dataset
+    ref = gold = None
+    if request.text.strip():
+        src_tokens = list(ds.tokenize_source(request.text))
+    else:
+        examples = _examples(loaded, request.split)
+        if not examples:
+            raise AttnlabError(f"the {request.split} split is empty")
+        if not 0 <= request.index < len(examples):
+            raise AttnlabError(f"sample index {request.index} is out of range [0, {len(examples) - 1}]")
+        example = examples[request.index]
+        src_tokens, ref = list(example.src_tokens), list(example.tgt_tokens)
+        gold = list(example.alignment) if example.alignment is not None else None
+    if not src_tokens:
+        raise AttnlabError("the source sentence is empty")
+    device = next(model.parameters()).device
+    src = torch.tensor([ds.src_vocab.encode(src_tokens)], device=device)  # [1, S]
+    src_mask = src != PAD_ID
+    beam = max(int(request.beam), 1)
+    decode_cfg = dataclasses.replace(loaded.config.decode, beam=beam, nbest=beam, groups=1, sample=False)
+    with torch.no_grad():
+        hyps = decode_batch(model, src, src_mask, decode_cfg, need_attention=True)[0]
+
+        def forced(ids: list[int]) -> dict[str, np.ndarray]:
+            tgt_in = torch.tensor([[BOS_ID, *ids]], device=device)  # [1, T]
+            out = model(src, src_mask, tgt_in, need_weights=True)
+            return {k: v[0].float().cpu().numpy() for k, v in out.attentions.items() if v is not None}
+
+        result_hyps = []
+        for hyp in hyps:
+            tokens = ds.tgt_vocab.decode(hyp.tokens, strip=False)
+            maps = forced(list(hyp.tokens))
+            end = EOS if hyp.finished else "…"
+            inputs = [BOS, *tokens]
+            labels = {
+                "cross": ([*tokens, end], src_tokens),
+                "enc_self": (src_tokens, src_tokens),
+                "dec_self": (inputs, inputs),
+            }
+            result_hyps.append(
+                HypothesisMaps(tokens, float(hyp.score), bool(hyp.finished), maps, {k: labels[k] for k in maps if k in labels})
+            )
+        accuracy = None
+        if gold is not None and ref is not None:
+            ref_maps = forced(ds.tgt_vocab.encode(ref))
+            if "cross" in ref_maps:
+                accuracy = alignment_accuracy(ref_maps["cross"][-1].mean(axis=0), gold)
+    return InspectResult(request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy)
+
+
+def select_map(maps: np.ndarray, layer: int, head: int | None) -> np.ndarray:
+    """One [rows, cols] matrix from [L, H, rows, cols]: a head, or the head average (None)."""
+    per_layer = maps[min(max(layer, 0), maps.shape[0] - 1)]
+    if head is None:
+        return per_layer.mean(axis=0)
+    return per_layer[min(max(head, 0), per_layer.shape[0] - 1)]

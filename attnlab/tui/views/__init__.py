@@ -1,0 +1,1 @@
+"""The lab's tabs: Setup, Train, Inspect, Runs/Compare, Export."""

@@ -1,0 +1,141 @@
+"""Export: write one self-contained ``.safetensors`` bundle and show how to use it."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Button, Input, Label, Select, Static
+
+
+@dataclass
+class ExportDone(Message):
+    path: Path
+    command: str
+
+
+@dataclass
+class ExportFailed(Message):
+    error: str
+
+
+def translate_command(bundle: Path, example: str = "") -> str:
+    """The ``attnlab translate`` line that uses an exported bundle."""
+    text = f" {shlex.quote(example)}" if example else ""
+    return f"attnlab translate {shlex.quote(str(bundle))}{text} --show-attention"
+
+
+class ExportView(Vertical):
+    def __init__(self, runs_dir: Path, *, id: str | None = None):
+        super().__init__(id=id)
+        self.runs_dir = runs_dir
+        self._run_paths: list[str] = []
+        self.last_export: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
+                     "as JSON metadata, loadable with plain safetensors.", id="export-help")
+        with Horizontal(classes="field"):
+            yield Label("run", classes="field-label")
+            yield Select([], id="export-run", compact=True, prompt="(no runs)")
+        with Horizontal(classes="field"):
+            yield Label("checkpoint", classes="field-label")
+            yield Select([("best", "best"), ("last", "last")], value="best", allow_blank=False, id="export-which", compact=True)
+        with Horizontal(classes="field"):
+            yield Label("write to", classes="field-label")
+            yield Input(placeholder="model.safetensors", id="export-path", compact=True)
+        yield Button("Export", id="export-go", variant="primary", compact=True)
+        yield Static("", id="export-result")
+
+    def on_mount(self) -> None:
+        self.refresh_runs()
+
+    def on_show(self) -> None:
+        self.refresh_runs()
+
+    def refresh_runs(self) -> None:
+        try:
+            from attnlab.runs import list_runs
+
+            runs = list_runs(self.runs_dir)
+        except Exception:
+            runs = []
+        paths = [str(r.path) for r in runs]
+        if paths == self._run_paths:
+            return
+        self._run_paths = paths
+        select = self.query_one("#export-run", Select)
+        current = select.value
+        select.set_options([(Path(r.path).name, str(r.path)) for r in runs])
+        if current in paths:
+            select.value = current
+        elif paths:
+            select.value = paths[0]
+
+    @on(Select.Changed, "#export-run")
+    def _run_changed(self, event: Select.Changed) -> None:
+        path_input = self.query_one("#export-path", Input)
+        if event.value is not Select.NULL and not path_input.value:
+            path_input.value = str(Path("exports") / f"{Path(str(event.value)).name}.safetensors")
+
+    @on(Button.Pressed, "#export-go")
+    @on(Input.Submitted, "#export-path")
+    def export(self) -> None:
+        run = self.query_one("#export-run", Select).value
+        out = self.query_one("#export-path", Input).value.strip()
+        if run is Select.NULL or not out:
+            self.app.notify("choose a run and a file name ending in .safetensors", severity="error")
+            return
+        which = str(self.query_one("#export-which", Select).value)
+        self.query_one("#export-result", Static).update("exporting …")
+        self.write_bundle(Path(str(run)), Path(out), which)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="export")
+    def write_bundle(self, run_dir: Path, out: Path, which: str) -> None:
+        from attnlab.errors import AttnlabError
+        from attnlab.runs import export_checkpoint
+
+        try:
+            path = export_checkpoint(run_dir, out, which)
+        except AttnlabError as err:
+            self.post_message(ExportFailed(str(err)))
+            return
+        except OSError as err:
+            self.post_message(ExportFailed(f"{out}: {err.strerror or err}"))
+            return
+        self.post_message(ExportDone(path, translate_command(path, _example(run_dir))))
+
+    @on(ExportDone)
+    def _done(self, message: ExportDone) -> None:
+        self.last_export = message.path
+        self.query_one("#export-result", Static).update(
+            f"[b $success]✓[/] wrote {message.path}\n\nUse it:\n  [b]{_escape(message.command)}[/]"
+        )
+        self.app.notify(f"exported {message.path}")
+
+    @on(ExportFailed)
+    def _failed(self, message: ExportFailed) -> None:
+        self.query_one("#export-result", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
+        self.app.notify(message.error, title="Export", severity="error")
+
+
+def _example(run_dir: Path) -> str:
+    """A source sentence from the run's logged samples, to make the command copy-pasteable."""
+    from attnlab.train.events import iter_events
+
+    try:
+        for event in iter_events(run_dir):
+            if event.get("type") == "sample" and event.get("src"):
+                return " ".join(event["src"])
+    except OSError:
+        pass
+    return ""
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")

@@ -1,0 +1,386 @@
+"""Inspect: a run's alignment matrices, per sample, kind, layer, head, hypothesis and step.
+
+Model loading and decoding run in a thread worker (``attnlab.tui.inspect_engine``) that posts
+``InspectReady`` / ``InspectFailed``; the view only slices numpy arrays. A sample logged by
+the trainer (chosen in the Train view) is shown straight from its event, with no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Input, Label, OptionList, Select, Static
+
+from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
+from attnlab.tui.widgets.rowbars import row_bars
+
+KIND_LABELS = {"cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self"}
+HEAD_AVERAGE = -1
+
+
+@dataclass
+class InspectReady(Message):
+    result: Any  # attnlab.tui.inspect_engine.InspectResult
+
+
+@dataclass
+class InspectFailed(Message):
+    error: str
+
+
+class InspectView(Horizontal):
+    BINDINGS = [
+        Binding("d", "decode", "Decode"),
+        Binding("n", "step(1)", "Next token"),
+        Binding("b", "step(-1)", "Back a token"),
+        Binding("a", "show_all", "All rows"),
+        Binding("h", "toggle_half", "Half-block"),
+        Binding("l", "hypothesis(1)", "Next hyp", show=False),
+        Binding("k", "hypothesis(-1)", "Prev hyp", show=False),
+    ]
+
+    def __init__(self, runs_dir: Path, *, id: str | None = None):
+        super().__init__(id=id)
+        self.runs_dir = runs_dir
+        self.result: Any = None
+        self.maps: dict[str, np.ndarray] = {}  # kind -> [L, H, rows, cols] of the hypothesis shown
+        self.labels: dict[str, tuple[list[str], list[str]]] = {}
+        self.hyp_index = 0
+        self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
+        self.gold: list[int] | None = None
+        self._run_paths: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="inspect-controls"):
+            yield Label("run")
+            yield Select([], id="insp-run", compact=True, prompt="(no runs)")
+            with Horizontal(classes="pair"):
+                yield Select([("best", "best"), ("last", "last")], value="best", allow_blank=False, id="insp-ckpt", compact=True)
+                yield Select([("dev", "dev"), ("test", "test")], value="dev", allow_blank=False, id="insp-split", compact=True)
+            with Horizontal(classes="pair"):
+                yield Label("sample #")
+                yield Input("0", id="insp-index", compact=True, type="integer")
+            with Horizontal(classes="pair"):
+                yield Label("beam")
+                yield Input("1", id="insp-beam", compact=True, type="integer")
+            yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
+            yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
+            yield Label("attention")
+            yield Select([("cross", "cross")], value="cross", allow_blank=False, id="insp-kind", compact=True)
+            with Horizontal(classes="pair"):
+                yield Select([("layer 0", 0)], value=0, allow_blank=False, id="insp-layer", compact=True)
+                yield Select([("avg", HEAD_AVERAGE)], value=HEAD_AVERAGE, allow_blank=False, id="insp-head", compact=True)
+            yield Label("n-best")
+            yield OptionList(id="insp-nbest")
+        with Vertical(id="inspect-main"):
+            yield Static("Pick a run and press Decode, or Enter on a sample in Train.", id="insp-title")
+            yield AttentionHeatmap(id="heatmap")
+            with Horizontal(id="insp-cell-row"):
+                yield Static("", id="insp-cell")
+                yield Static(colour_scale(12), id="insp-scale")
+            with Horizontal(id="insp-bottom"):
+                yield Static("", id="insp-diag")
+                with VerticalScroll(id="insp-bars-box"):
+                    yield Static("", id="insp-bars")
+
+    def on_mount(self) -> None:
+        self.refresh_runs()
+
+    def on_show(self) -> None:
+        self.refresh_runs()
+        if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
+            self.decode()  # open on something: sample 0 of the newest run
+
+    def action_decode(self) -> None:
+        self.decode()
+
+    @on(Select.Changed, "#insp-run")
+    @on(Select.Changed, "#insp-ckpt")
+    @on(Select.Changed, "#insp-split")
+    def _source_changed(self) -> None:
+        if self.is_mounted and self.display and self.maps:
+            self.decode()
+
+    # -- choosing what to inspect ----------------------------------------------------------------
+
+    def refresh_runs(self) -> None:
+        try:
+            from attnlab.runs import list_runs
+
+            runs = list_runs(self.runs_dir)
+        except Exception:
+            runs = []
+        paths = [str(r.path) for r in runs]
+        if paths == self._run_paths:
+            return
+        self._run_paths = paths
+        select = self.query_one("#insp-run", Select)
+        current = select.value
+        with self.prevent(Select.Changed):  # a refreshed list is not a new choice
+            select.set_options([(Path(r.path).name, str(r.path)) for r in runs])
+            if current in paths:
+                select.value = current
+            elif paths:
+                select.value = paths[0]
+
+    def select_run(self, run_dir: Path) -> None:
+        self._run_paths = []
+        self.refresh_runs()
+        select = self.query_one("#insp-run", Select)
+        if str(run_dir) in self._run_paths:
+            with self.prevent(Select.Changed):
+                select.value = str(run_dir)
+        self.decode()
+
+    @on(Button.Pressed, "#insp-go")
+    @on(Input.Submitted)
+    def decode(self) -> None:
+        from attnlab.tui.inspect_engine import InspectRequest
+
+        run = self.query_one("#insp-run", Select).value
+        if run is Select.NULL or not run:
+            self.app.notify("no run to inspect yet: train one first", severity="warning")
+            return
+        try:
+            index = int(self.query_one("#insp-index", Input).value or 0)
+            beam = int(self.query_one("#insp-beam", Input).value or 1)
+        except ValueError:
+            self.app.notify("sample # and beam must be whole numbers", severity="error")
+            return
+        request = InspectRequest(
+            Path(str(run)),
+            str(self.query_one("#insp-ckpt", Select).value),
+            str(self.query_one("#insp-split", Select).value),
+            index,
+            self.query_one("#insp-text", Input).value,
+            beam,
+        )
+        self.query_one("#insp-title", Static).update(f"decoding with {Path(str(run)).name} …")
+        self.run_analysis(request)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect")
+    def run_analysis(self, request: Any) -> None:
+        from attnlab.errors import AttnlabError
+        from attnlab.tui.inspect_engine import analyse
+
+        try:
+            result = analyse(request)
+        except AttnlabError as err:
+            self.post_message(InspectFailed(str(err)))
+            return
+        except Exception as err:  # a broken checkpoint must not take the lab down
+            self.post_message(InspectFailed(f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(InspectReady(result))
+
+    @on(InspectFailed)
+    def _failed(self, message: InspectFailed) -> None:
+        self.query_one("#insp-title", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
+        self.app.notify(message.error, title="Inspect", severity="error")
+
+    @on(InspectReady)
+    def _ready(self, message: InspectReady) -> None:
+        result = message.result
+        self.result = result
+        self.gold = result.gold
+        options = [
+            f"{i + 1}. {' '.join(h.tokens)[:40]}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)
+        ]
+        nbest = self.query_one("#insp-nbest", OptionList)
+        nbest.set_options(options)
+        if options:
+            nbest.highlighted = 0
+        self.show_hypothesis(0)
+
+    def show_logged_sample(self, run_dir: Path, sample: Any) -> None:
+        """A sample from the trainer's events: its cross-attention, no model needed."""
+        self.result = None
+        self.gold = None
+        weights = np.asarray(sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64)
+        if weights.ndim != 2 or not weights.size:
+            self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")
+            return
+        rows = list(sample.hyp) + ["</s>"] * max(weights.shape[0] - len(sample.hyp), 0)
+        self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
+        self.labels = {"cross": (rows, list(sample.src))}
+        self.hyp_index = 0
+        self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)[:40]])
+        self._configure_selectors()
+        self.query_one("#insp-title", Static).update(
+            f"[b]{run_dir.name}[/] logged sample {sample.index}: "
+            f"{_escape(' '.join(sample.src))} → {_escape(' '.join(sample.hyp))}"
+        )
+        self.step_row = None
+        self.redraw()
+
+    def show_hypothesis(self, index: int) -> None:
+        if self.result is None or not self.result.hypotheses:
+            return
+        self.hyp_index = index % len(self.result.hypotheses)
+        hyp = self.result.hypotheses[self.hyp_index]
+        self.maps, self.labels = hyp.maps, hyp.labels
+        self._configure_selectors()
+        r = self.result
+        ref = f"  ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        acc = f"  alignment acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        self.query_one("#insp-title", Static).update(
+            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/] "
+            f"(hyp {self.hyp_index + 1}/{len(r.hypotheses)}, score {hyp.score:.2f}, step {r.step}){ref}{acc}"
+        )
+        self.step_row = None
+        self.redraw()
+
+    def _configure_selectors(self) -> None:
+        kind_select = self.query_one("#insp-kind", Select)
+        kinds = [k for k in ("cross", "enc_self", "dec_self") if k in self.maps]
+        with self.prevent(Select.Changed):
+            current = kind_select.value if kind_select.value in kinds else (kinds[0] if kinds else Select.NULL)
+            kind_select.set_options([(KIND_LABELS[k], k) for k in kinds])
+            if current is not Select.NULL:
+                kind_select.value = current
+        self._configure_layer_head()
+
+    def _configure_layer_head(self) -> None:
+        kind = self.current_kind
+        if kind is None:
+            return
+        layers, heads = self.maps[kind].shape[:2]
+        layer_select = self.query_one("#insp-layer", Select)
+        head_select = self.query_one("#insp-head", Select)
+        with self.prevent(Select.Changed):
+            layer = layer_select.value if isinstance(layer_select.value, int) and layer_select.value < layers else layers - 1
+            layer_select.set_options([(f"layer {i}", i) for i in range(layers)])
+            layer_select.value = layer
+            head = head_select.value if isinstance(head_select.value, int) and head_select.value < heads else HEAD_AVERAGE
+            head_select.set_options([("head avg", HEAD_AVERAGE), *((f"head {i}", i) for i in range(heads))])
+            head_select.value = head
+
+    @property
+    def current_kind(self) -> str | None:
+        value = self.query_one("#insp-kind", Select).value
+        if value in self.maps:
+            return str(value)
+        return next(iter(self.maps), None)
+
+    def current_matrix(self) -> tuple[np.ndarray, list[str], list[str]] | None:
+        """The matrix on screen (before step truncation), with its row and column labels."""
+        from attnlab.tui.inspect_engine import select_map
+
+        kind = self.current_kind
+        if kind is None:
+            return None
+        layer = self.query_one("#insp-layer", Select).value
+        head = self.query_one("#insp-head", Select).value
+        matrix = select_map(
+            self.maps[kind], int(layer) if isinstance(layer, int) else 0, None if head in (HEAD_AVERAGE, Select.NULL) else int(head)
+        )
+        rows, cols = self.labels.get(kind, ([], []))
+        return matrix, list(rows), list(cols)
+
+    # -- drawing ----------------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        current = self.current_matrix()
+        heatmap = self.query_one(AttentionHeatmap)
+        if current is None:
+            heatmap.set_matrix(np.zeros((0, 0)), [], [])
+            return
+        matrix, rows, cols = current
+        shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
+        heatmap.set_matrix(shown, rows, cols)
+        if self.step_row is not None:
+            heatmap.cursor = (self.step_row, heatmap.cursor[1])
+        self._draw_diagnostics(matrix, rows, cols)
+        self._draw_bars(matrix, cols)
+
+    def _draw_diagnostics(self, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
+        d = diagnose(matrix, cols)
+        lines = [
+            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] (target × source)",
+            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats ({d.entropy_ratio:.0%})",
+        ]
+        if d.eos_mass is not None:
+            lines.append(f"mass on </s> {d.eos_mass:.0%}")
+        if d.diagonal is not None and self.current_kind in ("enc_self", "dec_self"):
+            lines.append(f"diagonal {d.diagonal:.0%} weight, arg-max on diagonal {d.diagonal_argmax:.0%}")
+        if self.current_kind == "cross" and self.gold is not None and self.result is not None:
+            acc = alignment_accuracy(matrix, self.gold)
+            if acc is not None and self.result.hypotheses[self.hyp_index].tokens == self.result.ref:
+                lines.append(f"alignment acc. (this hyp) {acc:.0%}")
+        for warning in d.warnings():
+            lines.append(f"[$warning]⚠ {warning}[/]")
+        self.query_one("#insp-diag", Static).update("\n".join(lines))
+
+    def _draw_bars(self, matrix: np.ndarray, cols: list[str]) -> None:
+        row = self.step_row if self.step_row is not None else self.query_one(AttentionHeatmap).cursor[0]
+        if not matrix.size or row >= matrix.shape[0]:
+            self.query_one("#insp-bars", Static).update("")
+            return
+        rows = self.labels.get(self.current_kind or "", ([], []))[0]
+        label = rows[row] if row < len(rows) else str(row)
+        self.query_one("#insp-bars", Static).update(row_bars(matrix[row], cols, width=16, title=f"row {row}: {label}"))
+
+    # -- events -----------------------------------------------------------------------------------
+
+    @on(Select.Changed, "#insp-kind")
+    def _kind_changed(self) -> None:
+        self._configure_layer_head()
+        self.step_row = None
+        self.redraw()
+
+    @on(Select.Changed, "#insp-layer")
+    @on(Select.Changed, "#insp-head")
+    def _layer_head_changed(self) -> None:
+        self.redraw()
+
+    @on(OptionList.OptionSelected, "#insp-nbest")
+    @on(OptionList.OptionHighlighted, "#insp-nbest")
+    def _hyp_chosen(self, event: OptionList.OptionHighlighted) -> None:
+        if self.result is not None and event.option_index != self.hyp_index:
+            self.show_hypothesis(event.option_index)
+
+    @on(AttentionHeatmap.CursorMoved)
+    def _cursor(self, message: AttentionHeatmap.CursorMoved) -> None:
+        cell = message.cell
+        self.query_one("#insp-cell", Static).update(
+            f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  weight [b]{cell.weight:.4f}[/]"
+            f"  (row {cell.row}, col {cell.col})"
+        )
+        current = self.current_matrix()
+        if current is not None and self.step_row is None:
+            self._draw_bars(current[0], current[2])
+
+    def action_step(self, delta: int) -> None:
+        current = self.current_matrix()
+        if current is None:
+            return
+        rows = current[0].shape[0]
+        start = -1 if self.step_row is None else self.step_row
+        self.step_row = min(max(start + delta, 0), rows - 1)
+        self.redraw()
+
+    def action_show_all(self) -> None:
+        self.step_row = None
+        self.redraw()
+
+    def action_toggle_half(self) -> None:
+        heatmap = self.query_one(AttentionHeatmap)
+        heatmap.half_block = not heatmap.half_block
+
+    def action_hypothesis(self, delta: int) -> None:
+        if self.result is not None and self.result.hypotheses:
+            self.show_hypothesis(self.hyp_index + delta)
+            self.query_one("#insp-nbest", OptionList).highlighted = self.hyp_index
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")

@@ -1,0 +1,454 @@
+"""Setup: choose task, architecture, attention (per role) and training options.
+
+Every menu is generated from the registries (``attnlab.tui.menus.Menus``); each chosen
+variant's hyper-parameters become inputs with their ranges. Every change re-validates the
+whole experiment through ``attnlab.config``; invalid fields are marked and Train is blocked
+with the one-line reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, load_preset, to_dict
+from attnlab.errors import AttnlabError
+from attnlab.tui.menus import (
+    SAME_AS_ENCODER,
+    Menus,
+    attention_keys,
+    check_field,
+    chosen_variants,
+    config_from_form,
+    field_range_text,
+    key_in_message,
+)
+
+
+@dataclass(frozen=True)
+class FieldDef:
+    key: str  # section.key in the config
+    label: str
+    kind: str  # "input" | "select" | "check"
+    group: str = ""  # "", "rnn", "transformer", "corpus": shown only when that applies
+
+
+FIELDS: tuple[FieldDef, ...] = (
+    FieldDef("data.task", "task", "select"),
+    FieldDef("data.path", "corpus path", "input", "corpus"),
+    FieldDef("data.min_len", "min length", "input"),
+    FieldDef("data.max_len", "max length", "input"),
+    FieldDef("data.train_size", "train pairs", "input"),
+    FieldDef("model.arch", "architecture", "select"),
+    FieldDef("model.cell", "RNN cell", "select", "rnn"),
+    FieldDef("model.hidden", "hidden size", "input", "rnn"),
+    FieldDef("model.emb", "embedding", "input", "rnn"),
+    FieldDef("model.layers", "layers", "input", "rnn"),
+    FieldDef("model.bidirectional", "bidirectional", "check", "rnn"),
+    FieldDef("model.input_feeding", "input feeding", "check", "rnn"),
+    FieldDef("model.attention", "attention", "select", "rnn"),
+    FieldDef("model.d_model", "d_model", "input", "transformer"),
+    FieldDef("model.heads", "heads", "input", "transformer"),
+    FieldDef("model.ff", "feed-forward", "input", "transformer"),
+    FieldDef("model.enc_layers", "encoder layers", "input", "transformer"),
+    FieldDef("model.dec_layers", "decoder layers", "input", "transformer"),
+    FieldDef("model.norm", "norm", "select", "transformer"),
+    FieldDef("model.positions", "positions", "select", "transformer"),
+    FieldDef("model.self_attention", "enc self-attn", "select", "transformer"),
+    FieldDef("model.decoder_self_attention", "dec self-attn", "select", "transformer"),
+    FieldDef("model.cross_attention", "cross-attn", "select", "transformer"),
+    FieldDef("train.max_steps", "steps", "input"),
+    FieldDef("train.batch_size", "batch size", "input"),
+    FieldDef("train.lr", "learning rate", "input"),
+    FieldDef("train.schedule", "lr schedule", "select"),
+    FieldDef("train.warmup", "warmup steps", "input"),
+    FieldDef("train.eval_every", "eval every", "input"),
+    FieldDef("train.teacher_forcing", "teacher forcing", "input"),
+    FieldDef("train.tf_schedule", "TF schedule", "select"),
+    FieldDef("train.device", "device", "select"),
+)
+SECTION_TITLES = {"data.task": "Data", "model.arch": "Model", "train.max_steps": "Training"}
+
+
+def field_id(key: str) -> str:
+    return "f-" + key.replace(".", "--")
+
+
+def hparam_id(name: str) -> str:
+    return "hp-" + name
+
+
+class SetupView(Vertical):
+    """The Setup tab."""
+
+    class TrainRequested(Message):
+        """Train (or queue) this experiment."""
+
+        def __init__(self, config: ExperimentConfig, queue: bool = False) -> None:
+            super().__init__()
+            self.config = config
+            self.queue = queue
+
+    def __init__(self, config: ExperimentConfig, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.config = config  # the last valid experiment
+        self.menus: Menus | None = None
+        self.error: str | None = "loading the registries…"
+        self.side_variant = ""
+        self._hparam_values: dict[str, str] = {
+            k: _text(v) for k, v in config.model.attn_params.items()
+        }
+        self._shown_hparams: tuple[str, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="setup-body"):
+            with VerticalScroll(id="setup-form"):
+                yield Static("Loading the registries…", id="setup-loading")
+            with Vertical(id="setup-side"):
+                yield Static("", id="variant-info")
+                yield Static("", id="setup-status")
+                with Horizontal(classes="buttons"):
+                    yield Button("Train ▶", id="train-button", variant="success", compact=True, disabled=True)
+                    yield Button("Queue +", id="queue-button", compact=True, disabled=True)
+                yield Label("presets:", classes="side-label")
+                yield Select([], prompt="load a built-in preset", id="preset-select", compact=True)
+                yield Input(placeholder="or a file: my-run.toml", id="preset-path", compact=True)
+                with Horizontal(classes="buttons"):
+                    yield Button("Load", id="preset-load", compact=True)
+                    yield Button("Save", id="preset-save", compact=True)
+
+    # -- building the form from the registries ------------------------------------------------
+
+    async def populate(self, menus: Menus) -> None:
+        """Build every menu from the registry snapshot (called once the registries loaded)."""
+        self.menus = menus
+        with self.prevent(Select.Changed):
+            self.query_one("#preset-select", Select).set_options([(name, name) for name in menus.presets])
+        await self._rebuild_form()
+
+    async def _rebuild_form(self) -> None:
+        form = self.query_one("#setup-form", VerticalScroll)
+        await form.remove_children()
+        raw = _flat(self.config)
+        rows: list[Widget] = []
+        for definition in FIELDS:
+            if definition.key == "train.max_steps":
+                # The chosen variants' hyper-parameters sit between Model and Training.
+                rows.append(Static("Attention hyper-parameters", classes="section-title"))
+                rows.append(Vertical(id="hparams"))
+            if definition.key in SECTION_TITLES:
+                rows.append(Static(SECTION_TITLES[definition.key], classes="section-title"))
+            rows.append(self._field_row(definition, raw))
+        await form.mount_all(rows)
+        self._shown_hparams = ()
+        self._apply_groups()
+        await self._rebuild_hparams()
+        names = chosen_variants(self.config.model.arch, self.form_values())
+        self.side_variant = names[0] if names else ""
+        self._show_variant()
+        self.validate_form()
+
+    def _field_row(self, definition: FieldDef, raw: dict[str, Any]) -> Widget:
+        key = definition.key
+        value = raw.get(key, "")
+        wid = field_id(key)
+        widget: Widget
+        if definition.kind == "select":
+            options = self._options_for(key)
+            values = [v for _, v in options]
+            current = value if value in values else (values[0] if values else Select.NULL)
+            widget = Select(options, value=current, allow_blank=False, id=wid, compact=True)
+        elif definition.kind == "check":
+            widget = Checkbox("on", value=bool(value), id=wid, compact=True)
+        else:
+            widget = Input(_text(value), placeholder=field_range_text(key), id=wid, compact=True)
+        widget.tooltip = f"{key} {field_range_text(key)}".strip()
+        classes = "field" + (f" group-{definition.group}" if definition.group else "")
+        return Horizontal(Label(definition.label, classes="field-label"), widget, classes=classes)
+
+    def _options_for(self, key: str) -> list[tuple[str, str]]:
+        menus = self.menus
+        assert menus is not None
+        if key == "data.task":
+            return [(name, name) for name, _ in menus.tasks]
+        if key == "model.arch":
+            return [(name, name) for name, _ in menus.archs]
+        for keys in (attention_keys("rnn"), attention_keys("transformer")):
+            if key in keys:
+                options = [(name, name) for name in menus.variants_for(keys[key])]
+                if key == "model.decoder_self_attention":
+                    options.insert(0, ("same as encoder", SAME_AS_ENCODER))
+                return options
+        return [(choice, choice) for choice in CHOICES.get(key, ())]
+
+    def _apply_groups(self) -> None:
+        values = self.form_values()
+        arch = values.get("model.arch", "rnn")
+        visible = {"rnn": arch == "rnn", "transformer": arch == "transformer", "corpus": values.get("data.task") == "corpus"}
+        for group, show in visible.items():
+            for row in self.query(f".group-{group}"):
+                row.display = show
+
+    async def _rebuild_hparams(self) -> None:
+        if self.menus is None:
+            return
+        values = self.form_values()
+        infos = self.menus.hparams_of(chosen_variants(values.get("model.arch", "rnn"), values))
+        names = tuple(h.name for h in infos)
+        if names == self._shown_hparams:
+            return
+        self._shown_hparams = names
+        box = self.query_one("#hparams", Vertical)
+        await box.remove_children()
+        rows = []
+        for info in infos:
+            text = self._hparam_values.get(info.name, _text(info.default))
+            field = Input(text, placeholder=info.range_text(), id=hparam_id(info.name), compact=True)
+            field.tooltip = f"model.{info.name}: {info.help} {info.range_text()} (used by {', '.join(info.variants)})"
+            rows.append(Horizontal(Label(info.name, classes="field-label"), field, classes="field"))
+        if not rows:
+            rows.append(Static("(none for this choice)", classes="dim"))
+        await box.mount_all(rows)
+
+    # -- reading and validating ----------------------------------------------------------------
+
+    def form_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for definition in FIELDS:
+            try:
+                widget = self.query_one(f"#{field_id(definition.key)}")
+            except Exception:
+                continue
+            if isinstance(widget, Select):
+                values[definition.key] = "" if widget.value is Select.NULL else widget.value
+            elif isinstance(widget, (Checkbox, Input)):
+                values[definition.key] = widget.value
+        return values
+
+    def _visible_values(self) -> dict[str, Any]:
+        """Only the fields that apply to the chosen architecture / task."""
+        values = self.form_values()
+        arch = values.get("model.arch", "rnn")
+        hidden_groups = {"rnn": arch != "rnn", "transformer": arch != "transformer", "corpus": values.get("data.task") != "corpus"}
+        groups = {d.key: d.group for d in FIELDS}
+        return {k: v for k, v in values.items() if not hidden_groups.get(groups[k], False)}
+
+    def hparam_values(self) -> dict[str, str]:
+        return {name: self._hparam_values.get(name, "") for name in self._shown_hparams}
+
+    def validate_form(self) -> ExperimentConfig | None:
+        """Mark invalid fields, show the first reason, enable Train only when valid."""
+        if self.menus is None:
+            return None
+        for widget in self.query(".invalid"):
+            widget.remove_class("invalid")
+        values = self._visible_values()
+        hparams = self.hparam_values()
+        first: str | None = None
+        for key, value in values.items():
+            message = check_field(key, value)
+            if message:
+                self._mark(key)
+                first = first or message
+        for name, value in hparams.items():
+            message = check_field(f"model.{name}", value)
+            if message:
+                self._mark(f"model.{name}")
+                first = first or message
+        config = None
+        if first is None:
+            try:
+                config = config_from_form(self.config, values, hparams)
+            except AttnlabError as err:
+                first = str(err)
+                key = key_in_message(first)
+                if key:
+                    self._mark(key)
+            except Exception as err:  # a broken third-party variant must not take the lab down
+                first = f"{type(err).__name__}: {err}"
+        self.error = first
+        if config is not None:
+            self.config = config
+        status = self.query_one("#setup-status", Static)
+        if first:
+            status.update(f"[b $error]✗[/] {_escape(first)}")
+        else:
+            status.update(f"[b $success]✓[/] ready: {_summary(self.config)}")
+        self.query_one("#train-button", Button).disabled = first is not None
+        self.query_one("#queue-button", Button).disabled = first is not None
+        return config if first is None else None
+
+    def _mark(self, key: str) -> None:
+        section, name = key.split(".", 1)
+        for selector in (f"#{field_id(key)}", f"#{hparam_id(name)}" if section == "model" else ""):
+            if selector:
+                for widget in self.query(selector):
+                    widget.add_class("invalid")
+
+    # -- side panel ---------------------------------------------------------------------------
+
+    def _show_variant(self) -> None:
+        info_widget = self.query_one("#variant-info", Static)
+        if self.menus is None or self.side_variant not in self.menus.variants:
+            info_widget.update("")
+            return
+        v = self.menus.variants[self.side_variant]
+        lines = [
+            f"[b]{_escape(v.name)}[/b]",
+            _escape(v.formula),
+            f"[dim]complexity[/] {_escape(v.complexity)}",
+            _escape(v.known_for),
+        ]
+        if v.paper:
+            lines.append(f"[dim]{_escape(v.paper)}[/]")
+        lines.append(f"[dim]roles: {', '.join(sorted(v.roles))}[/]")
+        info_widget.update("\n".join(lines))
+
+    # -- events -------------------------------------------------------------------------------
+
+    @on(Select.Changed, "#preset-select")
+    async def _preset_chosen(self, event: Select.Changed) -> None:
+        event.stop()
+        if event.value is not Select.NULL:
+            await self.load(str(event.value))
+
+    @on(Select.Changed)
+    async def _select_changed(self, event: Select.Changed) -> None:
+        wid = event.select.id or ""
+        if wid == "preset-select":
+            return
+        row = event.select.parent
+        if self._is_attention_select(wid) and row is not None and row.display:
+            value = event.value
+            if value == SAME_AS_ENCODER:
+                value = self.form_values().get("model.self_attention", "")
+            self.side_variant = str(value)
+            self._show_variant()
+        if wid in (field_id("model.arch"), field_id("data.task")):
+            self._apply_groups()
+            if wid == field_id("model.arch"):
+                names = chosen_variants(str(event.value), self.form_values())
+                self.side_variant = names[0] if names else ""
+                self._show_variant()
+        await self._rebuild_hparams()
+        self.validate_form()
+
+    @staticmethod
+    def _is_attention_select(wid: str) -> bool:
+        return wid in {field_id(k) for k in (*attention_keys("rnn"), *attention_keys("transformer"))}
+
+    def on_descendant_focus(self, event: Any) -> None:
+        """Focusing an attention menu shows that variant in the side panel."""
+        widget = event.widget
+        if isinstance(widget, Select) and self._is_attention_select(widget.id or ""):
+            value = widget.value
+            if value == SAME_AS_ENCODER:
+                value = self.form_values().get("model.self_attention", "")
+            if value and value is not Select.NULL:
+                self.side_variant = str(value)
+                self._show_variant()
+
+    @on(Input.Changed)
+    def _input_changed(self, event: Input.Changed) -> None:
+        wid = event.input.id or ""
+        if wid.startswith("hp-"):
+            self._hparam_values[wid[3:]] = event.value
+        if wid != "preset-path":
+            self.validate_form()
+
+    @on(Checkbox.Changed)
+    def _check_changed(self) -> None:
+        self.validate_form()
+
+    @on(Button.Pressed, "#train-button")
+    def _train(self) -> None:
+        self.request_training(queue=False)
+
+    @on(Button.Pressed, "#queue-button")
+    def _queue(self) -> None:
+        self.request_training(queue=True)
+
+    def request_training(self, queue: bool = False) -> bool:
+        """Post TrainRequested if the form is valid; otherwise say why (never starts a run)."""
+        config = self.validate_form()
+        if config is None:
+            self.app.notify(self.error or "the registries are still loading", title="Cannot train", severity="error")
+            return False
+        self.post_message(self.TrainRequested(config, queue=queue))
+        return True
+
+    @on(Button.Pressed, "#preset-load")
+    @on(Input.Submitted, "#preset-path")
+    async def _load_preset(self) -> None:
+        name = self.query_one("#preset-path", Input).value.strip()
+        if not name:
+            self.app.notify("type a preset name or a .toml path", severity="warning")
+            return
+        await self.load(name)
+
+    async def load(self, name: str) -> None:
+        """Load a preset (a name from presets/ or a TOML file) into the form."""
+        try:
+            config = load_preset(name)
+        except AttnlabError as err:
+            self.app.notify(str(err), title="Cannot load preset", severity="error")
+            return
+        await self.set_config(config)
+        self.app.notify(f"loaded {name}")
+
+    @on(Button.Pressed, "#preset-save")
+    def _save_preset(self) -> None:
+        name = self.query_one("#preset-path", Input).value.strip()
+        config = self.validate_form()
+        if config is None or not name:
+            self.app.notify(self.error or "type a file name to save to", severity="error")
+            return
+        path = Path(name if name.endswith(".toml") else f"{name}.toml")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dumps_toml(config), encoding="utf-8")
+        except OSError as err:
+            self.app.notify(f"{path}: {err.strerror}", title="Cannot save preset", severity="error")
+            return
+        self.app.notify(f"saved {path}")
+
+    async def set_config(self, config: ExperimentConfig) -> None:
+        self.config = config
+        self._hparam_values = {k: _text(v) for k, v in config.model.attn_params.items()}
+        if self.menus is not None:
+            await self._rebuild_form()
+
+
+def _flat(config: ExperimentConfig) -> dict[str, Any]:
+    raw = to_dict(config)
+    return {f"{section}.{key}": value for section in ("data", "model", "train", "decode") for key, value in raw[section].items()}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+def _summary(config: ExperimentConfig) -> str:
+    m = config.model
+    if m.arch == "transformer":
+        dec_self = m.decoder_self_attention or m.self_attention
+        attention = f"{m.self_attention}/{dec_self}/{m.cross_attention}"
+    else:
+        attention = f"{m.cell}+{m.attention}"
+    return f"{config.data.task}, {m.arch} {attention}, {config.train.max_steps} steps"

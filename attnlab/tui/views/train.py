@@ -1,0 +1,274 @@
+"""Train: launch runs in a child process, follow their events, plot, control, queue.
+
+The view polls ``RUN/events.jsonl`` on a timer (a few hundred bytes per poll; no thread).
+It also watches the child's exit code: a child that dies without a ``done`` event is shown
+as an error with the last line of its stderr, and the app keeps running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import DataTable, Label, Log, ProgressBar, Static
+
+from attnlab.config import ExperimentConfig
+from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
+from attnlab.tui.launcher import TrainingProcess
+from attnlab.tui.widgets.plots import MetricPlot
+
+# Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
+CommandFactory = Callable[[Path, Path, str], Sequence[str]]
+
+POLL_SECONDS = 0.25
+
+
+class TrainView(Vertical):
+    """The Train tab: one active run (a child process or a run followed from disk) + a queue."""
+
+    class RunFinished(Message):
+        """The active run ended (finished, stopped or failed)."""
+
+        def __init__(self, run_dir: Path, state: str) -> None:
+            super().__init__()
+            self.run_dir = run_dir
+            self.state = state
+
+    def __init__(
+        self,
+        runs_dir: Path,
+        *,
+        command_factory: CommandFactory | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self.runs_dir = runs_dir
+        self.command_factory = command_factory
+        self.poll_seconds = poll_seconds
+        self.process: TrainingProcess | None = None
+        self.follower: RunFollower | None = None
+        self.queue: list[ExperimentConfig] = []
+        self.paused = False
+        self.pending_control: str | None = None
+        self._timer: Timer | None = None
+        self._drawn = (-1, -1, -1, -1)  # (train points, eval points, samples step, log lines)
+        self._failure_reported = False
+        self._status_shown: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.", id="train-status")
+        with Horizontal(id="train-progress-row"):
+            yield ProgressBar(total=1, show_eta=False, id="train-progress")
+            yield Label("", id="train-eta")
+        with Horizontal(id="train-plots"):
+            yield MetricPlot("loss", id="loss-plot")
+            yield MetricPlot("dev metrics (0-100)", id="metric-plot")
+        with Horizontal(id="train-bottom"):
+            table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+            yield table
+            yield Log(id="event-log", max_lines=2000)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#samples", DataTable)
+        table.add_columns("src", "ref", "hyp", "ok")
+
+    # -- starting and following ---------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """A run is in progress (its child runs, or a followed run has not ended)."""
+        if self.process is not None and self.process.running:
+            return True
+        return self.follower is not None and self.process is None and not self.follower.finished
+
+    def train(self, config: ExperimentConfig, queue: bool = False) -> str:
+        """Start now, or queue behind the active run. Returns what happened (for the notice)."""
+        if queue or self.active:
+            self.queue.append(config)
+            self._refresh_status()
+            return f"queued ({len(self.queue)} waiting)"
+        self._launch(config)
+        return f"training {self.process.run_name if self.process else ''}"
+
+    def _launch(self, config: ExperimentConfig) -> None:
+        process = TrainingProcess.start(config, self.runs_dir, command=self.command_factory)
+        self.process = process
+        self._follow(process.run_dir)
+        self.log_line(f"started {process.run_name} (pid {process.pid})")
+
+    def follow_run(self, run_dir: Path) -> None:
+        """Watch a run started elsewhere (``attnlab train`` in another terminal)."""
+        self.process = None
+        self._follow(run_dir)
+        self.log_line(f"following {run_dir}")
+
+    def _follow(self, run_dir: Path) -> None:
+        self.follower = RunFollower(run_dir)
+        self.paused = False
+        self.pending_control = None
+        self._failure_reported = False
+        self._drawn = (-1, -1, -1, -1)
+        self.query_one("#samples", DataTable).clear()
+        self.query_one("#event-log", Log).clear()
+        if self._timer is None:
+            self._timer = self.set_interval(self.poll_seconds, self.poll)
+        self.poll()
+
+    def poll(self) -> None:
+        """Read new events, check the child, redraw what changed, start the next queued run."""
+        follower = self.follower
+        if follower is None:
+            return
+        if self.pending_control and follower.run_dir.is_dir():
+            word, self.pending_control = self.pending_control, None
+            self._send(word)
+        follower.poll()
+        code = self.process.poll() if self.process is not None else None
+        if self.process is not None and code is not None and not follower.finished:
+            follower.poll()  # the last events may have landed just before the exit
+            if not follower.finished:
+                tail = self.process.stderr_tail()
+                follower.error = tail[-1] if tail else f"training process exited with code {code}"
+                follower.state = FAILED
+                follower.log.append(f"training process exited with code {code}: {follower.error}")
+        self._redraw()
+        if follower.finished and (self.process is None or code is not None):
+            self._on_run_end(follower)
+
+    def _on_run_end(self, follower: RunFollower) -> None:
+        if self._failure_reported:
+            return
+        self._failure_reported = True
+        if follower.state == FAILED:
+            self.app.notify(follower.error or "training failed", title="Training failed", severity="error")
+        self.post_message(self.RunFinished(follower.run_dir, follower.state))
+        if self.queue:
+            self._launch(self.queue.pop(0))
+
+    # -- controls -----------------------------------------------------------------------------
+
+    def control(self, word: str) -> str:
+        """pause / resume / save / stop the active run; returns a notice."""
+        if self.follower is None or not self.active:
+            return "no run in progress"
+        if word == "pause" and (self.paused or self.follower.state == PAUSED):
+            word = "resume"
+        self._send(word)
+        return f"{word} requested"
+
+    def _send(self, word: str) -> None:
+        assert self.follower is not None
+        if not self.follower.run_dir.is_dir():
+            if word == "stop" and self.process is not None:
+                self.process.interrupt()  # nothing to save yet; stop it now
+                self.log_line("stop requested (interrupted before the run started)")
+                return
+            self.pending_control = word  # the child has not created its run directory yet
+            return
+        from attnlab.tui.launcher import write_control
+
+        write_control(self.follower.run_dir, word)
+        if word == "pause":
+            self.paused = True
+        elif word == "resume":
+            self.paused = False
+        self.log_line(f"{word} requested")
+        self._refresh_status()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def log_line(self, text: str) -> None:
+        self.query_one("#event-log", Log).write_line(text)
+
+    def _redraw(self) -> None:
+        follower = self.follower
+        assert follower is not None
+        c = follower.curves
+        drawn = (len(c.train_step), len(c.eval_step), id(follower.samples), len(follower.log))
+        self._refresh_status()
+        if drawn == self._drawn:
+            return
+        previous = self._drawn
+        self._drawn = drawn
+        with self.app.batch_update():
+            if drawn[:2] != previous[:2]:
+                self.query_one("#loss-plot", MetricPlot).set_series(
+                    [("train", c.train_step, c.train_loss), ("dev", c.eval_step, c.dev_loss)]
+                )
+                self.query_one("#metric-plot", MetricPlot).set_series(
+                    [
+                        ("BLEU", c.eval_step, c.bleu),
+                        ("chrF", c.eval_step, c.chrf),
+                        ("exact %", c.eval_step, c.exact_match),
+                    ]
+                )
+            if drawn[2] != previous[2]:
+                table = self.query_one("#samples", DataTable)
+                table.clear()
+                for sample in follower.samples:
+                    table.add_row(
+                        " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp), "✓" if sample.correct else "✗"
+                    )
+            if drawn[3] != previous[3]:
+                log = self.query_one("#event-log", Log)
+                start = max(previous[3], 0)
+                log.write_lines(follower.log[start:])
+
+    def _refresh_status(self) -> None:
+        follower = self.follower
+        status = self.query_one("#train-status", Static)
+        queued = f"  [dim]queue: {len(self.queue)}[/]" if self.queue else ""
+        if follower is None:
+            status.update("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment." + queued)
+            return
+        state = follower.state
+        if self.paused and state not in (FAILED,) and not follower.finished:
+            state = PAUSED
+        colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
+        name = follower.name or follower.run_dir.name
+        parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
+        if state != STARTING:
+            parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
+            parts.append(f"loss {follower.loss:.3f}")
+            parts.append(f"lr {follower.lr:.2e}")
+            parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
+            if follower.last_eval:
+                parts.append(f"BLEU {float(follower.last_eval.get('bleu') or 0):.1f}")
+        if follower.error:
+            parts.append(f"[$error]{_escape(follower.error)}[/]")
+        eta = follower.eta_s() if not follower.finished else 0.0
+        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, follower.elapsed_s, eta)
+        if shown == self._status_shown:
+            return  # nothing changed: no repaint (this runs on every poll)
+        self._status_shown = shown
+        status.update(shown[0])
+        bar = self.query_one("#train-progress", ProgressBar)
+        bar.update(total=max(follower.max_steps, 1), progress=follower.step)
+        self.query_one("#train-eta", Label).update(
+            f"elapsed {format_duration(follower.elapsed_s)}  ETA {format_duration(eta)}"
+        )
+
+    @on(DataTable.RowSelected, "#samples")
+    def _sample_selected(self, event: DataTable.RowSelected) -> None:
+        # Open the selected sample's attention in Inspect (the app switches tabs).
+        if self.follower is not None and event.cursor_row < len(self.follower.samples):
+            self.post_message(SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row]))
+
+
+class SampleChosen(Message):
+    """A logged sample (with attention) was chosen in the Train view."""
+
+    def __init__(self, run_dir: Path, sample: object) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.sample = sample
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")

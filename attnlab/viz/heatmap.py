@@ -1,0 +1,266 @@
+"""Attention heatmaps as Rich renderables: a pure function of a matrix and its tokens.
+
+Target tokens are rows, source tokens are columns (labels written vertically above them),
+each cell is coloured on a sequential (viridis-like) scale from 0 to the matrix maximum,
+with a legend below. ``half_block`` packs two target rows into one text row with ``▀``
+(foreground = upper row, background = lower row) for an overview of large matrices.
+
+No textual and no torch import here: the CLI prints these, the tests snapshot them, and
+the TUI reuses ``heatmap_cell_style`` / ``heatmap_rgb`` for its own widget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+
+# viridis stops (position, RGB): perceptually ordered, readable on dark and light themes
+SCALE_STOPS: tuple[tuple[float, tuple[int, int, int]], ...] = (
+    (0.0, (0x44, 0x01, 0x54)),
+    (0.25, (0x3B, 0x52, 0x8B)),
+    (0.5, (0x21, 0x91, 0x8C)),
+    (0.75, (0x5E, 0xC9, 0x62)),
+    (1.0, (0xFD, 0xE7, 0x25)),
+)
+LEVELS = 101  # the scale is quantised to 101 colours (0.00 .. 1.00 of the maximum)
+MAX_ROW_LABEL = 12
+MAX_COL_LABEL = 8
+LEGEND_WIDTH = 20
+HALF_BLOCK = "▀"
+
+
+def _interpolate(position: float) -> tuple[int, int, int]:
+    for (p0, c0), (p1, c1) in zip(SCALE_STOPS, SCALE_STOPS[1:], strict=False):
+        if position <= p1:
+            f = 0.0 if p1 == p0 else (position - p0) / (p1 - p0)
+            return tuple(round(a + (b - a) * f) for a, b in zip(c0, c1, strict=True))  # type: ignore[return-value]
+    return SCALE_STOPS[-1][1]
+
+
+PALETTE: tuple[tuple[int, int, int], ...] = tuple(_interpolate(i / (LEVELS - 1)) for i in range(LEVELS))
+
+
+def heatmap_level(value: float, vmax: float = 1.0) -> int:
+    """Palette index 0..100 of ``value`` on a 0..vmax scale (clamped; NaN -> 0)."""
+    if value != value or vmax <= 0:  # NaN, or an all-zero matrix
+        return 0
+    return int(round(min(max(value / vmax, 0.0), 1.0) * (LEVELS - 1)))
+
+
+def heatmap_rgb(value: float, vmax: float = 1.0) -> tuple[int, int, int]:
+    return PALETTE[heatmap_level(value, vmax)]
+
+
+def _hex(rgb: tuple[int, int, int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def _text_colour(rgb: tuple[int, int, int]) -> str:
+    # perceived brightness (ITU-R BT.601 weights): dark text on the light end of the scale
+    brightness = (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]) / 255
+    return "#000000" if brightness > 0.5 else "#ffffff"
+
+
+def heatmap_cell_style(value: float, vmax: float = 1.0) -> Style:
+    """Background = the scale colour of ``value``; foreground readable on it."""
+    rgb = heatmap_rgb(value, vmax)
+    return Style(bgcolor=_hex(rgb), color=_text_colour(rgb))
+
+
+def _as_rows(matrix: Any) -> list[list[float]]:
+    if hasattr(matrix, "detach"):  # a torch tensor, without importing torch
+        matrix = matrix.detach().float().cpu()
+    if hasattr(matrix, "tolist"):
+        matrix = matrix.tolist()
+    return [[float(v) for v in row] for row in matrix]
+
+
+def _fit(label: str, width: int) -> str:
+    """``label`` cut to ``width`` characters with an ellipsis."""
+    if len(label) <= width:
+        return label
+    return label[: max(width - 1, 0)] + "…"
+
+
+class Heatmap:
+    """A Rich renderable for one attention matrix; build it with :func:`render_heatmap`."""
+
+    def __init__(
+        self,
+        rows: list[list[float]],
+        row_labels: list[str],
+        col_labels: list[str],
+        title: str | None,
+        max_width: int | None,
+        half_block: bool,
+        show_values: bool,
+        vmax: float | None,
+    ) -> None:
+        self.rows = rows
+        self.row_labels = row_labels
+        self.col_labels = col_labels
+        self.title = title
+        self.max_width = max_width
+        self.half_block = half_block
+        self.show_values = show_values
+        peak = max((v for row in rows for v in row if v == v), default=0.0)
+        self.vmax = float(vmax) if vmax is not None else (peak if peak > 0 else 1.0)
+
+    # -- layout ----------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_cols(self) -> int:
+        return len(self.col_labels)
+
+    def _label_width(self) -> int:
+        if self.half_block:
+            labels = self._half_labels(MAX_ROW_LABEL)
+        else:
+            labels = self.row_labels
+        return min(max((len(x) for x in labels), default=0), MAX_ROW_LABEL)
+
+    def layout(self, width: int) -> tuple[int, int]:
+        """(cell width, columns shown) that fit in ``width`` characters."""
+        budget = max(width - self._label_width() - 1, 1)
+        if self.half_block:
+            return 1, min(self.n_cols, budget)
+        widths = (3, 2, 1) if self.show_values else (2, 1)
+        for cell in widths:
+            if cell * self.n_cols <= budget:
+                return cell, self.n_cols
+        cell = widths[-1]
+        marker = 2 + len(str(self.n_cols))  # room for the " +k" marker
+        return cell, max(min(self.n_cols, (budget - marker) // cell), 1)
+
+    def _half_labels(self, width: int) -> list[str]:
+        labels = []
+        for i in range(0, len(self.row_labels), 2):
+            pair = self.row_labels[i : i + 2]
+            labels.append(_fit("/".join(pair), width))
+        return labels
+
+    # -- rich protocol -------------------------------------------------------------------
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        width = self.max_width or options.max_width
+        cell, shown = self.layout(min(width, options.max_width))
+        used = self._label_width() + 1 + cell * shown + (3 if shown < self.n_cols else 0)
+        used = max(used, len(self._legend_text().plain), len(self.title or ""))
+        return Measurement(min(used, options.max_width), min(used, options.max_width))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = min(self.max_width or options.max_width, options.max_width)
+        for line in self.lines(width):
+            line.truncate(width)
+            yield from line.render(console, end="")
+            yield Segment.line()
+
+    # -- the lines -------------------------------------------------------------------------
+    def lines(self, width: int) -> list[Text]:
+        cell, shown = self.layout(width)
+        label_width = self._label_width()
+        out: list[Text] = []
+        if self.title:
+            out.append(Text(self.title, style="bold"))
+        out.extend(self._header(label_width, cell, shown))
+        if self.half_block:
+            out.extend(self._half_rows(label_width, shown))
+        else:
+            out.extend(self._full_rows(label_width, cell, shown))
+        out.append(self._legend_text())
+        return out
+
+    def _header(self, label_width: int, cell: int, shown: int) -> list[Text]:
+        """Source tokens written top-down, one character per line, above their columns."""
+        labels = [_fit(x, MAX_COL_LABEL) for x in self.col_labels[:shown]]
+        height = max((len(x) for x in labels), default=0)
+        lines = []
+        for k in range(height):
+            text = Text(" " * (label_width + 1))
+            for label in labels:
+                char = label[k] if k < len(label) else " "
+                text.append(char.ljust(cell) if cell > 1 else char, style="bold")
+            lines.append(text)
+        return lines
+
+    def _more(self, shown: int) -> str:
+        hidden = self.n_cols - shown
+        return f" +{hidden}" if hidden > 0 else ""
+
+    def _full_rows(self, label_width: int, cell: int, shown: int) -> list[Text]:
+        lines = []
+        for label, row in zip(self.row_labels, self.rows, strict=True):
+            text = Text()
+            text.append(_fit(label, label_width).rjust(label_width), style="bold")
+            text.append(" ")
+            for value in row[:shown]:
+                style = heatmap_cell_style(value, self.vmax)
+                if self.show_values and cell >= 2:
+                    shown_value = f"{round(100 * value):d}" if value == value else "?"
+                    text.append(shown_value.rjust(cell)[-cell:], style)
+                else:
+                    text.append(" " * cell, style)
+            text.append(self._more(shown), style="dim")
+            lines.append(text)
+        return lines
+
+    def _half_rows(self, label_width: int, shown: int) -> list[Text]:
+        lines = []
+        labels = self._half_labels(label_width)
+        for pair_index, i in enumerate(range(0, self.n_rows, 2)):
+            text = Text()
+            text.append(labels[pair_index].rjust(label_width), style="bold")
+            text.append(" ")
+            upper = self.rows[i]
+            lower = self.rows[i + 1] if i + 1 < self.n_rows else None
+            for j in range(shown):
+                fg = _hex(heatmap_rgb(upper[j], self.vmax))
+                bg = _hex(heatmap_rgb(lower[j], self.vmax)) if lower is not None else None
+                text.append(HALF_BLOCK, Style(color=fg, bgcolor=bg))
+            text.append(self._more(shown), style="dim")
+            lines.append(text)
+        return lines
+
+    def _legend_text(self) -> Text:
+        text = Text("0 ")
+        for k in range(LEGEND_WIDTH):
+            level = round(k * (LEVELS - 1) / (LEGEND_WIDTH - 1))
+            text.append(" ", Style(bgcolor=_hex(PALETTE[level])))
+        text.append(f" {self.vmax:.2f}")
+        return text
+
+
+def render_heatmap(
+    matrix: Sequence[Sequence[float]] | Any,
+    row_labels: Iterable[str],
+    col_labels: Iterable[str],
+    title: str | None = None,
+    max_width: int | None = None,
+    half_block: bool = False,
+    show_values: bool = False,
+    vmax: float | None = None,
+) -> Heatmap:
+    """A renderable heatmap of matrix[T, S] (list of rows or a tensor / array).
+
+    ``row_labels`` are the T target tokens, ``col_labels`` the S source tokens. Colours run
+    from 0 to ``vmax`` (default: the matrix maximum, so the largest weight gets the top
+    colour). ``show_values`` prints each weight in percent inside its cell. When the columns
+    do not fit in ``max_width`` (or the console), cells narrow to one character and then the
+    right-most columns are cut with a "+k" marker.
+    """
+    rows = _as_rows(matrix)
+    row_labels, col_labels = [str(x) for x in row_labels], [str(x) for x in col_labels]
+    if len(rows) != len(row_labels):
+        raise ValueError(f"matrix has {len(rows)} rows but {len(row_labels)} row labels")
+    for i, row in enumerate(rows):
+        if len(row) != len(col_labels):
+            raise ValueError(f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels")
+    return Heatmap(rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax)

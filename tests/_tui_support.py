@@ -1,0 +1,125 @@
+"""Helpers for the TUI tests: hand-written run directories with fixed events and times."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attnlab.config import ExperimentConfig, apply_overrides, dumps_toml
+
+T0 = 1_800_000_000.0  # fixed clock: snapshots and logs never depend on the real time
+
+TINY_LAB_OVERRIDES = [
+    "data.train_size=200",
+    "data.dev_size=16",
+    "data.test_size=16",
+    "data.min_len=3",
+    "data.max_len=6",
+    "data.vocab_size=10",
+    "model.hidden=16",
+    "model.emb=8",
+    "train.max_steps=30",
+    "train.batch_size=16",
+    "train.eval_every=10",
+    "train.log_every=2",
+    "train.samples=2",
+    "train.device=cpu",
+]
+
+
+def tiny_config(name: str = "tiny") -> ExperimentConfig:
+    return apply_overrides(ExperimentConfig(name=name), TINY_LAB_OVERRIDES)
+
+
+def sample_events(step: int) -> list[dict[str, Any]]:
+    """Two logged samples with attention (hyp_len x src_len), reverse task."""
+    return [
+        {
+            "type": "sample",
+            "step": step,
+            "index": 0,
+            "src": ["3", "1", "4", "2"],
+            "ref": ["2", "4", "1", "3"],
+            "hyp": ["2", "4", "1", "3"],
+            "attention": [
+                [0.05, 0.05, 0.1, 0.8],
+                [0.05, 0.1, 0.75, 0.1],
+                [0.1, 0.7, 0.1, 0.1],
+                [0.85, 0.05, 0.05, 0.05],
+            ],
+        },
+        {
+            "type": "sample",
+            "step": step,
+            "index": 1,
+            "src": ["5", "6", "7"],
+            "ref": ["7", "6", "5"],
+            "hyp": ["7", "5"],
+            "attention": [[0.2, 0.2, 0.6], [0.5, 0.3, 0.2]],
+        },
+    ]
+
+
+def run_events(steps: int = 40, eval_every: int = 20, done: str | None = "finished") -> list[dict[str, Any]]:
+    """A plausible event log: start, steps every 5, evals with samples, checkpoints, done."""
+    config = tiny_config()
+    from attnlab.config import to_dict
+
+    events: list[dict[str, Any]] = [
+        {"type": "start", "step": 0, "name": "tiny", "config": to_dict(config), "params": 4321, "device": "cpu", "resumed": False}
+    ]
+    for step in range(5, steps + 1, 5):
+        events.append(
+            {
+                "type": "step",
+                "step": step,
+                "loss": round(3.0 * 0.9 ** (step / 5), 4),
+                "lr": 0.002,
+                "tokens_per_s": 1000.0 + step,
+                "tf_ratio": 1.0,
+                "grad_norm": 1.0,
+                "elapsed_s": step * 0.1,
+                "tokens": step * 100,
+            }
+        )
+        if step % eval_every == 0:
+            k = step // eval_every
+            events.append(
+                {
+                    "type": "eval",
+                    "step": step,
+                    "split": "dev",
+                    "loss": round(2.0 / k, 4),
+                    "ppl": 1.0,
+                    "bleu": 30.0 * k,
+                    "chrf": 35.0 * k,
+                    "exact_match": 0.2 * k,
+                    "alignment_accuracy": 0.5,
+                    "bleu_by_length": [{"bucket": "1-5", "n": 8, "bleu": 40.0 * k}, {"bucket": "6-10", "n": 8, "bleu": 20.0 * k}],
+                    "best": True,
+                    "elapsed_s": step * 0.1,
+                }
+            )
+            events.extend(sample_events(step))
+            events.append({"type": "checkpoint", "step": step, "tag": "best", "path": "checkpoints/best"})
+    if done:
+        events.append({"type": "done", "step": steps, "reason": done, "best": {"bleu": 60.0}, "elapsed_s": steps * 0.1})
+    return events
+
+
+def write_events(run_dir: Path, events: list[dict[str, Any]], partial: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+        for i, event in enumerate(events):
+            handle.write(json.dumps({"time": T0 + i, **event}) + "\n")
+        handle.write(partial)
+
+
+def write_run(root: Path, name: str, events: list[dict[str, Any]] | None = None) -> Path:
+    """A run directory with config.toml and events.jsonl (no checkpoints)."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dumps_toml(tiny_config(name)), encoding="utf-8")
+    write_events(run_dir, run_events() if events is None else events)
+    return run_dir

@@ -1,0 +1,234 @@
+"""Batched beam search: exactness on a tiny model, penalties, diverse groups, batching."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from _decode_fakes import HashModel, exhaustive_best, pad_batch, sequence_log_prob
+
+from attnlab.config import DecodeConfig, ExperimentConfig
+from attnlab.decode.beam import beam_search
+from attnlab.decode.greedy import greedy_decode
+from attnlab.decode.search import decode_batch
+from attnlab.nn.seq2seq import BOS_ID, EOS_ID
+
+SOURCES = [[5, 6, 7], [8, 4], [9, 10, 11, 12, 13], [4]]
+WORDS = [1, 4, 5]  # what the vocab-6 model may produce besides </s> (<pad>, <s> are blocked)
+
+
+def beam(model, sources, steps, **options):
+    src, mask = pad_batch(sources)
+    cfg = DecodeConfig(**options)
+    return beam_search(model, src, mask, cfg, torch.full((len(sources),), steps), need_attention=True)
+
+
+def enumerate_finished(model, src, steps):
+    """Every finished sequence of at most ``steps`` steps with its float64 log-prob and attention."""
+    out = []
+    for length in range(steps):
+        for body in itertools.product(WORDS, repeat=length):
+            seq = [*body, EOS_ID]
+            out.append((list(body), sequence_log_prob(model, src, seq), attention_of(model, src, seq)))
+    return out
+
+
+def attention_of(model, src, seq):
+    """[T, S] last-layer head-mean cross-attention of ``seq`` (one sentence, step by step)."""
+    s = torch.tensor([src])
+    enc = model.encode(s, torch.ones_like(s, dtype=torch.bool))
+    state = model.start_state(enc)
+    rows, prev = [], BOS_ID
+    for token in seq:
+        _, state, cross = model.step(torch.tensor([prev]), state, enc, need_weights=True)
+        rows.append(cross[0, -1].double().mean(dim=0))
+        prev = token
+    return torch.stack(rows)
+
+
+def gnmt_by_hand(log_prob, attention, steps, alpha, beta):
+    lp = ((5.0 + steps) / 6.0) ** alpha
+    cp = 0.0
+    for i in range(attention.shape[1]):
+        total = 0.0
+        for t in range(attention.shape[0]):
+            total += float(attention[t, i])
+        cp += math.log(min(total, 1.0))
+    return log_prob / lp + beta * cp, lp, beta * cp
+
+
+def test_beam_of_one_equals_greedy():
+    model = HashModel(eos_bias=0.4)
+    src, mask = pad_batch(SOURCES)
+    greedy = greedy_decode(model, src, mask, max_len=7, need_attention=True)
+    beamed = beam(model, SOURCES, 7, beam=1)
+    for g, (b,) in zip(greedy, beamed, strict=True):
+        assert b.tokens == g.tokens
+        assert b.finished == g.finished
+        assert b.log_prob == pytest.approx(g.log_prob, abs=1e-5)
+        torch.testing.assert_close(b.attention_layers, g.attention_layers)
+
+
+@pytest.mark.parametrize("salt", [0.0, 1.0, 2.0, 3.0])
+def test_wide_beam_returns_the_exhaustive_arg_max(salt):
+    model = HashModel(vocab=6, salt=salt, eos_bias=0.5)
+    src = [5, 6, 7]
+    best_tokens, best_score = exhaustive_best(model, src, 4, WORDS)
+    (top, *_), = beam(model, [src], 4, beam=60)  # 2K candidates cover every expansion
+    assert top.finished
+    assert top.tokens == best_tokens
+    assert top.log_prob == pytest.approx(best_score, abs=1e-5)
+
+
+def test_beam_beats_greedy_where_greedy_is_not_optimal():
+    found = 0
+    for salt in range(12):
+        model = HashModel(vocab=6, salt=float(salt), eos_bias=0.5)
+        best_tokens, best_score = exhaustive_best(model, [5, 6, 7], 4, WORDS)
+        src, mask = pad_batch([[5, 6, 7]])
+        (greedy,) = greedy_decode(model, src, mask, max_len=4)
+        if greedy.finished and greedy.tokens == best_tokens:
+            continue
+        found += 1
+        ((top, *_),) = beam(model, [[5, 6, 7]], 4, beam=60)
+        assert top.tokens == best_tokens
+        assert top.log_prob > greedy.log_prob
+    assert found >= 2  # the model really makes greedy search fail
+
+
+def test_nbest_list_is_the_exhaustive_top_n():
+    model = HashModel(vocab=6, salt=0.5, eos_bias=0.5)
+    ranked = sorted(enumerate_finished(model, [9, 4], 4), key=lambda e: e[1], reverse=True)
+    (nbest,) = beam(model, [[9, 4]], 4, beam=60, nbest=5)
+    assert [h.tokens for h in nbest] == [e[0] for e in ranked[:5]]
+    assert [h.log_prob for h in nbest] == pytest.approx([e[1] for e in ranked[:5]], abs=1e-5)
+
+
+@pytest.mark.parametrize("alpha,beta", [(0.6, 0.0), (0.0, 0.4), (1.0, 0.3)])
+def test_penalised_search_ranks_by_the_gnmt_score(alpha, beta):
+    model = HashModel(vocab=6, salt=1.5, eos_bias=-0.5)
+    src = [5, 6, 7]
+    by_hand = []
+    for tokens, log_prob, attention in enumerate_finished(model, src, 4):
+        score, lp, cp = gnmt_by_hand(log_prob, attention, len(tokens) + 1, alpha, beta)
+        by_hand.append((tokens, score, lp, cp))
+    by_hand.sort(key=lambda e: e[1], reverse=True)
+    (nbest,) = beam(model, [src], 4, beam=60, nbest=3, alpha=alpha, beta=beta)
+    assert [h.tokens for h in nbest] == [e[0] for e in by_hand[:3]]
+    for hyp, (_, score, lp, cp) in zip(nbest, by_hand, strict=False):
+        assert hyp.length_penalty == pytest.approx(lp)
+        assert hyp.coverage_penalty == pytest.approx(cp, abs=1e-5)
+        assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+def test_fairseq_length_normalisation():
+    model = HashModel(vocab=6, salt=1.5, eos_bias=-0.5)
+    (nbest,) = beam(model, [[5, 6, 7]], 4, beam=60, nbest=4, alpha=1.0, length_norm="fairseq")
+    for hyp in nbest:
+        steps = len(hyp.tokens) + 1
+        assert hyp.length_penalty == pytest.approx(steps)
+        assert hyp.score == pytest.approx(hyp.log_prob / steps)
+    assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+
+
+def test_penalties_off_means_score_is_log_prob():
+    model = HashModel(eos_bias=0.3)
+    for nbest in beam(model, SOURCES, 6, beam=4, nbest=4):
+        for hyp in nbest:
+            assert (hyp.length_penalty, hyp.coverage_penalty) == (1.0, 0.0)
+            assert hyp.score == pytest.approx(hyp.log_prob)
+            assert hyp.log_prob == pytest.approx(sum(hyp.token_log_probs), abs=1e-5)
+
+
+def test_every_hypothesis_carries_its_own_attention():
+    model = HashModel(eos_bias=0.3)
+    for sentence, nbest in zip(SOURCES, beam(model, SOURCES, 6, beam=4, nbest=4), strict=True):
+        for hyp in nbest:
+            seq = hyp.tokens + ([EOS_ID] if hyp.finished else [])
+            assert hyp.attention_layers.shape == (2, 2, len(seq), len(sentence))
+            torch.testing.assert_close(hyp.attention.double(), attention_of(model, sentence, seq))
+            assert hyp.log_prob == pytest.approx(sequence_log_prob(model, sentence, seq), abs=1e-5)
+
+
+def test_beam_alone_equals_inside_a_padded_batch():
+    model = HashModel(eos_bias=0.2)
+    batched = beam(model, SOURCES, 8, beam=5, nbest=3, alpha=0.6, beta=0.2)
+    for sentence, together in zip(SOURCES, batched, strict=True):
+        (alone,) = beam(model, [sentence], 8, beam=5, nbest=3, alpha=0.6, beta=0.2)
+        assert [h.tokens for h in alone] == [h.tokens for h in together]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in together], abs=1e-5)
+
+
+def test_budget_cut_hypotheses_are_unfinished_and_ranked_last():
+    model = HashModel(eos_bias=-100.0)  # never ends by itself
+    src, mask = pad_batch(SOURCES)
+    cfg = DecodeConfig(beam=3, nbest=3)
+    out = beam_search(model, src, mask, cfg, torch.tensor([2, 3, 1, 4]))
+    for nbest, steps in zip(out, [2, 3, 1, 4], strict=True):
+        assert len(nbest) == 3 and not any(h.finished for h in nbest)
+        assert all(len(h.tokens) == steps for h in nbest)
+    model = HashModel(vocab=6, eos_bias=0.0)
+    (mixed,) = beam(model, [[5, 6]], 3, beam=6, nbest=6)
+    flags = [h.finished for h in mixed]
+    assert flags == sorted(flags, reverse=True)
+
+
+def test_min_len_blocks_end_of_sentence_in_beam():
+    model = HashModel(eos_bias=100.0)
+    for nbest in beam(model, SOURCES, 8, beam=3, nbest=3, min_len=2):
+        assert all(len(h.tokens) == 2 and h.finished for h in nbest)
+
+
+def test_diverse_beam_with_one_group_is_plain_beam():
+    model = HashModel(eos_bias=0.2)
+    plain = beam(model, SOURCES, 7, beam=4, nbest=4)
+    one_group = beam(model, SOURCES, 7, beam=4, nbest=4, groups=1, diversity=5.0)
+    assert [[h.tokens for h in n] for n in plain] == [[h.tokens for h in n] for n in one_group]
+
+
+def test_diverse_groups_differ_when_diversity_is_positive():
+    model = HashModel(eos_bias=-100.0)
+    same = beam(model, SOURCES, 4, beam=3, nbest=3, groups=3, diversity=0.0)
+    diverse = beam(model, SOURCES, 4, beam=3, nbest=3, groups=3, diversity=50.0)
+    for nbest in same:  # without the penalty every group runs the same search
+        assert len({tuple(h.tokens) for h in nbest}) == 1
+    for nbest in diverse:  # with it the groups pick different tokens at every step
+        assert len({h.tokens[0] for h in nbest}) == 3
+        for t in range(4):
+            assert len({h.tokens[t] for h in nbest}) == 3
+
+
+def test_decode_batch_dispatches_to_beam():
+    model = HashModel(eos_bias=0.2)
+    src, mask = pad_batch(SOURCES)
+    cfg = DecodeConfig(beam=4, nbest=2, max_len_ratio=1.0, max_len_const=3)
+    out = decode_batch(model, src, mask, cfg)
+    budget = torch.tensor([math.ceil(len(s)) + 3 for s in SOURCES])
+    expected = beam_search(model, src, mask, cfg, budget)
+    assert [[h.tokens for h in n] for n in out] == [[h.tokens for h in n] for n in expected]
+    assert all(len(n) == 2 for n in out)
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_real_model_beam_alone_equals_batched(arch):
+    from attnlab.nn.model import ARCHITECTURES, build_model
+
+    if arch not in ARCHITECTURES:
+        pytest.skip(f"architecture {arch!r} is not registered yet")
+    torch.manual_seed(0)
+    model = build_model(ExperimentConfig(), 20, 15).eval()
+    src, mask = pad_batch(SOURCES)
+    cfg = DecodeConfig(beam=4, nbest=2, alpha=0.6, beta=0.2)
+    together = decode_batch(model, src, mask, cfg, need_attention=True)
+    for sentence, nbest in zip(SOURCES, together, strict=True):
+        s, m = pad_batch([sentence])
+        (alone,) = decode_batch(model, s, m, cfg, need_attention=True)
+        assert [h.tokens for h in alone] == [h.tokens for h in nbest]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in nbest], abs=1e-4)
+        assert nbest[0].attention.shape[1] == len(sentence)
+    # beam 1 through decode_batch's beam path equals greedy on the real model too
+    greedy = greedy_decode(model, src, mask, max_len=12)
+    one = beam_search(model, src, mask, DecodeConfig(beam=1), torch.full((4,), 12))
+    assert [g.tokens for g in greedy] == [n[0].tokens for n in one]

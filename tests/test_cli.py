@@ -1,0 +1,150 @@
+"""The command line through click's CliRunner, and exit codes through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from attnlab.cli import cli
+
+COMMANDS = ["train", "eval", "translate", "variants", "presets", "runs", "export"]
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_everywhere(command):
+    result = invoke(*([command] if command else []), "--help")
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+
+
+def test_a_bare_group_shows_its_help():
+    result = invoke("data")
+    assert result.exit_code == 0 and "Usage: attnlab data" in result.output and "error" not in result.output
+
+
+def test_presets_lists_names_with_descriptions():
+    result = invoke("presets")
+    assert result.exit_code == 0
+    for name in ("reverse-bahdanau", "reverse-none", "copy-local-m", "dates-bahdanau"):
+        assert name in result.output
+
+
+def test_variants_lists_the_registry():
+    from attnlab.nn.attention import ATTENTION
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["variants"])
+    assert result.exit_code == 0
+    for entry in ATTENTION.entries():
+        assert entry.name in result.output
+    assert "rnn-cross" in result.output
+
+
+def test_user_errors_are_one_line_with_exit_2():
+    cases = [
+        (["train", "--set", "model.attention=bahdanu"], 'did you mean "bahdanau"'),
+        (["train", "--preset", "reverse-bahdanu"], 'did you mean "reverse-bahdanau"'),
+        (["train", "--preset", "nowhere/missing.toml"], "no such preset file"),
+        (["train", "--bogus"], "No such option"),
+        (["train", "--device", "tpu"], "--device"),
+        (["eval", "/definitely/missing/run"], "no such run directory"),
+        (["export", "/definitely/missing/run", "--out", "x.safetensors"], "no such run directory"),
+        (["frobnicate"], "No such command"),
+    ]
+    for args, needle in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1, (args, result.output)
+        assert lines[0].startswith("error: ") and needle in lines[0], (args, lines[0])
+        assert "Traceback" not in result.output
+
+
+def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
+    result = invoke("train", "--out", str(tmp_path), "--run-name", "tiny", "--quiet", *tiny_sets)
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "tiny"
+    assert f"run directory: {run_dir}" in result.output
+    assert "finished: step 6" in result.output
+
+    result = invoke("eval", str(run_dir), "--json")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)
+    for key in ("bleu", "chrf", "exact_match", "loss", "n", "bleu_by_length", "alignment_accuracy"):
+        assert key in metrics
+    assert metrics["n"] == 16 and metrics["split"] == "dev"
+    assert all({"bucket", "n", "bleu"} <= set(row) for row in metrics["bleu_by_length"])
+    assert 0.0 <= metrics["alignment_accuracy"] <= 1.0
+
+    test_metrics = json.loads(invoke("eval", str(run_dir), "--split", "test", "--json").output)
+    assert test_metrics["split"] == "test"
+
+    result = invoke("translate", str(run_dir), "5 9 2 7", "1 2 3")
+    assert result.exit_code == 0, result.output
+    assert len(result.output.strip().splitlines()) == 2
+
+    result = invoke("translate", str(run_dir), input="5 9 2\n\n4 4\n")
+    assert result.exit_code == 0
+    assert len(result.output.splitlines()) == 3  # the empty line stays empty
+
+    result = invoke("translate", str(run_dir), "--show-attention", "5 9 2 7")
+    assert result.exit_code == 0
+    assert len(result.output.splitlines()) > 3  # the heatmap follows the translation
+
+    out = tmp_path / "tiny.safetensors"
+    result = invoke("export", str(run_dir), "--out", str(out), "--checkpoint", "last")
+    assert result.exit_code == 0 and out.is_file()
+    exported = json.loads(invoke("eval", str(out), "--json").output)
+    last = json.loads(invoke("eval", str(run_dir / "checkpoints" / "last"), "--json").output)
+    assert exported["bleu"] == last["bleu"] and exported["loss"] == last["loss"]
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["runs", str(tmp_path)])
+    assert result.exit_code == 0 and "tiny" in result.output and "finished" in result.output
+
+
+def test_decoding_flags_map_onto_decode_keys():
+    from attnlab.cli import decode_overrides
+
+    flags = {"beam": 5, "alpha": 0.6, "beta": 0.2, "nbest": 3, "top_k": None, "sample": False, "max_len_ratio": 2.0}
+    assert decode_overrides(flags) == [
+        "decode.beam=5",
+        "decode.alpha=0.6",
+        "decode.beta=0.2",
+        "decode.nbest=3",
+        "decode.max_len_ratio=2.0",
+    ]
+    assert decode_overrides({"sample": True, "temperature": 0.7}) == ["decode.temperature=0.7", "decode.sample=true"]
+    assert decode_overrides({"sample": True, "nbest": 4}) == ["decode.nbest=4", "decode.sample=true", "decode.num_samples=4"]
+
+
+def test_bad_decoding_flag_value_is_a_user_error(tmp_path, tiny_sets):
+    invoke("train", "--out", str(tmp_path), "--run-name", "t", "--quiet", *tiny_sets)
+    result = invoke("translate", str(tmp_path / "t"), "--top-p", "7", "1 2")
+    assert result.exit_code == 2 and result.output.startswith("error: decode.top_p=7.0 is out of range")
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "attnlab", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_exit_codes_in_a_real_process(tmp_path):
+    ok = _run("presets")
+    assert ok.returncode == 0 and "reverse-bahdanau" in ok.stdout
+
+    bad = _run("train", "--out", str(tmp_path), "--set", "model.attention=bahdanu")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and 'did you mean "bahdanau"' in bad.stderr
+    assert not any(tmp_path.iterdir())  # nothing was created
+
+    missing = _run("translate", str(tmp_path / "no-such-run"), "1 2 3")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1

@@ -1,0 +1,144 @@
+"""Config: presets, --set coercion, ranges, "did you mean" errors and the TOML round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+
+from attnlab.config import (
+    SECTIONS,
+    ExperimentConfig,
+    apply_overrides,
+    dumps_toml,
+    from_dict,
+    load_preset,
+    load_toml,
+    preset_names,
+    resolve_preset,
+)
+from attnlab.errors import AttnlabError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REQUIRED_PRESETS = {
+    "reverse-none",
+    "reverse-bahdanau",
+    "reverse-luong-dot",
+    "reverse-luong-general",
+    "reverse-local-p",
+    "copy-local-m",
+    "addition-bahdanau",
+    "dates-bahdanau",
+}
+
+
+def test_required_presets_exist_and_validate():
+    assert set(preset_names()) >= REQUIRED_PRESETS
+    for name in REQUIRED_PRESETS:
+        config = load_preset(name)
+        assert config.name == name
+        assert config.description
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_PRESETS))
+def test_preset_holds_only_non_default_keys(name):
+    raw = load_toml(resolve_preset(name))
+    assert set(raw) <= {"name", "description", *SECTIONS}
+    assert raw["description"].strip()
+    defaults = ExperimentConfig()
+    for section, values in raw.items():
+        if section in SECTIONS:
+            for key, value in values.items():
+                default = getattr(getattr(defaults, section), key, None)
+                assert value != default, f"{name}: {section}.{key} = {value!r} is the default"
+
+
+def test_unknown_key_suggests_the_closest():
+    with pytest.raises(AttnlabError, match=r'unknown key train\.max_step \(did you mean "max_steps"\?\)'):
+        from_dict({"train": {"max_step": 5}})
+
+
+def test_unknown_attention_suggests_the_closest():
+    with pytest.raises(AttnlabError, match='did you mean "bahdanau"'):
+        apply_overrides(ExperimentConfig(), ["model.attention=bahdanu"])
+
+
+def test_unknown_choice_value_lists_valid_choices():
+    with pytest.raises(AttnlabError) as err:
+        apply_overrides(ExperimentConfig(), ["train.tf_schedule=linearr"])
+    message = str(err.value)
+    assert 'did you mean "linear"' in message
+    assert "inverse-sigmoid" in message and "\n" not in message
+
+
+def test_unknown_section_suggests_the_closest():
+    with pytest.raises(AttnlabError, match='did you mean "train"'):
+        apply_overrides(ExperimentConfig(), ["trian.lr=0.1"])
+
+
+def test_set_coerces_to_the_field_types():
+    config = apply_overrides(
+        ExperimentConfig(),
+        [
+            "train.max_steps=500",
+            "train.lr=1e-3",
+            "model.bidirectional=false",
+            "train.betas=0.8,0.95",
+            "data.task=copy",
+            "train.max_steps=600",  # the last one wins
+        ],
+    )
+    assert config.train.max_steps == 600 and isinstance(config.train.max_steps, int)
+    assert config.train.lr == pytest.approx(0.001)
+    assert config.model.bidirectional is False
+    assert config.train.betas == (0.8, 0.95)
+    assert config.data.task == "copy"
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("train.max_steps=abc", "must be an integer"),
+        ("train.max_steps=2.5", "must be an integer"),
+        ("model.bidirectional=maybe", "must be true or false"),
+        ("train.teacher_forcing=1.5", r"out of range \[0, 1\]"),
+        ("model.dropout=-0.1", "out of range"),
+        ("train.max_steps=0", "out of range"),
+        ("train.max_steps", "expected SECTION.KEY=VALUE"),
+    ],
+)
+def test_bad_values_give_one_line_errors(override, pattern):
+    with pytest.raises(AttnlabError, match=pattern) as err:
+        apply_overrides(ExperimentConfig(), [override])
+    assert "\n" not in str(err.value)
+
+
+def test_min_len_above_max_len_is_refused():
+    with pytest.raises(AttnlabError, match="data.min_len=9 is greater than data.max_len=5"):
+        apply_overrides(ExperimentConfig(), ["data.min_len=9", "data.max_len=5"])
+
+
+def test_missing_preset_file_and_unknown_preset_name():
+    with pytest.raises(AttnlabError, match="no such preset file"):
+        load_preset("does/not/exist.toml")
+    with pytest.raises(AttnlabError, match='did you mean "reverse-bahdanau"'):
+        load_preset("reverse-bahdanu")
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_PRESETS))
+def test_dumps_toml_round_trips(name):
+    config = load_preset(name)
+    assert from_dict(tomllib.loads(dumps_toml(config))) == config
+
+
+def test_round_trip_keeps_explicit_attention_hyper_parameters():
+    config = apply_overrides(ExperimentConfig(), ["model.attention=local-m", "model.window=3"])
+    assert config.model.attn_params == {"window": 3}
+    again = from_dict(tomllib.loads(dumps_toml(config)))
+    assert again == config
+    assert dataclasses.asdict(again.model)["attn_params"] == {"window": 3}

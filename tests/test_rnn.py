@@ -1,0 +1,276 @@
+"""The RNN encoder-decoder: batching, step-by-step decoding, scheduled sampling, every rnn-cross variant."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.config import ExperimentConfig, ModelConfig
+from attnlab.errors import AttnlabError
+from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS
+from attnlab.nn.model import ARCHITECTURES, build_model
+from attnlab.nn.rnn import RNNSeq2Seq, check_rnn_config
+from attnlab.nn.seq2seq import BOS_ID, EOS_ID, PAD_ID, select_state
+
+# Every variant registered for the RNN decoder, whoever wrote it: a new one is tested by existing.
+RNN_VARIANTS = [e.name for e in ATTENTION.entries() if ROLE_RNN_CROSS in e.meta.roles]
+SHAPES = list(itertools.product(["gru", "lstm"], [True, False], [True, False]))  # cell, bi, feed
+SRC_V, TGT_V = 11, 13
+
+
+def tiny(attention: str, cell: str = "gru", bidirectional: bool = True, feed: bool = True,
+         layers: int = 1, seed: int = 0) -> RNNSeq2Seq:
+    torch.manual_seed(seed)
+    try:
+        model = RNNSeq2Seq(
+            SRC_V, TGT_V, cell=cell, attention=attention, emb=6, hidden=8, layers=layers,
+            bidirectional=bidirectional, input_feeding=feed, dropout=0.1, heads=2,
+            attn_params={"window": 1},  # local-m/p: a narrow window makes p_t matter
+        )
+    except AttnlabError as err:  # e.g. luong-dot with a bidirectional encoder
+        pytest.skip(str(err))
+    return model.eval()
+
+
+def batch():
+    """Three sentences of different source and target lengths, padded."""
+    src = torch.tensor([[4, 5, 6, 7, 8], [9, 4, 0, 0, 0], [5, 10, 6, 0, 0]])
+    tgt_in = torch.tensor([[BOS_ID, 4, 5, 6, 7, 8], [BOS_ID, 9, 0, 0, 0, 0], [BOS_ID, 5, 10, 12, 0, 0]])
+    return src, src != PAD_ID, tgt_in, tgt_in != PAD_ID
+
+
+def src_lengths(src_mask):
+    return src_mask.sum(-1).tolist()
+
+
+def tgt_lengths(tgt_in):
+    return (tgt_in != PAD_ID).sum(-1).tolist()
+
+
+@pytest.mark.parametrize("cell,bidirectional,feed", SHAPES)
+@pytest.mark.parametrize("attention", RNN_VARIANTS)
+def test_sentence_alone_equals_sentence_in_padded_batch(attention, cell, bidirectional, feed):
+    model = tiny(attention, cell, bidirectional, feed)
+    src, src_mask, tgt_in, _ = batch()
+    with torch.no_grad():
+        together = model(src, src_mask, tgt_in, need_weights=True)
+        for b, (s, t) in enumerate(zip(src_lengths(src_mask), tgt_lengths(tgt_in), strict=True)):
+            alone = model(src[b : b + 1, :s], src_mask[b : b + 1, :s], tgt_in[b : b + 1, :t], need_weights=True)
+            torch.testing.assert_close(alone.logits[0], together.logits[b, :t], rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                alone.attentions["cross"][0], together.attentions["cross"][b, ..., :t, :s], rtol=0, atol=1e-5
+            )
+
+
+@pytest.mark.parametrize("cell,bidirectional,feed", SHAPES)
+@pytest.mark.parametrize("attention", RNN_VARIANTS)
+def test_step_by_step_reproduces_forward(attention, cell, bidirectional, feed):
+    model = tiny(attention, cell, bidirectional, feed)
+    src, src_mask, tgt_in, _ = batch()
+    with torch.no_grad():
+        full = model(src, src_mask, tgt_in, teacher_forcing=1.0, need_weights=True)
+        enc = model.encode(src, src_mask)
+        state = model.start_state(enc)
+        for t in range(tgt_in.shape[1]):
+            logits, state, cross = model.step(tgt_in[:, t], state, enc, need_weights=True)
+            torch.testing.assert_close(logits, full.logits[:, t], rtol=0, atol=1e-5)
+            torch.testing.assert_close(cross, full.attentions["cross"][:, :, :, t], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general"])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_stacked_layers_step_equals_forward(attention, cell, layers):
+    model = tiny(attention, cell, layers=layers, feed=False)
+    src, src_mask, tgt_in, _ = batch()
+    with torch.no_grad():
+        full = model(src, src_mask, tgt_in).logits
+        enc = model.encode(src, src_mask)
+        state = model.start_state(enc)
+        assert state["hidden"].shape == (3, layers, 8)
+        for t in range(tgt_in.shape[1]):
+            logits, state, _ = model.step(tgt_in[:, t], state, enc)
+            torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-5)
+
+
+def greedy_feedback(model, src, src_mask, steps):
+    """Reference for teacher_forcing=0: feed back the arg-max, one step at a time."""
+    enc = model.encode(src, src_mask)
+    state = model.start_state(enc)
+    tokens = torch.full((src.shape[0],), BOS_ID)
+    rows = []
+    for _ in range(steps):
+        logits, state, _ = model.step(tokens, state, enc)
+        rows.append(logits)
+        tokens = logits.argmax(-1)
+    return torch.stack(rows, dim=1)
+
+
+@pytest.mark.parametrize("feed", [True, False])
+@pytest.mark.parametrize("attention", RNN_VARIANTS)
+def test_teacher_forcing_zero_feeds_back_the_argmax(attention, feed):
+    model = tiny(attention, "gru", bidirectional=attention != "luong-dot", feed=feed)
+    src, src_mask, tgt_in, _ = batch()
+    with torch.no_grad():
+        free_running = model(src, src_mask, tgt_in, teacher_forcing=0.0).logits
+        want = greedy_feedback(model, src, src_mask, tgt_in.shape[1])
+    torch.testing.assert_close(free_running, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "local-p"])
+def test_scheduled_sampling_decides_per_token_from_one_draw_per_step(attention):
+    model = tiny(attention, "lstm", feed=False)
+    src, src_mask, tgt_in, _ = batch()
+    ratio = 0.5
+    with torch.no_grad():
+        torch.manual_seed(123)
+        mixed = model(src, src_mask, tgt_in, teacher_forcing=ratio).logits
+        # Reference: the same draws, torch.rand(B) < ratio at every t > 0, one token at a time.
+        torch.manual_seed(123)
+        enc = model.encode(src, src_mask)
+        state = model.start_state(enc)
+        tokens, rows, gold_used = tgt_in[:, 0], [], []
+        for t in range(tgt_in.shape[1]):
+            if t > 0:
+                use_gold = torch.rand(src.shape[0]) < ratio
+                gold_used.append(use_gold)
+                tokens = torch.where(use_gold, tgt_in[:, t], rows[-1].argmax(-1))
+            logits, state, _ = model.step(tokens, state, enc)
+            rows.append(logits)
+    torch.testing.assert_close(mixed, torch.stack(rows, 1), rtol=0, atol=1e-5)
+    decisions = torch.stack(gold_used)
+    assert decisions.any() and not decisions.all()  # the seed mixes gold and predicted tokens
+
+
+@pytest.mark.parametrize("attention", RNN_VARIANTS)
+def test_cross_attention_shape_and_rows(attention):
+    model = tiny(attention, bidirectional=attention != "luong-dot")
+    src, src_mask, tgt_in, _ = batch()
+    with torch.no_grad():
+        out = model(src, src_mask, tgt_in, need_weights=True)
+    cross = out.attentions["cross"]
+    heads = cross.shape[2]
+    assert cross.shape == (3, 1, heads, tgt_in.shape[1], src.shape[1])
+    assert out.logits.shape == (3, tgt_in.shape[1], TGT_V)
+    assert torch.all(cross.masked_select(~src_mask[:, None, None, None, :]) == 0)
+    if ATTENTION.get(attention).meta.exposes_weights:
+        torch.testing.assert_close(cross.sum(-1), torch.ones_like(cross[..., 0]), rtol=0, atol=1e-5)
+    # Without need_weights nothing is collected.
+    assert "cross" not in model(src, src_mask, tgt_in).attentions
+
+
+@pytest.mark.parametrize("attention", RNN_VARIANTS)
+def test_gradients_reach_every_parameter(attention):
+    model = tiny(attention, "lstm", bidirectional=attention != "luong-dot", layers=2).train()
+    src, src_mask, tgt_in, _ = batch()
+    logits = model(src, src_mask, tgt_in).logits
+    F.cross_entropy(logits.reshape(-1, TGT_V), tgt_in.roll(-1, 1).reshape(-1), ignore_index=PAD_ID).backward()
+    silent = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not silent
+
+
+def test_reordered_state_steps_like_reordered_rows():
+    """Beam search reorders state and encoder output along dim 0: every tensor is batch-first."""
+    model = tiny("luong-general", "lstm", bidirectional=True, feed=True)
+    src, src_mask, tgt_in, _ = batch()
+    index = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        state = model.start_state(enc)
+        _, state, _ = model.step(tgt_in[:, 0], state, enc)
+        logits, _, cross = model.step(tgt_in[:, 1], state, enc, need_weights=True)
+        moved_logits, _, moved_cross = model.step(
+            tgt_in[index, 1], select_state(state, index), enc.index_select(index), need_weights=True
+        )
+    torch.testing.assert_close(moved_logits, logits[index], rtol=0, atol=1e-6)
+    torch.testing.assert_close(moved_cross, cross[index], rtol=0, atol=1e-6)
+
+
+def test_bidirectional_final_state_joins_forward_end_and_backward_start():
+    model = tiny("bahdanau", "gru", bidirectional=True)
+    src, src_mask, _, _ = batch()
+    with torch.no_grad():
+        states, final_h, _ = model.encoder(src, src_mask)
+    for b, length in enumerate(src_lengths(src_mask)):
+        want = torch.cat([states[b, length - 1, :8], states[b, 0, 8:]])  # fwd at end, bwd at start
+        torch.testing.assert_close(final_h[-1, b], want)
+        assert torch.all(states[b, length:] == 0)
+
+
+def test_tiny_overfit_learns_to_reverse():
+    """A few hundred steps on 8 reversal examples: the loss collapses and greedy output is exact."""
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(SRC_V, SRC_V, attention="bahdanau", emb=16, hidden=32, dropout=0.0)
+    g = torch.Generator().manual_seed(0)
+    lengths = [3, 4, 5, 6, 3, 4, 5, 6]
+    src = torch.zeros(8, 6, dtype=torch.long)
+    tgt_in = torch.zeros(8, 7, dtype=torch.long)
+    tgt_out = torch.zeros(8, 7, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        seq = torch.randint(4, SRC_V, (n,), generator=g)
+        src[i, :n] = seq
+        tgt_in[i, : n + 1] = torch.cat([torch.tensor([BOS_ID]), seq.flip(0)])
+        tgt_out[i, : n + 1] = torch.cat([seq.flip(0), torch.tensor([EOS_ID])])
+    src_mask = src != PAD_ID
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        logits = model(src, src_mask, tgt_in).logits
+        loss = F.cross_entropy(logits.reshape(-1, SRC_V), tgt_out.reshape(-1), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+    model.eval()
+    with torch.no_grad():
+        predicted = greedy_feedback(model, src, src_mask, 7).argmax(-1)
+    assert torch.equal(predicted[tgt_out != PAD_ID], tgt_out[tgt_out != PAD_ID])
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def config(**model) -> ExperimentConfig:
+    return ExperimentConfig(model=ModelConfig(**model))
+
+
+def test_build_model_from_the_default_config():
+    model = build_model(config(), 34, 34)
+    assert isinstance(model, RNNSeq2Seq)
+    assert model.encoder.out_dim == 256 and model.attention.spec.name == "bahdanau"
+    assert "rnn" in ARCHITECTURES
+
+
+def test_check_accepts_every_rnn_variant_that_fits_the_sizes():
+    for name in RNN_VARIANTS:
+        check_rnn_config(config(attention=name, bidirectional=name != "luong-dot"))
+
+
+def test_check_rejects_unknown_attention_with_a_suggestion():
+    with pytest.raises(AttnlabError, match='model.attention "bahdanu".*did you mean "bahdanau"'):
+        check_rnn_config(config(attention="bahdanu"))
+
+
+def test_check_rejects_a_variant_without_the_rnn_cross_role():
+    others = [e.name for e in ATTENTION.entries() if ROLE_RNN_CROSS not in e.meta.roles]
+    if not others:
+        pytest.skip("no Transformer-only variant registered yet")
+    with pytest.raises(AttnlabError, match=f'model.attention="{others[0]}" cannot be used by the RNN decoder'):
+        check_rnn_config(config(attention=others[0]))
+
+
+def test_check_rejects_luong_dot_with_mismatched_widths():
+    with pytest.raises(AttnlabError, match="bidirectional=false"):
+        check_rnn_config(config(attention="luong-dot", bidirectional=True))
+
+
+def test_check_rejects_luong_location_shorter_than_the_sources():
+    with pytest.raises(AttnlabError, match="max_src_len=10"):
+        check_rnn_config(config(attention="luong-location", attn_params={"max_src_len": 10}))
+
+
+def test_check_rejects_unknown_cell_in_constructor():
+    with pytest.raises(AttnlabError, match="model.cell"):
+        RNNSeq2Seq(5, 5, cell="rnn")

@@ -1,0 +1,204 @@
+"""The trainer in-process on a tiny config: events, checkpoints, control file, NaN, resume."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from attnlab.runs import load_checkpoint, read_json, read_tensors, write_control
+from attnlab.train.events import iter_events
+from attnlab.train.trainer import Trainer
+
+
+def _types(run_dir):
+    return [e["type"] for e in iter_events(run_dir)]
+
+
+def test_a_tiny_run_writes_the_documented_events_and_checkpoints(tmp_path, tiny_config):
+    seen = []
+    summary = Trainer(tiny_config, tmp_path / "run", on_event=seen.append, device="cpu").run()
+    run_dir = tmp_path / "run"
+    events = list(iter_events(run_dir))
+    assert seen == events  # the callback sees exactly what the log holds
+    assert events[0]["type"] == "start" and events[0]["params"] == summary["params"] > 0
+    assert events[-1]["type"] == "done" and events[-1]["reason"] == "finished"
+    assert summary["reason"] == "finished" and summary["step"] == 6 and summary["exit_code"] == 0
+    steps = [e for e in events if e["type"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(e["tokens_per_s"] > 0 and e["tf_ratio"] == 1.0 and e["loss"] > 0 for e in steps)
+    evals = [e for e in events if e["type"] == "eval"]
+    assert [e["step"] for e in evals] == [3, 6]
+    keys = {"loss", "ppl", "bleu", "chrf", "exact_match", "alignment_accuracy", "bleu_by_length", "best"}
+    assert keys <= set(evals[0])
+    assert evals[0]["best"] is True
+    samples = [e for e in events if e["type"] == "sample"]
+    assert len(samples) == 4  # train.samples = 2 per eval
+    for s in samples:
+        assert len(s["attention"]) == len(s["hyp"]) and all(len(r) == len(s["src"]) for r in s["attention"])
+    tags = [(e["tag"], e["step"]) for e in events if e["type"] == "checkpoint"]
+    assert ("best", 3) in tags and ("last", 6) in tags
+    assert (run_dir / "config.toml").is_file()
+    assert load_checkpoint(run_dir / "checkpoints" / "last").step == 6
+
+
+def test_control_file_stop_saves_last_and_ends_with_stopped(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 2:
+            write_control(run_dir, "stop")
+
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=50, eval_every=50))
+    summary = Trainer(config, run_dir, on_event=on_event, device="cpu").run()
+    assert summary["reason"] == "stopped" and summary["exit_code"] == 0
+    assert summary["step"] == 2
+    assert read_json(run_dir / "checkpoints" / "last" / "meta.json")["step"] == 2
+    done = list(iter_events(run_dir))[-1]
+    assert done["type"] == "done" and done["reason"] == "stopped"
+
+
+def test_pause_resume_and_save_commands(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 1:
+            write_control(run_dir, "pause")
+        elif event["type"] == "control" and event["command"] == "pause":
+            write_control(run_dir, "resume")
+        elif event["type"] == "step" and event["step"] == 4:
+            write_control(run_dir, "save")
+
+    config = replace(tiny_config, train=replace(tiny_config.train, eval_every=100))
+    summary = Trainer(config, run_dir, on_event=on_event, device="cpu").run()
+    assert summary["reason"] == "finished" and summary["step"] == 6
+    events = list(iter_events(run_dir))
+    commands = [(e["command"], e["step"]) for e in events if e["type"] == "control"]
+    assert commands == [("pause", 1), ("resume", 1)]
+    saves = [e["step"] for e in events if e["type"] == "checkpoint" and e["tag"] == "last"]
+    assert saves[0] == 4
+
+
+def test_in_process_control_stop(tmp_path, tiny_config):
+    holder = {}
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 3:
+            holder["trainer"].control("stop")
+
+    trainer = Trainer(replace(tiny_config, train=replace(tiny_config.train, max_steps=40)), tmp_path / "r", on_event=on_event, device="cpu")
+    holder["trainer"] = trainer
+    assert trainer.run()["reason"] == "stopped"
+    assert trainer.step == 3
+
+
+def test_non_finite_loss_stops_with_an_error_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config, monkeypatch):
+    import attnlab.train.trainer as trainer_module
+
+    real = trainer_module.token_loss_sum
+    calls = {"n": 0}
+
+    def poisoned(logits, targets, label_smoothing=0.0):
+        calls["n"] += 1
+        loss = real(logits, targets, label_smoothing)
+        return loss * float("nan") if calls["n"] >= 5 else loss
+
+    monkeypatch.setattr(trainer_module, "token_loss_sum", poisoned)
+    run_dir = tmp_path / "run"
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=20, eval_every=3))
+    summary = Trainer(config, run_dir, device="cpu").run()
+    assert summary["reason"] == "error" and summary["exit_code"] == 1
+    events = list(iter_events(run_dir))
+    errors = [e for e in events if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "nan" and errors[0]["step"] == 5
+    assert events[-1]["type"] == "done" and events[-1]["reason"] == "error"
+    meta = read_json(run_dir / "checkpoints" / "last" / "meta.json")
+    assert meta["step"] == 3  # the eval at step 3 saved it; nothing after the NaN
+    weights, _ = read_tensors(run_dir / "checkpoints" / "last" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path, tiny_config):
+    straight = tmp_path / "straight"
+    nine = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, eval_every=3))
+    Trainer(nine, straight, device="cpu").run()
+
+    split = tmp_path / "split"
+    six = replace(nine, train=replace(nine.train, max_steps=6))
+    Trainer(six, split, device="cpu").run()
+    summary = Trainer(nine, split, device="cpu", resume=True).run()
+    assert summary["step"] == 9 and summary["reason"] == "finished"
+
+    starts = [e for e in iter_events(split) if e["type"] == "start"]
+    assert [(s["step"], s["resumed"]) for s in starts] == [(0, False), (6, True)]
+    steps = [e["step"] for e in iter_events(split) if e["type"] == "step"]
+    assert steps == list(range(1, 10))
+
+    a, _ = read_tensors(straight / "checkpoints" / "last" / "model.safetensors")
+    b, _ = read_tensors(split / "checkpoints" / "last" / "model.safetensors")
+    assert set(a) == set(b)
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-6), key
+    loss_a = [e["loss"] for e in iter_events(straight) if e["type"] == "step"]
+    loss_b = [e["loss"] for e in iter_events(split) if e["type"] == "step"]
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+
+
+def test_scheduled_sampling_ratio_is_logged(tmp_path, tiny_config):
+    config = replace(tiny_config, train=replace(tiny_config.train, tf_schedule="linear", max_steps=4, eval_every=4))
+    Trainer(config, tmp_path / "run", device="cpu").run()
+    ratios = [e["tf_ratio"] for e in iter_events(tmp_path / "run") if e["type"] == "step"]
+    assert ratios == pytest.approx([1 - i / 4 for i in range(4)])
+    assert all(math.isfinite(r) for r in ratios)
+
+
+def test_early_stopping_after_patience_evals_without_improvement(tmp_path, tiny_config):
+    # After a handful of steps the tiny model reverses nothing exactly: exact match stays 0.0,
+    # so the second eval brings no improvement and patience 1 stops the run there.
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=30, eval_every=3, patience=1, metric="exact_match"))
+    summary = Trainer(config, tmp_path / "run", device="cpu").run()
+    evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    assert [e["exact_match"] for e in evals] == [0.0, 0.0]
+    assert [e["best"] for e in evals] == [True, False]
+    assert summary["reason"] == "early-stop" and summary["step"] == 6 and summary["exit_code"] == 0
+    best = [e["step"] for e in iter_events(tmp_path / "run") if e["type"] == "checkpoint" and e["tag"] == "best"]
+    assert best == [3]
+
+
+def test_a_stop_written_during_set_up_is_honoured_and_a_stale_one_ignored(tmp_path, tiny_config):
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    write_control(stale, "stop")  # left over from an earlier session, an hour ago
+    hour_ago = time.time() - 3600
+    os.utime(stale / "control", (hour_ago, hour_ago))
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=4, eval_every=4))
+    assert Trainer(config, stale, device="cpu").run()["reason"] == "finished"
+
+    fresh = tmp_path / "fresh"
+    trainer = Trainer(config, fresh, device="cpu")
+    write_control(fresh, "stop")  # the controller was quicker than the trainer's set-up
+    summary = trainer.run()
+    assert summary["reason"] == "stopped" and summary["step"] == 0
+    assert read_json(fresh / "checkpoints" / "last" / "meta.json")["step"] == 0
+    assert not (fresh / "control").exists()  # consumed, so a --resume starts clean
+
+
+def test_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
+    from attnlab import device as device_module
+    from attnlab.errors import AttnlabError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_module, "_mps_available", lambda: False)
+    assert device_module.resolve_device("auto").type == "cpu"
+    with pytest.raises(AttnlabError, match="no CUDA device"):
+        device_module.resolve_device("cuda")
+    with pytest.raises(AttnlabError, match='did you mean "cuda"'):
+        device_module.resolve_device("cdua")
+    monkeypatch.setattr(device_module, "_mps_available", lambda: True)
+    assert device_module.resolve_device("auto").type == "mps"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device_module.resolve_device("auto").type == "cuda"

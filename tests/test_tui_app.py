@@ -1,0 +1,351 @@
+"""Pilot tests of the lab's screens (no real training here; see test_tui_e2e.py for that)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _tui_support import run_events, tiny_config, write_run
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable, Select
+
+from attnlab.nn.attention import ATTENTION, Attention, AttentionSpec, HParam
+from attnlab.tui.app import make_app
+from attnlab.tui.help import HelpScreen, QuitScreen
+from attnlab.tui.views.inspect import InspectView
+from attnlab.tui.views.runs import RunsView
+from attnlab.tui.views.setup import SetupView, field_id, hparam_id
+from attnlab.tui.views.train import TrainView
+from attnlab.tui.widgets.heatmap import AttentionHeatmap
+from attnlab.tui.widgets.plots import MetricPlot
+
+SIZE = (100, 30)
+
+
+async def ready(app, pilot) -> None:
+    """Wait until the registries loaded and Setup's menus exist."""
+    await asyncio.wait_for(app.menus_ready.wait(), 60)
+    await pilot.pause()
+
+
+async def until(pilot, condition, timeout: float = 30.0) -> None:
+    """Let the app run until ``condition()`` holds (event driven; no fixed sleeps)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+def dummy_variant():
+    spec = AttentionSpec(
+        name="dummy-test-attention",
+        roles=frozenset({"rnn-cross", "cross"}),
+        formula="score(s, h) = 42",
+        complexity="O(1)",
+        known_for="existing only in a test",
+        hparams=(HParam("dummy_knob", 3, "a test knob", low=1, high=5),),
+    )
+
+    class DummyAttention(Attention):
+        """score = 42 (a variant that exists only in this test)."""
+
+        def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, dummy_knob: int = 3):
+            super().__init__()
+            self.out_dim = key_dim
+
+    DummyAttention.spec = spec
+    ATTENTION.add(spec.name, DummyAttention, spec)
+    yield spec
+    ATTENTION.remove(spec.name)
+
+
+async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Path, dummy_variant) -> None:
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        select = app.query_one(f"#{field_id('model.attention')}", Select)
+        values = [value for _, value in select._options]
+        assert dummy_variant.name in values
+        assert "bahdanau" in values
+        # Choosing it shows its formula and its hyper-parameter as an input with its range.
+        select.value = dummy_variant.name
+        await pilot.pause()
+        assert "score(s, h) = 42" in str(app.query_one("#variant-info").content)
+        knob = app.query_one(f"#{hparam_id('dummy_knob')}")
+        assert knob.value == "3" and knob.placeholder == "[1, 5]"
+
+
+async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
+    started = []
+    monkeypatch.setattr("attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a)))
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        setup = app.query_one(SetupView)
+        hidden = app.query_one(f"#{field_id('model.hidden')}")
+        hidden.value = "lots"
+        await pilot.pause()
+        assert hidden.has_class("invalid")
+        assert app.query_one("#train-button").disabled
+        assert "model.hidden" in setup.error
+        await pilot.press("escape", "t")  # the Train key
+        await pilot.pause()
+        await pilot.click("#train-button")
+        await pilot.pause()
+        # A cross-field error is marked too: min length above max length.
+        hidden.value = "16"
+        app.query_one(f"#{field_id('data.min_len')}").value = "50"
+        await pilot.pause()
+        assert app.query_one(f"#{field_id('data.min_len')}").has_class("invalid")
+        assert "data.min_len" in setup.error
+        await pilot.press("escape", "t")
+        await pilot.pause()
+    assert started == []
+    assert not any(tmp_path.iterdir())
+
+
+async def test_train_view_follows_a_run_and_updates_plots_samples_and_log(tmp_path: Path) -> None:
+    run_dir = tmp_path / "elsewhere"
+    app = make_app(tmp_path, config=tiny_config(), poll_seconds=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        events = run_events(steps=40, eval_every=20, done=None)
+        write_run(tmp_path, "elsewhere", events[:4])  # start + 3 steps, no eval yet
+        train.follow_run(run_dir)
+        await pilot.pause()
+        loss_plot = app.query_one("#loss-plot", MetricPlot)
+        metric_plot = app.query_one("#metric-plot", MetricPlot)
+        table = app.query_one("#samples", DataTable)
+        assert loss_plot.points > 0 and metric_plot.points == 0 and table.row_count == 0
+        # The trainer appends an eval and its samples: the next poll redraws.
+        with open(run_dir / "events.jsonl", "a") as handle:
+            import json
+
+            for event in events[4:]:
+                handle.write(json.dumps({"time": 0, **event}) + "\n")
+        await until(pilot, lambda: table.row_count == 2)
+        assert metric_plot.points == 3 * 2  # BLEU, chrF, exact at two evals
+        assert "step 40/30" in str(app.query_one("#train-status").content)
+        assert any("eval dev" in line for line in app.query_one("#event-log").lines)
+        # Enter on a sample opens its attention in Inspect.
+        table.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "inspect"
+        assert app.query_one(AttentionHeatmap).shape == (4, 4)
+
+
+async def test_a_training_process_that_dies_leaves_the_app_usable(tmp_path: Path) -> None:
+    def dying(preset: Path, runs_dir: Path, name: str) -> list[str]:
+        return [sys.executable, "-c", "import sys; sys.stderr.write('RuntimeError: CUDA out of memory\\n'); sys.exit(1)"]
+
+    app = make_app(tmp_path, config=tiny_config(), command_factory=dying, poll_seconds=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("escape", "t")
+        train = app.query_one(TrainView)
+        await until(pilot, lambda: train.follower is not None and train.follower.state == "failed")
+        status = str(app.query_one("#train-status").content)
+        assert "failed" in status and "CUDA out of memory" in status
+        assert any("exited with code 1" in line for line in app.query_one("#event-log").lines)
+        # Still usable: switch tabs, edit Setup, and start again (it fails again, visibly).
+        await pilot.press("1")
+        assert app.query_one("#tabs").active == "setup"
+        app.query_one(f"#{field_id('model.hidden')}").value = "24"
+        await pilot.pause()
+        assert app.query_one(SetupView).error is None
+        await pilot.press("escape", "t")
+        await until(pilot, lambda: train.follower.state == "failed" and train.process.poll() is not None)
+        assert app.is_running
+
+
+async def test_quitting_while_training_asks_stop_or_keep(tmp_path: Path) -> None:
+    def sleeper(preset: Path, runs_dir: Path, name: str) -> list[str]:
+        # Creates its run directory like the trainer, then waits to be told to stop.
+        code = "import os, sys, time; os.makedirs(sys.argv[1], exist_ok=True); time.sleep(60)"
+        return [sys.executable, "-c", code, str(runs_dir / name)]
+
+    app = make_app(tmp_path, config=tiny_config(), command_factory=sleeper, poll_seconds=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("escape", "t")
+        await pilot.pause()
+        train = app.query_one(TrainView)
+        assert train.active
+        await until(pilot, lambda: train.process.run_dir.is_dir())
+        await pilot.press("p")
+        assert (train.process.run_dir / "control").read_text() == "pause\n"
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")  # cancel: keep the app
+        await pilot.pause()
+        assert app.is_running and not isinstance(app.screen, QuitScreen)
+        # A second run while one is active goes to the queue.
+        await pilot.press("t")
+        assert len(train.queue) == 1
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        await pilot.press("s")  # stop & save: writes the stop word, then quits
+        await pilot.pause()
+        assert (train.process.run_dir / "control").read_text() == "stop\n"
+        train.process.kill()
+
+
+async def test_help_and_palette_commands(tmp_path: Path) -> None:
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("escape", "question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for expected in ("Train", "Queue every variant", "Stop training", "Go to Inspect", "Toggle light/dark"):
+            assert expected in titles
+        app.action_toggle_theme()
+        assert app.theme == "textual-light"
+
+
+async def test_runs_table_lists_runs_and_compares_marked_ones(tmp_path: Path) -> None:
+    write_run(tmp_path, "run-a")
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        table = app.query_one("#runs-table", DataTable)
+        assert table.row_count == 1
+        # A run started elsewhere appears on the next refresh.
+        write_run(tmp_path, "run-b", run_events(steps=20, eval_every=10))
+        runs.refresh_runs()
+        assert table.row_count == 2
+        table.focus()
+        await pilot.press("space")
+        await pilot.press("down", "space")
+        assert len(runs.marked) == 2
+        assert app.query_one("#compare-curves", MetricPlot).points == 2 + 2  # two evals each
+
+
+class HeatmapApp(App):
+    def compose(self) -> ComposeResult:
+        yield AttentionHeatmap(id="hm")
+
+
+async def test_heatmap_cursor_reports_exact_weights_and_scrolls_large_matrices() -> None:
+    app = HeatmapApp()
+    moves = []
+    async with app.run_test(size=(40, 12), message_hook=lambda m: moves.append(m)) as pilot:
+        heatmap = app.query_one(AttentionHeatmap)
+        rng = np.random.default_rng(0)
+        weights = rng.dirichlet(np.ones(30), size=25)  # 25 target x 30 source: bigger than the view
+        heatmap.set_matrix(weights, [f"t{i}" for i in range(25)], [f"s{j}" for j in range(30)])
+        heatmap.focus()
+        await pilot.pause()
+        assert heatmap.shape == (25, 30)
+        await pilot.press(*["down"] * 20, *["right"] * 25)
+        await pilot.pause()
+        assert heatmap.cursor == (20, 25)
+        cells = [m.cell for m in moves if isinstance(m, AttentionHeatmap.CursorMoved)]
+        assert cells[-1].weight == pytest.approx(weights[20, 25])
+        assert (cells[-1].row_label, cells[-1].col_label) == ("t20", "s25")
+        # The view scrolled so the cursor is visible.
+        assert heatmap.scroll_offset.y > 0 and heatmap.scroll_offset.x > 0
+        # Half-block packs two rows per line.
+        heatmap.half_block = True
+        await pilot.pause()
+        assert heatmap.virtual_size.height == 13 and heatmap.virtual_size.width == 30
+
+
+async def test_inspect_steps_through_decoding_rows(tmp_path: Path) -> None:
+    from attnlab.tui.follow import Sample
+
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        inspect = app.query_one(InspectView)
+        sample = Sample(0, ["a", "b", "c"], ["c", "b", "a"], ["c", "b", "a"], [[0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1]])
+        inspect.show_logged_sample(tmp_path, sample)
+        await pilot.press("3")
+        heatmap = app.query_one(AttentionHeatmap)
+        assert heatmap.shape == (3, 3)
+        await pilot.press("n")
+        assert heatmap.shape == (1, 3)  # one decoding step shown
+        assert "row 0: c" in str(app.query_one("#insp-bars").content)
+        await pilot.press("n", "n")
+        assert heatmap.shape == (3, 3) and heatmap.cursor[0] == 2
+        await pilot.press("b")
+        assert heatmap.shape == (2, 3)
+        await pilot.press("a")
+        assert heatmap.shape == (3, 3)
+        assert "3×3" in str(app.query_one("#insp-diag").content)
+
+
+async def test_transformer_has_one_attention_menu_per_role_and_presets_round_trip(tmp_path: Path) -> None:
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        app.query_one(f"#{field_id('model.arch')}", Select).value = "transformer"
+        await pilot.pause()
+        assert not app.query_one(f"#{field_id('model.attention')}").parent.display
+        assert not app.query_one(f"#{field_id('model.hidden')}").parent.display
+        roles = {"model.self_attention": "self", "model.decoder_self_attention": "causal-self", "model.cross_attention": "cross"}
+        for key, role in roles.items():
+            select = app.query_one(f"#{field_id(key)}", Select)
+            assert select.parent.display
+            offered = [value for _, value in select._options if value != ""]
+            assert offered == [e.name for e in ATTENTION.entries() if role in e.meta.roles]
+        # Only causal-capable variants are offered for decoder self-attention.
+        decoder = [v for _, v in app.query_one(f"#{field_id('model.decoder_self_attention')}", Select)._options]
+        non_causal = [e.name for e in ATTENTION.entries() if "causal-self" not in e.meta.roles]
+        assert not set(decoder) & set(non_causal)
+        setup = app.query_one(SetupView)
+        assert setup.error is None and setup.config.model.arch == "transformer"
+        # Save the experiment as a preset file, change a field, load it back.
+        preset = tmp_path / "mine.toml"
+        app.query_one("#preset-path").value = str(preset)
+        await pilot.click("#preset-save")
+        assert preset.is_file()
+        d_model = app.query_one(f"#{field_id('model.d_model')}")
+        original = d_model.value
+        d_model.value = "64"
+        await pilot.pause()
+        assert setup.config.model.d_model == 64
+        await pilot.click("#preset-load")
+        await pilot.pause()
+        assert setup.config.model.arch == "transformer"
+        assert app.query_one(f"#{field_id('model.d_model')}").value == original
+
+
+async def test_queued_runs_train_one_after_another(tmp_path: Path) -> None:
+    # A stand-in trainer: writes start + done events to its run directory and exits.
+    code = (
+        "import json, os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True)\n"
+        "with open(os.path.join(d, 'events.jsonl'), 'w') as f:\n"
+        "    f.write(json.dumps({'type': 'start', 'time': 0, 'step': 0, 'name': os.path.basename(d)}) + '\\n')\n"
+        "    f.write(json.dumps({'type': 'done', 'time': 0, 'step': 0, 'reason': 'finished'}) + '\\n')\n"
+    )
+
+    def quick(preset: Path, runs_dir: Path, name: str) -> list[str]:
+        return [sys.executable, "-c", code, str(runs_dir / name)]
+
+    app = make_app(tmp_path, config=tiny_config(), command_factory=quick, poll_seconds=0.05)
+    finished = []
+    async with app.run_test(size=SIZE, message_hook=lambda m: finished.append(m) if isinstance(m, TrainView.RunFinished) else None) as pilot:
+        await ready(app, pilot)
+        train = app.query_one(TrainView)
+        app.query_one(SetupView).request_training(queue=True)
+        app.query_one(SetupView).request_training(queue=True)
+        await pilot.pause()
+        assert len(train.queue) == 2 and train.process is None  # queued, nothing started yet
+        await pilot.press("ctrl+t")  # a third: starts now, the queue follows
+        await until(pilot, lambda: len({m.run_dir for m in finished}) == 3)
+        assert train.queue == [] and all(m.state == "finished" for m in finished)
