@@ -1,7 +1,7 @@
 """The information-bottleneck experiment: no attention vs Bahdanau vs Luong-general on reverse
 with source lengths 5-40, the same training budget for each, BLEU by source length on test.
 
-    OMP_NUM_THREADS=2 python benchmarks/bottleneck.py [--steps 3000] [--variants none bahdanau luong-general]
+    OMP_NUM_THREADS=2 python benchmarks/bottleneck.py [--steps 1500] [--variants none bahdanau luong-general]
 
 Expectation (Bahdanau et al. 2015, Fig. 2): without attention BLEU falls as sentences grow;
 with attention it does not. The check: attention >= 20 BLEU above ``none`` on the longest
@@ -26,7 +26,7 @@ from attnlab.train.trainer import Trainer
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3000, help="training steps per variant")
+    parser.add_argument("--steps", type=int, default=1500, help="training steps per variant")
     parser.add_argument("--variants", nargs="+", default=["none", "bahdanau", "luong-general"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
