@@ -175,6 +175,7 @@ def test_evaluate_split_with_a_perfect_model():
     result = evaluate_split(_oracle(dataset), dataset, "dev", DecodeConfig(), samples=2, batch_size=7)
     assert result["n"] == 30
     assert result["bleu"] == pytest.approx(100.0)
+    assert result["bleu_lc"] == pytest.approx(100.0)
     assert result["chrf"] == pytest.approx(100.0)
     assert result["exact_match"] == 1.0
     assert result["alignment_accuracy"] == 1.0
@@ -195,3 +196,10 @@ def test_evaluate_split_counts_wrong_first_tokens():
     wrong = sum(e.tgt_tokens[0] != dataset.tgt_vocab.itos[4] for e in dataset.splits.test)
     assert result["exact_match"] == pytest.approx(1 - wrong / 10)
     assert result["bleu"] < 100.0
+
+
+def test_lowercased_bleu_matches_joeynmt_published_case() -> None:
+    # joeynmt test/unit/test_metric.py: 13a, lowercase -> 42.729 (see shared notes §2a)
+    score, signature = corpus_bleu(["This is a test."], ["this is a Tezt."], lowercase=True)
+    assert score.score == pytest.approx(42.729, abs=1e-3)
+    assert "case:lc" in signature

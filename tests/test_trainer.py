@@ -31,6 +31,8 @@ def test_a_tiny_run_writes_the_documented_events_and_checkpoints(tmp_path, tiny_
     steps = [e for e in events if e["type"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
     assert all(e["tokens_per_s"] > 0 and e["tf_ratio"] == 1.0 and e["loss"] > 0 for e in steps)
+    # padding: the batch's padded share of source+target cells, a fraction in [0, 1)
+    assert all(0.0 <= e["padding"] < 1.0 for e in steps)
     evals = [e for e in events if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [3, 6]
     keys = {"loss", "ppl", "bleu", "chrf", "exact_match", "alignment_accuracy", "bleu_by_length", "best"}

@@ -6,7 +6,8 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | type       | fields (besides type/time/step)                                                       |
 |------------|----------------------------------------------------------------------------------------|
 | start      | run_dir, name, config (TOML-shaped dict), params, device, resumed (bool)               |
-| step       | loss (per target token), lr, tokens_per_s, tf_ratio, grad_norm, elapsed_s, tokens       |
+| step       | loss (per target token), lr, tokens_per_s, tf_ratio, grad_norm, elapsed_s, tokens,      |
+|            | padding (mean padding fraction of the batches since the last step event)               |
 | eval       | split, loss, ppl, bleu, chrf, exact_match, alignment_accuracy (null if no gold),        |
 |            | bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s                             |
 | sample     | index, src (tokens), ref (tokens), hyp (tokens), attention (hyp_len x src_len floats)   |

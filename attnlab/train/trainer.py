@@ -223,6 +223,7 @@ class Trainer:
         batches = self._batches()
         window_loss = torch.zeros((), device=self.device)  # summed token loss since last log
         window_tokens, window_steps = 0, 0
+        window_padding = 0.0  # mean padding fraction of the window's batches
         window_busy_s = 0.0  # training seconds in this window before a pause
         window_start = time.perf_counter()
         grad_norm: torch.Tensor | None = None
@@ -266,6 +267,7 @@ class Trainer:
             self.batch_in_epoch += 1
             window_loss += loss_sum.detach()
             window_tokens += n_tokens
+            window_padding += cpu_batch.padding_fraction
             window_steps += 1
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
@@ -289,8 +291,10 @@ class Trainer:
                     grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
                     elapsed_s=round(self.elapsed(), 3),
                     tokens=self.total_tokens,
+                    padding=round(window_padding / max(window_steps, 1), 4),
                 )
                 window_loss.zero_()
+                window_padding = 0.0
                 window_tokens, window_steps, window_busy_s = 0, 0, 0.0
                 window_start = time.perf_counter()
             if at_eval:
