@@ -18,7 +18,7 @@ Beam search reorders ``state`` and ``enc`` along dim 0 with ``select_state`` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
@@ -83,6 +83,3 @@ class Seq2Seq(nn.Module):
     ) -> ModelOutput:  # pragma: no cover
         raise NotImplementedError
 
-
-def dataclass_fields(obj: object) -> list[str]:
-    return [f.name for f in fields(obj)]  # type: ignore[arg-type]
