@@ -79,6 +79,11 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Pa
         assert "score(s, h) = 42" in str(app.query_one("#variant-info").content)
         knob = app.query_one(f"#{hparam_id('dummy_knob')}")
         assert knob.value == "3" and knob.placeholder == "[1, 5]"
+        setup = app.query_one(SetupView)
+        assert setup.error is None and setup.config.model.attn_params.get("dummy_knob", 3) == 3
+        knob.value = "9"  # outside its registered range [1, 5]
+        await pilot.pause()
+        assert knob.has_class("invalid") and "model.dummy_knob" in setup.error
 
 
 async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
@@ -309,6 +314,14 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
         assert not set(decoder) & set(non_causal)
         setup = app.query_one(SetupView)
         assert setup.error is None and setup.config.model.arch == "transformer"
+        # A variant with hyper-parameters: its inputs appear with registry defaults, valid as is.
+        windowed = next(e for e in ATTENTION.entries() if "self" in e.meta.roles and e.meta.hparams)
+        app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
+        await pilot.pause()
+        for hp in windowed.meta.hparams:
+            shown = app.query_one(f"#{hparam_id(hp.name)}").value
+            assert hp.validate(shown if isinstance(hp.default, str) else type(hp.default)(float(shown))) == hp.default
+        assert setup.error is None and setup.config.model.self_attention == windowed.name
         # Save the experiment as a preset file, change a field, load it back.
         preset = tmp_path / "mine.toml"
         app.query_one("#preset-path").value = str(preset)

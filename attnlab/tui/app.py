@@ -93,36 +93,42 @@ class AttnLab(App[None]):
         self.poll_seconds = poll_seconds
         self.menus: Menus | None = None
         self.first_frame_at: float | None = None  # perf_counter() after the first refresh
+        self.views_ready = False  # Train / Inspect / Runs / Export mounted (just after the first frame)
         self.menus_ready = asyncio.Event()  # set once Setup's menus are built (tests wait on it)
 
     # -- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        from attnlab.tui.views.export import ExportView
-        from attnlab.tui.views.inspect import InspectView
-        from attnlab.tui.views.runs import RunsView
-
+        # Only Setup is built for the first frame; the other tabs are mounted right after it.
         yield Header(icon="◈")
         with TabbedContent(initial="setup", id="tabs"):
             with TabPane("1 Setup", id="setup"):
                 yield SetupView(self.initial_config or ExperimentConfig(name="reverse-bahdanau"), id="setup-view")
-            with TabPane("2 Train", id="train"):
-                kwargs = {"poll_seconds": self.poll_seconds} if self.poll_seconds else {}
-                yield TrainView(self.runs_dir, command_factory=self.command_factory, id="train-view", **kwargs)
-            with TabPane("3 Inspect", id="inspect"):
-                yield InspectView(self.runs_dir, id="inspect-view")
-            with TabPane("4 Runs", id="runs"):
-                yield RunsView(self.runs_dir, id="runs-view")
-            with TabPane("5 Export", id="export"):
-                yield ExportView(self.runs_dir, id="export-view")
+            for tab in TABS[1:]:
+                yield TabPane(f"{TABS.index(tab) + 1} {tab.title()}", id=tab)
         yield Footer()
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._after_first_frame)
 
-    def _after_first_frame(self) -> None:
-        """The first frame is on screen: now import the registries (torch) in a thread."""
+    async def _after_first_frame(self) -> None:
+        """The first frame is on screen: build the other tabs, then import the registries
+        (and torch) in a thread."""
         self.first_frame_at = time.perf_counter()
+        from attnlab.tui.views.export import ExportView
+        from attnlab.tui.views.inspect import InspectView
+        from attnlab.tui.views.runs import RunsView
+
+        kwargs = {"poll_seconds": self.poll_seconds} if self.poll_seconds else {}
+        views = {
+            "train": TrainView(self.runs_dir, command_factory=self.command_factory, id="train-view", **kwargs),
+            "inspect": InspectView(self.runs_dir, id="inspect-view"),
+            "runs": RunsView(self.runs_dir, id="runs-view"),
+            "export": ExportView(self.runs_dir, id="export-view"),
+        }
+        for tab, view in views.items():
+            await self.query_one(f"#{tab}", TabPane).mount(view)
+        self.views_ready = True
         self.load_registries()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -174,8 +180,8 @@ class AttnLab(App[None]):
         self.query_one("#tabs", TabbedContent).active = tab
         # Move focus into the new tab: a focused widget left in a hidden pane would switch the
         # tabs back (TabbedContent follows focus). Setup starts unfocused so letter keys work.
-        target = TAB_FOCUS.get(tab)
-        self.screen.set_focus(self.query_one(target) if target else None)
+        target = self.query(TAB_FOCUS[tab]) if tab in TAB_FOCUS else None
+        self.screen.set_focus(target.first() if target else None)
 
     def action_blur(self) -> None:
         self.screen.set_focus(None)
@@ -187,7 +193,8 @@ class AttnLab(App[None]):
         self.setup_view.request_training(queue=True)
 
     def action_control(self, word: str) -> None:
-        self.notify(self.train_view.control(word))
+        if self.views_ready:
+            self.notify(self.train_view.control(word))
 
     @on(SetupView.TrainRequested)
     def _train_requested(self, message: SetupView.TrainRequested) -> None:
@@ -266,7 +273,7 @@ class AttnLab(App[None]):
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 
     async def action_quit(self) -> None:
-        if not self.train_view.active or self.train_view.process is None:
+        if not self.views_ready or not self.train_view.active or self.train_view.process is None:
             self.exit()
             return
         from attnlab.tui.help import QuitScreen

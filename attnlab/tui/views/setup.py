@@ -106,7 +106,7 @@ class SetupView(Vertical):
         self._hparam_values: dict[str, str] = {
             k: _text(v) for k, v in config.model.attn_params.items()
         }
-        self._shown_hparams: tuple[str, ...] = ()
+        self._shown_hparams: tuple[str, ...] | None = None  # None: not built yet
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="setup-body"):
@@ -148,7 +148,7 @@ class SetupView(Vertical):
                 rows.append(Static(SECTION_TITLES[definition.key], classes="section-title"))
             rows.append(self._field_row(definition, raw))
         await form.mount_all(rows)
-        self._shown_hparams = ()
+        self._shown_hparams = None
         self._apply_groups()
         await self._rebuild_hparams()
         names = chosen_variants(self.config.model.arch, self.form_values())
@@ -210,7 +210,7 @@ class SetupView(Vertical):
         await box.remove_children()
         rows = []
         for info in infos:
-            text = self._hparam_values.get(info.name, _text(info.default))
+            text = self._hparam_values.setdefault(info.name, _text(info.default))
             field = Input(text, placeholder=info.range_text(), id=hparam_id(info.name), compact=True)
             field.tooltip = f"model.{info.name}: {info.help} {info.range_text()} (used by {', '.join(info.variants)})"
             rows.append(Horizontal(Label(info.name, classes="field-label"), field, classes="field"))
@@ -242,7 +242,7 @@ class SetupView(Vertical):
         return {k: v for k, v in values.items() if not hidden_groups.get(groups[k], False)}
 
     def hparam_values(self) -> dict[str, str]:
-        return {name: self._hparam_values.get(name, "") for name in self._shown_hparams}
+        return {name: self._hparam_values.get(name, "") for name in self._shown_hparams or ()}
 
     def validate_form(self) -> ExperimentConfig | None:
         """Mark invalid fields, show the first reason, enable Train only when valid."""
