@@ -425,6 +425,7 @@ def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | 
 def variants() -> None:
     """Every registered attention variant: roles, formula and hyper-parameters."""
     from rich.table import Table
+    from rich.text import Text
 
     from attnlab.nn.attention import ATTENTION
 
@@ -437,7 +438,8 @@ def variants() -> None:
             f"{h.name}={h.default}" + (f" [{_fmt(h.low, 0) if h.low is not None else ''}..{_fmt(h.high, 0) if h.high is not None else ''}]" if h.low is not None or h.high is not None else "")
             for h in spec.hparams
         )
-        table.add_row(entry.name, ", ".join(sorted(spec.roles)), spec.formula, hparams or "–")
+        # Text, not markup: formulas such as "tanh(W_a [s_t; h_j])" contain brackets.
+        table.add_row(*(Text(cell) for cell in (entry.name, ", ".join(sorted(spec.roles)), spec.formula, hparams or "–")))
     _console().print(table)
 
 
@@ -445,6 +447,7 @@ def variants() -> None:
 def presets() -> None:
     """Every preset with its one-line description."""
     from rich.table import Table
+    from rich.text import Text
 
     from attnlab.config import PRESETS_DIR, load_toml, preset_names
 
@@ -453,7 +456,7 @@ def presets() -> None:
     table.add_column("description")
     for name in preset_names():
         raw = load_toml(PRESETS_DIR / f"{name}.toml")
-        table.add_row(name, str(raw.get("description", "")))
+        table.add_row(Text(name), Text(str(raw.get("description", ""))))
     _console().print(table)
 
 

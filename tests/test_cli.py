@@ -45,6 +45,8 @@ def test_variants_lists_the_registry():
     for entry in ATTENTION.entries():
         assert entry.name in result.output
     assert "rnn-cross" in result.output
+    # formulas are shown verbatim, brackets included (not eaten as rich markup)
+    assert "tanh(W_a [s_t; h_j])" in result.output
 
 
 def test_user_errors_are_one_line_with_exit_2():
