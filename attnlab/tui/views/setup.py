@@ -31,6 +31,7 @@ from attnlab.tui.menus import (
     field_range_text,
     key_in_message,
 )
+from attnlab.tui.views.corpus_preview import CorpusPreview, data_for_preview
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class SetupView(Vertical):
             if definition.key in SECTION_TITLES:
                 rows.append(Static(SECTION_TITLES[definition.key], classes="section-title"))
             rows.append(self._field_row(definition, raw))
+            if definition.key == "data.path":
+                rows.append(CorpusPreview(id="corpus-preview", classes="group-corpus"))
         await form.mount_all(rows)
         self._shown_hparams = None
         self._apply_groups()
@@ -274,11 +277,23 @@ class SetupView(Vertical):
                     self._mark(key)
             except Exception as err:  # a broken third-party variant must not take the lab down
                 first = f"{type(err).__name__}: {err}"
+        reading = False
+        if values.get("data.task") == "corpus":
+            # The corpus must read cleanly before Train: the preview (a thread) says so.
+            preview = self.query_one(CorpusPreview)
+            preview.request(data_for_preview((config or self.config).data, str(values.get("data.path", ""))))
+            corpus_error = preview.status()
+            if corpus_error and first is None:
+                first, reading = corpus_error, preview.pending
+            if corpus_error and not preview.pending:
+                self._mark("data.path")
         self.error = first
         if config is not None:
             self.config = config
         status = self.query_one("#setup-status", Static)
-        if first:
+        if reading:
+            status.update(f"[dim]… {_escape(first or '')}[/]")
+        elif first:
             status.update(f"[b $error]✗[/] {_escape(first)}")
         else:
             status.update(f"[b $success]✓[/] ready: {_summary(self.config)}")
@@ -367,6 +382,10 @@ class SetupView(Vertical):
     @on(Checkbox.Changed)
     def _check_changed(self) -> None:
         self.validate_form()
+
+    @on(CorpusPreview.Computed)
+    def _corpus_previewed(self) -> None:
+        self.validate_form()  # Train follows the corpus: blocked on an error, allowed once read
 
     @on(Button.Pressed, "#train-button")
     def _train(self) -> None:
