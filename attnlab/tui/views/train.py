@@ -235,9 +235,10 @@ class TrainView(Vertical):
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
-            parts.append(f"loss {follower.loss:.3f}")
-            parts.append(f"lr {follower.lr:.2e}")
-            parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
+            if follower.loss == follower.loss:  # NaN until the first step event: say nothing yet
+                parts.append(f"loss {follower.loss:.3f}")
+                parts.append(f"lr {follower.lr:.2e}")
+                parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
             if follower.last_eval:
                 parts.append(f"BLEU {float(follower.last_eval.get('bleu') or 0):.1f}")
         if follower.error:
