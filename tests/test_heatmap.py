@@ -16,7 +16,13 @@ import pytest
 from rich.console import Console
 
 from attnlab.decode.hypothesis import Hypothesis
-from attnlab.viz.heatmap import PALETTE, heatmap_cell_style, heatmap_level, heatmap_rgb, render_heatmap
+from attnlab.viz.heatmap import (
+    PALETTE,
+    heatmap_cell_style,
+    heatmap_level,
+    heatmap_rgb,
+    render_heatmap,
+)
 from attnlab.viz.nbest import render_nbest
 
 GOLDEN = Path(__file__).parent / "golden" / "heatmap"

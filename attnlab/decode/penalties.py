@@ -32,12 +32,11 @@ def step_log_probs(logits: Tensor, step: int, min_len: int = 0) -> Tensor:
     distribution is renormalised over the tokens that may be produced.
     logits[N, V] -> log_probs[N, V] (float32).
     """
-    logits = logits.float().clone()
-    logits[:, PAD_ID] = float("-inf")
-    logits[:, BOS_ID] = float("-inf")
+    blocked = torch.zeros(logits.size(-1), device=logits.device)  # [V] 0 or -inf
+    blocked[PAD_ID] = blocked[BOS_ID] = float("-inf")
     if step < min_len:
-        logits[:, EOS_ID] = float("-inf")
-    return torch.log_softmax(logits, dim=-1)
+        blocked[EOS_ID] = float("-inf")
+    return torch.log_softmax(logits.float() + blocked, dim=-1)  # out of place: logits untouched
 
 
 def length_penalty(lengths: Tensor, alpha: float, norm: str = "gnmt") -> Tensor:
