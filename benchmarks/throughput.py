@@ -41,27 +41,68 @@ def result_field(output: str, name: str) -> float:
     return float(match.group(1))
 
 
-def run_joey(model: str, updates: int) -> float:
+def run_joey(model: str, updates: int) -> dict[str, float]:
     out = subprocess.run(
         ["bash", str(BENCH / "run-joey.sh"), model, "reverse"],
         env={**ENV, "ANCHOR_UPDATES": str(updates)},
         capture_output=True, text=True, check=True,
     ).stdout
-    return result_field(out, "train_tok_per_s")
+    return {
+        "train": result_field(out, "train_tok_per_s"),
+        "greedy": result_field(out, "greedy_sent_per_s"),
+        "beam5": result_field(out, "beam5_sent_per_s"),
+    }
 
 
-def run_naive(updates: int) -> float:
+def run_naive(updates: int) -> dict[str, float]:
+    """Training tok/s and the naive per-sentence greedy / beam-5 decoding of the 500 test sentences."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [str(VENV / "bin" / "python"), str(BENCH / "seed_naive.py"), "--data", "reverse",
-             "--updates", str(updates), "--max-test", "50", "--results", f"{tmp}/r.jsonl"],
+             "--updates", str(updates), "--results", f"{tmp}/r.jsonl"],
             env=ENV, capture_output=True, text=True, check=True,
         ).stdout
-    return result_field(out, "train_tok_per_s")
+    return {
+        "train": result_field(out, "train_tok_per_s"),
+        "greedy": result_field(out, "greedy_sent_per_s"),
+        "beam5": result_field(out, "beam5_sent_per_s"),
+    }
 
 
-def run_attnlab(model: str, updates: int) -> float:
-    """tokens/s of the training loop, from the run's ``done`` event."""
+DECODE_BATCH = 64  # sentences per batch; set by --decode-batch
+
+
+def decode_speed(run_dir: Path) -> dict[str, float]:
+    """Batched greedy / beam-5 (alpha 1, like the naive baseline) sent/s on the reverse test set."""
+    import time
+
+    import torch
+
+    from attnlab.config import DecodeConfig
+    from attnlab.data.batching import make_batch
+    from attnlab.data.example import Example
+    from attnlab.decode.search import decode_batch
+    from attnlab.runs import load_checkpoint
+
+    torch.set_num_threads(2)
+    loaded = load_checkpoint(run_dir)
+    lines = (DATA / "test.src").read_text().splitlines()
+    examples = [Example(tuple(line.split()), ()) for line in lines]
+    vocab_src, vocab_tgt = loaded.dataset.src_vocab, loaded.dataset.tgt_vocab
+    size = DECODE_BATCH
+    batches = [make_batch(examples[i : i + size], vocab_src, vocab_tgt) for i in range(0, len(examples), size)]
+    speeds = {}
+    for name, cfg in (("greedy", DecodeConfig()), ("beam5", DecodeConfig(beam=5, alpha=1.0))):
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for batch in batches:
+                decode_batch(loaded.model, batch.src, batch.src_mask, cfg)
+        speeds[name] = len(examples) / (time.perf_counter() - started)
+    return speeds
+
+
+def run_attnlab(model: str, updates: int) -> dict[str, float]:
+    """tokens/s of the training loop (from the run's ``done`` event) and decoding sent/s."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "attnlab", "train", "--preset", ATTNLAB_PRESETS[model],
@@ -74,8 +115,9 @@ def run_attnlab(model: str, updates: int) -> float:
             env=ENV, cwd=tmp, capture_output=True, text=True, check=True,
         )
         events = [json.loads(line) for line in Path(tmp, "bench", "events.jsonl").read_text().splitlines()]
-    done = next(e for e in events if e["type"] == "done")
-    return float(done["tokens_per_s"])  # target tokens / seconds of the training loop (no eval)
+        done = next(e for e in events if e["type"] == "done")
+        # target tokens / seconds of the training loop (evaluation excluded)
+        return {"train": float(done["tokens_per_s"]), **decode_speed(Path(tmp, "bench"))}
 
 
 def main() -> None:
@@ -84,7 +126,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=300)
     parser.add_argument("--models", default="rnn,transformer")
     parser.add_argument("--skip-peers", action="store_true", help="attnlab only")
+    parser.add_argument("--decode-batch", type=int, default=64,
+                        help="attnlab's sentences per decoding batch (JoeyNMT uses 64)")
     args = parser.parse_args()
+    global DECODE_BATCH
+    DECODE_BATCH = args.decode_batch
     if not (DATA / "train.src").exists():
         subprocess.run([sys.executable, str(BENCH / "make-toy.py")], check=True)
     have_joey = (VENV / "bin" / "python").exists() and not args.skip_peers
@@ -92,7 +138,7 @@ def main() -> None:
         print(f"no JoeyNMT venv at {VENV}: run bash {BENCH}/setup-joey.sh first", file=sys.stderr)
         sys.exit(2)
 
-    results: dict[tuple[str, str], list[float]] = {}
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for round_ in range(args.rounds):
         for model in args.models.split(","):
             systems = [("attnlab", lambda m=model: run_attnlab(m, args.updates))]
@@ -101,20 +147,21 @@ def main() -> None:
                 if model == "rnn":
                     systems.append(("naive", lambda: run_naive(args.updates)))
             for name, fn in systems:
-                tok_s = fn()
-                results.setdefault((model, name), []).append(tok_s)
-                print(f"round {round_ + 1} {model:11s} {name:8s} {tok_s:8.0f} trg tok/s", flush=True)
+                figures = fn()
+                results.setdefault((model, name), []).append(figures)
+                shown = "  ".join(f"{k} {v:,.1f}" for k, v in figures.items())
+                print(f"round {round_ + 1} {model:11s} {name:8s} {shown}", flush=True)
 
-    print("\nmodel        system    median trg tok/s   vs attnlab")
+    print("\nmedians: train = target tokens/s of the training loop; greedy / beam5 = test sentences/s")
+    print("model        system    train tok/s  greedy sent/s  beam5 sent/s   attnlab's ratio (train, greedy, beam5)")
     for model in args.models.split(","):
-        ours = statistics.median(results[(model, "attnlab")])
-        for (m, name), values in results.items():
+        ours = {k: statistics.median(r[k] for r in results[(model, "attnlab")]) for k in ("train", "greedy", "beam5")}
+        for (m, name), runs in results.items():
             if m != model:
                 continue
-            med = statistics.median(values)
-            ratio = f"attnlab {ours / med:.2f}x" if name != "attnlab" else ""
-            print(f"{model:12s} {name:8s} {med:12.0f}       {ratio}")
-
+            med = {k: statistics.median(r[k] for r in runs) for k in ("train", "greedy", "beam5")}
+            ratio = "" if name == "attnlab" else ", ".join(f"{ours[k] / med[k]:.2f}x" for k in med)
+            print(f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} {med['beam5']:13,.1f}   {ratio}")
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,8 @@
-"""Time to dev BLEU >= 95 on reverse with the reverse-bahdanau preset (issue 2's benchmark).
+"""Time to dev BLEU >= 95 on reverse with the reverse-bahdanau preset (issue 2's benchmark),
+or to any dev metric with any preset (issue 3: exact match >= 0.99 with reverse-transformer).
 
     OMP_NUM_THREADS=2 python benchmarks/time_to_bleu.py [--target 95] [--eval-every 100]
+    OMP_NUM_THREADS=2 python benchmarks/time_to_bleu.py --preset reverse-transformer --metric exact_match --target 0.99
 
 Trains the preset in-process, evaluates on the full dev set every ``--eval-every`` steps and
 stops at the first eval reaching the target. Prints the wall time to that eval (training +
@@ -25,7 +27,8 @@ from attnlab.train.trainer import Trainer
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="reverse-bahdanau")
-    parser.add_argument("--target", type=float, default=95.0, help="dev BLEU to reach")
+    parser.add_argument("--metric", default="bleu", choices=["bleu", "chrf", "exact_match"])
+    parser.add_argument("--target", type=float, default=95.0, help="dev metric value to reach")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -46,8 +49,8 @@ def main() -> None:
         if event["type"] == "eval":
             print(f"step {event['step']:5d}  dev BLEU {event['bleu']:6.2f}  exact {event['exact_match']:.3f}  "
                   f"{event['elapsed_s']:7.1f} s", flush=True)
-            if event["bleu"] >= args.target and not reached:
-                reached.update(step=event["step"], bleu=event["bleu"], elapsed_s=event["elapsed_s"])
+            if event[args.metric] >= args.target and not reached:
+                reached.update(step=event["step"], value=event[args.metric], elapsed_s=event["elapsed_s"])
                 trainer.control("stop")
 
     trainer = Trainer(config, run_dir, on_event=on_event, device="cpu")
@@ -55,21 +58,22 @@ def main() -> None:
     result = {
         "preset": args.preset,
         "threads": args.threads,
+        "metric": args.metric,
         "target": args.target,
         "reached": bool(reached),
         "step": reached.get("step"),
-        "dev_bleu": reached.get("bleu"),
+        "dev_value": reached.get("value"),
         "wall_s_to_target": reached.get("elapsed_s"),
         "train_tokens_per_s": summary["tokens_per_s"],
         "params": summary["params"],
         "run_dir": str(run_dir),
     }
     if reached:
-        print(f"dev BLEU {reached['bleu']:.2f} >= {args.target} at step {reached['step']} after "
+        print(f"dev {args.metric} {reached['value']:.3f} >= {args.target} at step {reached['step']} after "
               f"{reached['elapsed_s']:.1f} s ({summary['tokens_per_s']:.0f} train tok/s, {args.threads} threads)")
     else:
-        print(f"target {args.target} not reached within {config.train.max_steps} steps "
-              f"(best dev BLEU {summary['best'].get('bleu', 0):.2f})")
+        print(f"target {args.metric} >= {args.target} not reached within {config.train.max_steps} steps "
+              f"(best dev {args.metric} {summary['best'].get(args.metric, 0):.3f})")
     print(json.dumps(result))
 
 

@@ -5,7 +5,7 @@ Importing this package registers the built-in variants. A new variant is one cla
 config validation and the parametrised tests.
 """
 
-from attnlab.nn.attention.base import (
+from attnlab.nn.attention.base import (  # noqa: I001  (variant import order = menu order)
     ALL_ROLES,
     ATTENTION,
     ROLE_CAUSAL_SELF,
