@@ -271,9 +271,15 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
 
     start_step = _resume_step(run_dir) if resume_dir is not None else 0
     trainer = Trainer(config, run_dir, resume=resume_dir is not None)
-    with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
-        trainer.on_event = progress.on_event
-        summary = trainer.run()
+    try:
+        with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
+            trainer.on_event = progress.on_event
+            summary = trainer.run()
+    except AttnlabError:
+        # A user mistake found while setting up (e.g. a missing corpus): leave no empty run behind.
+        if resume_dir is None and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        raise
     if quiet:
         best = summary.get("best") or {}
         click.echo(

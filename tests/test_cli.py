@@ -69,6 +69,16 @@ def test_user_errors_are_one_line_with_exit_2():
         assert "Traceback" not in result.output
 
 
+def test_a_missing_corpus_is_one_line_and_leaves_no_empty_run(tmp_path):
+    missing = tmp_path / "no-such-corpus"
+    result = invoke("train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet",
+                    "--set", "data.task=corpus", "--set", f"data.path={missing}")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: data.path={missing}: no such file or folder"]
+    assert not (tmp_path / "runs" / "r").exists()
+
+
 def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
     result = invoke("train", "--out", str(tmp_path), "--run-name", "tiny", "--quiet", *tiny_sets)
     assert result.exit_code == 0, result.output
