@@ -56,6 +56,16 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
+def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
+    """AdamW, fused where torch supports it for the device (CPU since torch 2.4, CUDA): one
+    kernel over all parameters instead of a Python loop over ~100 tensors, ~5 % of a step here."""
+    kwargs = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay}
+    try:
+        return torch.optim.AdamW(model.parameters(), fused=True, **kwargs)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.AdamW(model.parameters(), **kwargs)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -120,12 +130,7 @@ class Trainer:
         self.model = build_model(self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab))
         self.model.to(self.device)
         self.params = count_parameters(self.model)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=cfg.lr,
-            betas=tuple(cfg.betas),  # type: ignore[arg-type]
-            weight_decay=cfg.weight_decay,
-        )
+        self.optimizer = make_optimizer(self.model, cfg)
         self.lr_schedule = LRSchedule(cfg)
         self.epoch, self.batch_in_epoch = 0, 0
         self.best_value: float | None = None
