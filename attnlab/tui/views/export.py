@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
+from attnlab.tui.views.run_select import refresh_run_select
+
 
 @dataclass
 class ExportDone(Message):
@@ -59,23 +61,7 @@ class ExportView(Vertical):
         self.refresh_runs()
 
     def refresh_runs(self) -> None:
-        try:
-            from attnlab.runs import list_runs
-
-            runs = list_runs(self.runs_dir)
-        except Exception:
-            runs = []
-        paths = [str(r.path) for r in runs]
-        if paths == self._run_paths:
-            return
-        self._run_paths = paths
-        select = self.query_one("#export-run", Select)
-        current = select.value
-        select.set_options([(Path(r.path).name, str(r.path)) for r in runs])
-        if current in paths:
-            select.value = current
-        elif paths:
-            select.value = paths[0]
+        self._run_paths = refresh_run_select(self.query_one("#export-run", Select), self.runs_dir, self._run_paths)
 
     @on(Select.Changed, "#export-run")
     def _run_changed(self, event: Select.Changed) -> None:

@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.tui.views.run_select import refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
@@ -113,24 +114,9 @@ class InspectView(Horizontal):
     # -- choosing what to inspect ----------------------------------------------------------------
 
     def refresh_runs(self) -> None:
-        try:
-            from attnlab.runs import list_runs
-
-            runs = list_runs(self.runs_dir)
-        except Exception:
-            runs = []
-        paths = [str(r.path) for r in runs]
-        if paths == self._run_paths:
-            return
-        self._run_paths = paths
         select = self.query_one("#insp-run", Select)
-        current = select.value
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
-            select.set_options([(Path(r.path).name, str(r.path)) for r in runs])
-            if current in paths:
-                select.value = current
-            elif paths:
-                select.value = paths[0]
+            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths)
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []

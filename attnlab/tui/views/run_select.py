@@ -1,0 +1,29 @@
+"""The run selector shared by the Inspect and Export tabs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Select
+
+
+def refresh_run_select(select: Select, runs_dir: Path, shown: list[str]) -> list[str]:
+    """Fill ``select`` with the runs in ``runs_dir`` (keeping the current choice when it is still
+    there) and return their paths; returns ``shown`` untouched when nothing changed, so a timer
+    can call this cheaply."""
+    try:
+        from attnlab.runs import list_runs
+
+        runs = list_runs(runs_dir)
+    except Exception:  # a half-written run directory must not break the tab
+        runs = []
+    paths = [str(r.path) for r in runs]
+    if paths == shown:
+        return shown
+    current = select.value
+    select.set_options([(Path(p).name, p) for p in paths])
+    if current in paths:
+        select.value = current
+    elif paths:
+        select.value = paths[0]
+    return paths
