@@ -421,7 +421,11 @@ def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | 
     matrix = hyp.attention.float()
     rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
     title = "attention" if rank is None else f"attention, hypothesis {rank}"
-    return render_heatmap(matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title)
+    # Without colours (output piped to a file) the cells would be blank: print the weights.
+    plain = not _console().is_terminal or _console().no_color
+    return render_heatmap(
+        matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
+    )
 
 
 # -- registries and runs ----------------------------------------------------------------------------

@@ -109,6 +109,12 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
     result = invoke("translate", str(run_dir), "--show-attention", "5 9 2 7")
     assert result.exit_code == 0
     assert len(result.output.splitlines()) > 3  # the heatmap follows the translation
+    # Not a terminal (no colours): every row prints its weights in percent, summing to ~100.
+    rows = [line.split() for line in result.output.splitlines()]
+    hyp = result.output.splitlines()[0].split()
+    weight_rows = [r for r in rows if r and r[0] in (*hyp, "</s>") and all(c.isdigit() for c in r[1:]) and len(r) == 5]
+    assert weight_rows, result.output
+    assert all(abs(sum(int(c) for c in r[1:]) - 100) <= 4 for r in weight_rows)
 
     out = tmp_path / "tiny.safetensors"
     result = invoke("export", str(run_dir), "--out", str(out), "--checkpoint", "last")
