@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,19 @@ def write_run(root: Path, name: str, events: list[dict[str, Any]] | None = None)
     (run_dir / "config.toml").write_text(dumps_toml(tiny_config(name)), encoding="utf-8")
     write_events(run_dir, run_events() if events is None else events)
     return run_dir
+
+
+async def ready(app: Any, pilot: Any) -> None:
+    """Wait until the registries loaded and Setup's menus exist."""
+    await asyncio.wait_for(app.menus_ready.wait(), 60)
+    await pilot.pause()
+
+
+async def until(pilot: Any, condition: Any, timeout: float = 30.0, step: float = 0.05) -> None:
+    """Let the app run until ``condition()`` holds (event driven; no fixed sleeps)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(step)

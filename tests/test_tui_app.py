@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _tui_support import run_events, tiny_config, write_run
+from _tui_support import ready, run_events, tiny_config, until, write_run
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Select
 
@@ -23,22 +22,6 @@ from attnlab.tui.widgets.heatmap import AttentionHeatmap
 from attnlab.tui.widgets.plots import MetricPlot
 
 SIZE = (100, 30)
-
-
-async def ready(app, pilot) -> None:
-    """Wait until the registries loaded and Setup's menus exist."""
-    await asyncio.wait_for(app.menus_ready.wait(), 60)
-    await pilot.pause()
-
-
-async def until(pilot, condition, timeout: float = 30.0) -> None:
-    """Let the app run until ``condition()`` holds (event driven; no fixed sleeps)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.05)
 
 
 @pytest.fixture

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
-from _tui_support import tiny_config
+from _tui_support import ready, tiny_config
+from _tui_support import until as until_shared
 from textual.widgets import Input, Select
 
 from attnlab.config import DataConfig
@@ -37,19 +37,9 @@ def write_corpus(folder: Path) -> Path:
     return folder
 
 
-async def ready(app, pilot) -> None:
-    await asyncio.wait_for(app.menus_ready.wait(), 60)
-    await pilot.pause()
-
-
 async def until(pilot, condition, timeout: float = 30.0) -> None:
-    """Let the app run until ``condition()`` holds (the preview waits out its debounce)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.05)
+    """Like the shared ``until``, then let the preview's worker finish (it waits out its debounce)."""
+    await until_shared(pilot, condition, timeout)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
 

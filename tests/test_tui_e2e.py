@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _tui_support import tiny_config
+from _tui_support import until as until_shared
 from textual.widgets import DataTable, Select
 
 from attnlab.config import apply_overrides
@@ -27,12 +28,7 @@ from attnlab.tui.widgets.plots import MetricPlot
 
 
 async def until(pilot, condition, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.1)
+    await until_shared(pilot, condition, timeout, step=0.1)
 
 
 @pytest.mark.slow
