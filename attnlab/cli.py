@@ -422,7 +422,8 @@ def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | 
     rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
     title = "attention" if rank is None else f"attention, hypothesis {rank}"
     # Without colours (output piped to a file) the cells would be blank: print the weights.
-    plain = not _console().is_terminal or _console().no_color
+    console = _console()
+    plain = not console.is_terminal or console.no_color
     return render_heatmap(
         matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
     )

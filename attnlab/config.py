@@ -347,34 +347,26 @@ def to_dict(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
-    """Apply ``SECTION.KEY=VALUE`` strings (the CLI's ``--set``)."""
-    raw = to_dict(config)
-    explicit_attn = dict(config.model.attn_params)
+    """Apply ``SECTION.KEY=VALUE`` strings (the CLI's ``--set``); ``name=`` and
+    ``description=`` set the top-level fields."""
+    raw = to_dict(config)  # attention params are flat keys of raw["model"], as in a preset
     for item in overrides:
         if "=" not in item:
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
-        path, value = item.split("=", 1)
+        path, value = (part.strip() for part in item.split("=", 1))
+        if path in ("name", "description"):
+            raw[path] = value
+            continue
         if "." not in path:
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
-        section, key = path.strip().split(".", 1)
-        if section in ("name", "description"):
-            raw[section] = value
-            continue
+        section, key = path.split(".", 1)
         if section not in SECTIONS:
             raise AttnlabError(
                 f"--set {item!r}: unknown section {section!r}{did_you_mean(section, SECTIONS)}; valid: {', '.join(SECTIONS)}"
             )
-        scratch: dict[str, Any] = {}
-        _set_in(section, scratch, key, value.strip(), "--set")
-        if "attn_params" in scratch:
-            explicit_attn.update(scratch["attn_params"])
-        else:
-            raw[section][key] = scratch[key]
-    # to_dict flattened defaults-free attn params into model; rebuild from explicit ones only
-    for key in list(raw["model"]):
-        if key not in {f.name for f in fields(ModelConfig)}:
-            del raw["model"][key]
-    raw["model"].update(explicit_attn)
+        checked: dict[str, Any] = {}
+        _set_in(section, checked, key, value, "--set")  # errors name --set, not the preset
+        raw[section][key] = checked.get("attn_params", checked)[key]
     return validate(from_dict(raw))
 
 
@@ -420,7 +412,7 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
     from attnlab.nn.attention import ATTENTION
     from attnlab.nn.model import ARCHITECTURES
 
-    d, m, t, dec = config.data, config.model, config.train, config.decode
+    d, m, dec = config.data, config.model, config.decode
     if d.task != "corpus" and d.task not in TASKS:
         raise unknown_choice("data.task", d.task, [*TASKS.names(), "corpus"])
     if d.min_len > d.max_len:
@@ -437,8 +429,6 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
         raise AttnlabError(f"decode.beam={dec.beam} must be a multiple of decode.groups={dec.groups}")
     if dec.nbest > max(dec.beam, dec.num_samples if dec.sample else 1):
         raise AttnlabError(f"decode.nbest={dec.nbest} exceeds decode.beam={dec.beam}")
-    if t.eval_every > t.max_steps:
-        pass  # evaluating only at the end is fine
     return config
 
 

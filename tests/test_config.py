@@ -142,3 +142,12 @@ def test_round_trip_keeps_explicit_attention_hyper_parameters():
     again = from_dict(tomllib.loads(dumps_toml(config)))
     assert again == config
     assert dataclasses.asdict(again.model)["attn_params"] == {"window": 3}
+
+
+def test_set_name_and_an_attention_parameter_together() -> None:
+    cfg = apply_overrides(ExperimentConfig(), ["name=my-run", "model.attention=local-m", "model.window=3"])
+    assert cfg.name == "my-run"
+    assert cfg.model.attention == "local-m" and cfg.model.attn_params == {"window": 3}
+    # overriding again keeps the earlier explicit parameter
+    again = apply_overrides(cfg, ["train.max_steps=7"])
+    assert again.model.attn_params == {"window": 3} and again.train.max_steps == 7

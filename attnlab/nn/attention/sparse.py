@@ -15,17 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.nn.attention.base import (
-    ROLE_CAUSAL_SELF,
-    ROLE_SELF,
     AttentionSpec,
     HParam,
     masked_softmax,
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase
-from attnlab.nn.attention.positional import relative_distance
-
-SELF_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF})
+from attnlab.nn.attention.positional import SELF_ROLES, relative_distance
 
 
 def banded_attention(
