@@ -235,12 +235,15 @@ class TrainView(Vertical):
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
-            if follower.loss == follower.loss:  # NaN until the first step event: say nothing yet
+            # Most telling first: at 80 columns the line is cut at the right, so lr goes last.
+            have_loss = follower.loss == follower.loss  # NaN until the first step event
+            if have_loss:
                 parts.append(f"loss {follower.loss:.3f}")
-                parts.append(f"lr {follower.lr:.2e}")
-                parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
             if follower.last_eval:
                 parts.append(f"BLEU {float(follower.last_eval.get('bleu') or 0):.1f}")
+            if have_loss:
+                parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
+                parts.append(f"lr {follower.lr:.2e}")
         if follower.error:
             parts.append(f"[$error]{_escape(follower.error)}[/]")
         eta = follower.eta_s() if not follower.finished else 0.0
