@@ -78,9 +78,11 @@ class RNNEncoder(nn.Module):
         return states, self._merge_directions(final), None
 
     def _can_fuse(self, embedded: Tensor) -> bool:
-        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast."""
+        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast. It
+        pays off in the backward pass only: without gradients (decoding) nn.GRU is faster."""
         return (
             self.fused
+            and torch.is_grad_enabled()
             and isinstance(self.rnn, nn.GRU)
             and self.layers == 1
             and embedded.dtype in (torch.float32, torch.float64)
