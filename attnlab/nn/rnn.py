@@ -15,6 +15,9 @@ Speed: everything that does not depend on the step runs outside the time loop (t
 embeddings, the attention's key projection via ``precompute``, W_c and W_o for all steps
 at once). Luong-style wiring without input feeding under full teacher forcing needs no
 loop at all: the RNN runs over the whole target and attention takes Tq = T queries.
+Training a 1-layer GRU with Bahdanau attention under full teacher forcing uses
+attnlab.nn.rnn_fused (encoder and decoder as one autograd node each with hand-written
+backpropagation through time, the same numbers); ``fused = False`` turns it off.
 """
 
 from __future__ import annotations
