@@ -15,6 +15,9 @@ Speed: everything that does not depend on the step runs outside the time loop (t
 embeddings, the attention's key projection via ``precompute``, W_c and W_o for all steps
 at once). Luong-style wiring without input feeding under full teacher forcing needs no
 loop at all: the RNN runs over the whole target and attention takes Tq = T queries.
+Training a 1-layer GRU with Bahdanau attention under full teacher forcing uses
+attnlab.nn.rnn_fused (encoder and decoder as one autograd node each with hand-written
+backpropagation through time, the same numbers); ``fused = False`` turns it off.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS, Attention, build_attention
+from attnlab.nn.attention.classic import BahdanauAttention
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
+from attnlab.nn.rnn_fused import fused_bahdanau_gru, fused_gru_encoder
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
 RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -57,20 +62,35 @@ class RNNEncoder(nn.Module):
         self.layers = layers
         self.directions = 2 if bidirectional else 1
         self.out_dim = hidden * self.directions
+        self.fused = True  # False: always nn.GRU over packed sequences (the reference)
 
     def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """-> encoder_states [B,S,D], final h [L,B,D], final c [L,B,D] (LSTM) or None."""
         # An empty source still needs one step for packing; its mask keeps it unseen.
-        lengths = src_mask.sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(
-            self.dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False
-        )
+        lengths = src_mask.sum(dim=1).clamp(min=1)
+        embedded = self.dropout(self.embed(src))
+        if self._can_fuse(embedded):
+            states, final = fused_gru_encoder(embedded, lengths, self.rnn)
+            return states, self._merge_directions(final), None
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, final = self.rnn(packed)
         states, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
         states = states.contiguous()  # a transposed view otherwise: every step would copy it
         if isinstance(final, tuple):
             return states, self._merge_directions(final[0]), self._merge_directions(final[1])
         return states, self._merge_directions(final), None
+
+    def _can_fuse(self, embedded: Tensor) -> bool:
+        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast. It
+        pays off in the backward pass only: without gradients (decoding) nn.GRU is faster."""
+        return (
+            self.fused
+            and torch.is_grad_enabled()
+            and isinstance(self.rnn, nn.GRU)
+            and self.layers == 1
+            and embedded.dtype in (torch.float32, torch.float64)
+            and not torch.is_autocast_enabled(embedded.device.type)
+        )
 
     def _merge_directions(self, final: Tensor) -> Tensor:
         """[L·dirs,B,H] -> [L,B,dirs·H]: each layer's forward and backward final states side by side."""
@@ -136,6 +156,18 @@ class RNNSeq2Seq(Seq2Seq):
         self.bridge_cell = nn.Linear(enc_dim, hidden) if cell == "lstm" else None
         self.combine = nn.Linear(context_dim + hidden, hidden)  # W_c: h̃ = tanh(W_c [c; s])
         self.output = nn.Linear(hidden, tgt_vocab_size)  # W_o
+        self.fused_decoder = True  # see the ``fused`` property
+
+    @property
+    def fused(self) -> bool:
+        """Whether the fused GRU encoder / GRU + Bahdanau decoder (attnlab.nn.rnn_fused) may
+        run; False forces nn.GRU over packed sequences and the step loop (the reference)."""
+        return self.fused_decoder
+
+    @fused.setter
+    def fused(self, value: bool) -> None:
+        self.fused_decoder = value
+        self.encoder.fused = value
 
     # -- encoder side ---------------------------------------------------------------------
 
@@ -254,7 +286,36 @@ class RNNSeq2Seq(Seq2Seq):
         sampling = teacher_forcing < 1.0
         if not (self.attend_previous or self.input_feeding or sampling):
             return self._forward_parallel(tgt_in, hidden, memory, need_weights)
+        if not sampling and self._can_fuse(memory):
+            return self._forward_fused(tgt_in, hidden, memory, need_weights)
         return self._forward_loop(tgt_in, hidden, memory, teacher_forcing, need_weights)
+
+    def _can_fuse(self, memory: _Memory) -> bool:
+        """The fused decoder covers exactly: 1-layer GRU, Bahdanau, no autocast."""
+        return (
+            self.fused_decoder
+            and self.cell == "gru"
+            and self.layers == 1
+            and type(self.attention) is BahdanauAttention
+            and isinstance(memory.precomputed, Tensor)
+            and memory.states.dtype in (torch.float32, torch.float64)
+            and not torch.is_autocast_enabled(memory.states.device.type)
+        )
+
+    def _forward_fused(
+        self, tgt_in: Tensor, hidden: Hidden, memory: _Memory, need_weights: bool
+    ) -> ModelOutput:
+        """Teacher-forced GRU + Bahdanau decoder as one autograd node (attnlab.nn.rnn_fused)."""
+        assert isinstance(hidden, Tensor)
+        attentional, weights = fused_bahdanau_gru(
+            self.dropout(self.embed(tgt_in)), hidden[0], memory.precomputed, memory.states,
+            memory.mask, self.attention, self.rnn, self.combine, self.dropout.p,
+            self.training, self.input_feeding,
+        )
+        out = ModelOutput(self.output(attentional))  # W_o once for all steps
+        if need_weights:
+            out.attentions["cross"] = weights[:, None, None]  # [B,L=1,H=1,T,S]
+        return out
 
     def _forward_parallel(
         self, tgt_in: Tensor, hidden: Hidden, memory: _Memory, need_weights: bool

@@ -1,0 +1,132 @@
+"""The fused GRU encoder and GRU + Bahdanau decoder (attnlab.nn.rnn_fused) against the
+reference path: nn.GRU over packed sequences and the step loop with autograd (float64)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.nn.rnn import RNNSeq2Seq
+from attnlab.nn.rnn_fused import fused_gru_encoder
+from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+SRC_V, TGT_V = 11, 13
+
+
+def model(feed: bool = True, bidirectional: bool = True, dropout: float = 0.0, **kw) -> RNNSeq2Seq:
+    torch.manual_seed(0)
+    return RNNSeq2Seq(
+        SRC_V, TGT_V, emb=6, hidden=8, bidirectional=bidirectional, input_feeding=feed,
+        dropout=dropout, **kw,
+    ).double()
+
+
+def batch():
+    """Sources of lengths 5, 2, 3 and 1 and targets of different lengths, padded."""
+    src = torch.tensor([[4, 5, 6, 7, 8], [9, 4, 0, 0, 0], [5, 10, 6, 0, 0], [7, 0, 0, 0, 0]])
+    tgt_in = torch.tensor([
+        [BOS_ID, 4, 5, 6, 7, 8], [BOS_ID, 9, 0, 0, 0, 0], [BOS_ID, 5, 10, 12, 0, 0], [BOS_ID, 7, 7, 0, 0, 0],
+    ])
+    return src, src != PAD_ID, tgt_in
+
+
+def loss_and_grads(m: RNNSeq2Seq, fused: bool, seed: int = 0):
+    m.fused = fused
+    m.zero_grad()
+    src, src_mask, tgt_in = batch()
+    torch.manual_seed(seed)
+    out = m(src, src_mask, tgt_in, need_weights=True)
+    targets = tgt_in.roll(-1, 1).masked_fill(tgt_in.roll(-1, 1) == BOS_ID, PAD_ID)
+    loss = F.cross_entropy(out.logits.reshape(-1, TGT_V), targets.reshape(-1), ignore_index=PAD_ID)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    return out, grads
+
+
+@pytest.mark.parametrize("feed,bidirectional", list(itertools.product([True, False], [True, False])))
+def test_fused_training_step_equals_reference_loop(feed, bidirectional):
+    m = model(feed, bidirectional).train()
+    fast, fast_grads = loss_and_grads(m, fused=True)
+    ref, ref_grads = loss_and_grads(m, fused=False)
+    torch.testing.assert_close(fast.logits, ref.logits, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fast.attentions["cross"], ref.attentions["cross"], rtol=0, atol=1e-12)
+    assert fast_grads.keys() == ref_grads.keys() == {n for n, _ in m.named_parameters()}
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, rtol=0, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("feed", [True, False])
+def test_fused_dropout_draws_the_reference_masks_on_cpu(feed):
+    """Same seed, same numbers: the fused decoder draws h̃'s masks in the reference's order."""
+    m = model(feed, dropout=0.3).train()
+    fast, fast_grads = loss_and_grads(m, fused=True, seed=7)
+    ref, ref_grads = loss_and_grads(m, fused=False, seed=7)
+    torch.testing.assert_close(fast.logits, ref.logits, rtol=0, atol=1e-12)
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, rtol=0, atol=1e-12, msg=name)
+    # and dropout does act: another seed gives other logits
+    other, _ = loss_and_grads(m, fused=True, seed=8)
+    assert not torch.allclose(other.logits, fast.logits)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_fused_encoder_equals_packed_gru(bidirectional):
+    torch.manual_seed(1)
+    gru = torch.nn.GRU(5, 4, batch_first=True, bidirectional=bidirectional).double()
+    emb = torch.randn(4, 6, 5, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([6, 2, 4, 1])
+    states, final = fused_gru_encoder(emb, lengths, gru)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+    out, ref_final = gru(packed)
+    ref_states, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
+    torch.testing.assert_close(states, ref_states, rtol=0, atol=1e-12)
+    torch.testing.assert_close(final, ref_final, rtol=0, atol=1e-12)
+    assert states[1, 2:].abs().sum() == 0  # padding stays zero
+    # gradients of an arbitrary function of both outputs
+    w_states, w_final = torch.randn_like(states), torch.randn_like(final)
+    grads = torch.autograd.grad((states * w_states).sum() + (final * w_final).sum(), [emb, *gru.parameters()])
+    ref_grads = torch.autograd.grad(
+        (ref_states * w_states).sum() + (ref_final * w_final).sum(), [emb, *gru.parameters()]
+    )
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_fused_decoder_zero_weights_for_a_source_without_tokens():
+    """A row whose keys are all masked: zero context and weights (masked_softmax's rule)."""
+    m = model().eval()
+    src, src_mask, tgt_in = batch()
+    src_mask = src_mask.clone()
+    src_mask[3] = False
+    outs = []
+    for fused in (True, False):
+        m.fused = fused
+        with torch.no_grad():
+            outs.append(m(src, src_mask, tgt_in, need_weights=True))
+    torch.testing.assert_close(outs[0].logits, outs[1].logits, rtol=0, atol=1e-12)
+    assert outs[0].attentions["cross"][3].abs().sum() == 0
+    assert torch.isfinite(outs[0].logits).all()
+
+
+def test_fused_path_runs_only_where_it_applies(monkeypatch):
+    """LSTM, stacked layers, other attentions and scheduled sampling keep the reference loop."""
+    calls = []
+    import attnlab.nn.rnn as rnn
+
+    real = rnn.fused_bahdanau_gru
+    monkeypatch.setattr(rnn, "fused_bahdanau_gru", lambda *a, **k: calls.append(1) or real(*a, **k))
+    src, src_mask, tgt_in = batch()
+    cases = [
+        (dict(), 1.0, 1),
+        (dict(cell="lstm"), 1.0, 0),
+        (dict(layers=2), 1.0, 0),
+        (dict(attention="luong-general"), 1.0, 0),
+        (dict(), 0.5, 0),
+    ]
+    for kwargs, tf, expected in cases:
+        calls.clear()
+        model(**kwargs).train()(src, src_mask, tgt_in, teacher_forcing=tf)
+        assert len(calls) == expected, kwargs
