@@ -205,7 +205,9 @@ def evaluate_split(
     examples = list(dataset.splits.split(split))
     if max_sentences > 0:
         examples = examples[:max_sentences]
-    batch_size = batch_size or cfg.batch_size
+    from attnlab.decode.search import sentences_per_batch
+
+    batch_size = batch_size or sentences_per_batch(cfg)
     was_training = model.training
     model.eval()
     device = torch.device(device)
