@@ -95,6 +95,8 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--top-p", "top_p", float, "nucleus sampling mass (1 = off)"),
     ("--nbest", "nbest", int, "hypotheses to print per sentence"),
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
+    ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
+    ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
 ]
 
 
@@ -399,15 +401,18 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     import torch
 
     from attnlab.data.batching import pad
+    from attnlab.decode.search import sentences_per_batch
     from attnlab.evaluate import decode_nbest
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
-    todo = [i for i, toks in enumerate(tokenized) if toks]
+    # Sorted by length: little padding, and a batch's sentences end at about the same step.
+    todo = sorted((i for i, toks in enumerate(tokenized) if toks), key=lambda i: len(tokenized[i]))
     need = need_attention or decode_cfg.beta > 0
+    size = sentences_per_batch(decode_cfg)
     with torch.no_grad():
-        for start in range(0, len(todo), decode_cfg.batch_size):
-            idx = todo[start : start + decode_cfg.batch_size]
+        for start in range(0, len(todo), size):
+            idx = todo[start : start + size]
             src = pad([loaded.src_vocab.encode(tokenized[i]) for i in idx]).to(device)
             nbests = decode_nbest(loaded.model, src, src != 0, decode_cfg, need)
             for i, nbest in zip(idx, nbests, strict=True):

@@ -137,7 +137,10 @@ class DecodeConfig:
     max_len_const: int = 10
     min_len: int = 0
     seed: int = 0
-    batch_size: int = 128
+    # Sentences per decoding batch; 0: as many as give ``batch_rows`` decoder rows per step
+    # (beam K and num_samples n multiply the rows: 512 rows = 512 sentences greedy, 102 with beam 5).
+    batch_size: int = 0
+    batch_rows: int = 512
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "decode.max_len_ratio": (0.0, 100.0),
     "decode.max_len_const": (0, 10000),
     "decode.min_len": (0, None),
+    "decode.batch_size": (0, None),
+    "decode.batch_rows": (1, None),
 }
 
 

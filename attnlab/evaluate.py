@@ -205,7 +205,11 @@ def evaluate_split(
     examples = list(dataset.splits.split(split))
     if max_sentences > 0:
         examples = examples[:max_sentences]
-    batch_size = batch_size or cfg.batch_size
+    from attnlab.decode.search import sentences_per_batch
+
+    # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits): the automatic
+    # size (decode.batch_size = 0) is capped at 256 sentences to bound that memory.
+    batch_size = batch_size or cfg.batch_size or min(sentences_per_batch(cfg), 256)
     was_training = model.training
     model.eval()
     device = torch.device(device)

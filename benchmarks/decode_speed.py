@@ -1,33 +1,51 @@
-"""Decoding speed and quality: batched search against a per-sentence Python search.
+"""Decoding speed and quality: attnlab's batched search against per-sentence Python search.
 
-One RNN + Bahdanau model (bi-GRU encoder, GRU decoder, emb 64, hidden 128: the sizes of the
-naive baseline in ../shared/bench/seed_naive.py) is trained briefly on Multi30k de->en
-(``--train-steps``, teacher forcing, Adam) or, with ``--train-steps 0``, left at random
-weights. Then, on the first ``--sentences`` test sentences (test_2016_flickr; the toy
-reverse test set when ../shared/corpora/multi30k is absent):
+Issue 4's definition, measured side by side in one run on the 1000 Multi30k test sentences
+(test_2016_flickr, de->en; the toy reverse test set when ../shared/corpora/multi30k is absent):
 
-- speed, sentences per second: attnlab's batched greedy and beam 5 (the test set in chunks of
-  ``--chunk`` sentences, each one batch; the four searches take turns chunk by chunk so
-  that they see the same machine load) against a re-implementation of seed_naive's
-  per-sentence greedy (one ``model.step`` per token, ``.item()``) and per-sentence beam
-  (a Python list of hypotheses, one ``model.step`` per hypothesis per step), all calling the
-  same model's ``step`` with the same weights, the same step budget (ceil(1.5 |X|) + 10),
-  </s> blocked at the first step and the GNMT length penalty alpha = 1 (as seed_naive);
-- corpus BLEU (sacrebleu 13a, detokenised, lowercased like the training data) for greedy,
-  beam 5, beam 5 with penalties, and sampling.
+- data as in ../shared/bench (make-toy.py / seed_naive.py): lower-cased, regex-tokenised
+  (``\\w+|[^\\w\\s]``), vocabularies from the training side with min_freq 2 (at most 10,000),
+  training pairs longer than 50 tokens dropped, every search capped at 60 steps
+  (seed_naive's max_output_length, </s> included), </s> blocked at the first step,
+  beam 5 with the GNMT length penalty alpha = 1 (JoeyNMT's beam_alpha 1, as seed_naive);
+- two models of the naive baseline's sizes (emb 64, bi-GRU 128 per direction, GRU decoder
+  128, Bahdanau attention, dropout 0.1), trained on the same batches with the same recipe
+  (CE summed over tokens / sentences, Adam 2e-3, clip 1.0, ``--updates`` batches of 64
+  sentences) and cached under /tmp, so a rerun skips training:
+  * attnlab's ``RNNSeq2Seq`` (no input feeding);
+  * seed_naive's ``Seq2Seq``, imported from ../shared/bench/seed_naive.py (not copied);
+- speed, sentences per second:
+  * the issue's comparison: attnlab's batched greedy / beam 5 (``decode_sorted``: sorted by
+    length, ``--batch`` sentences per batch) against seed_naive's own per-sentence
+    ``greedy_one`` / ``beam_one`` on its own model (same sizes, different weights and a
+    heavier tutorial-style step: repeat+concat attention, a 448 -> V output layer);
+  * the stricter one: the same batched search against a per-sentence loop over attnlab's
+    *own* ``model.step`` (same weights; ``own_greedy_one`` / ``own_beam_one`` below follow
+    ``greedy_one`` / ``beam_one`` line by line);
+  decode time depends on how long hypotheses run, so the mean hypothesis length of every
+  search is printed beside its BLEU.
+- corpus BLEU (sacrebleu 13a on the tokenised, lower-cased text, as seed_naive) of greedy,
+  beam 5, beam 5 + penalties (alpha 0.6, beta 0.2) and sampling on attnlab's model.
+
+Timing: ``--rounds`` rounds (default 4). Each round times every batched search on all test
+sentences (median over rounds is reported) and every per-sentence search on the round's
+share of the sentences (summed over rounds), so all searches see the same machine load.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py --naive-sentences 200  # quicker
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py --sentences 200   # quicker
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 import random
+import re
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,87 +58,122 @@ import torch.nn.functional as F  # noqa: E402
 
 from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig  # noqa: E402
 from attnlab.data.vocab import Vocab  # noqa: E402
-from attnlab.decode.search import decode_batch  # noqa: E402
+from attnlab.decode.search import decode_sorted, sentences_per_batch  # noqa: E402
 from attnlab.nn.model import build_model, count_parameters  # noqa: E402
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2Seq  # noqa: E402
 
-CORPUS = REPO.parent / "shared" / "corpora" / "multi30k"
-MAX_LEN_RATIO, MAX_LEN_CONST = 1.5, 10
+SHARED = REPO.parent / "shared"
+CORPUS = SHARED / "corpora" / "multi30k"
+NAIVE_PATH = SHARED / "bench" / "seed_naive.py"
+TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)  # make-toy.py's tokenisation
+MAX_TRAIN_LEN = 50  # seed_naive / JoeyNMT max_length on multi30k
+CACHE = Path("/tmp/attnlab-decode-bench")
 
 
 # ------------------------------------------------------------------------------- data
-def load_data(n_test: int) -> tuple[str, list[list[str]], list[list[str]], list[list[str]], list[str], Any]:
-    """(name, train src, train tgt, test src tokens, test references, target detokeniser)."""
+def load_data() -> tuple[str, list[list[str]], list[list[str]], list[list[str]], list[list[str]], int]:
+    """(name, train src, train tgt, test src, test tgt, max output length) as token lists."""
     if (CORPUS / "train.de").exists():
-        from attnlab.data.tokenizers import make_tokenizer
 
-        tok = make_tokenizer("word", lowercase=True)
+        def read(name: str) -> list[list[str]]:
+            lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+            return [TOKEN.findall(line.strip().lower()) for line in lines]
 
-        def read(name: str) -> list[str]:
-            return (CORPUS / name).read_text(encoding="utf-8").splitlines()
+        def pairs(prefix: str) -> list[tuple[list[str], list[str]]]:
+            return [(d, e) for d, e in zip(read(f"{prefix}.de"), read(f"{prefix}.en"), strict=True) if d and e]
 
-        train_de, train_en = read("train.de"), read("train.en")
-        pairs = [(tok.encode(d), tok.encode(e)) for d, e in zip(train_de, train_en, strict=True) if d.strip() and e.strip()]
-        test_de, test_en = read("test_2016_flickr.de")[:n_test], read("test_2016_flickr.en")[:n_test]
-        test_src = [tok.encode(line) for line in test_de]
-        refs = [line.lower() for line in test_en]
-        return "multi30k de-en", [p[0] for p in pairs], [p[1] for p in pairs], test_src, refs, tok.decode
+        train = [(d, e) for d, e in pairs("train") if len(d) <= MAX_TRAIN_LEN and len(e) <= MAX_TRAIN_LEN]
+        test = pairs("test_2016_flickr")
+        return "multi30k de-en", [p[0] for p in train], [p[1] for p in train], [p[0] for p in test], [p[1] for p in test], 60
 
     from attnlab.config import DataConfig
     from attnlab.data.dataset import load_dataset
 
-    data = load_dataset(DataConfig(task="reverse", test_size=n_test))
-    train, test = data.splits.train, data.splits.test[:n_test]
+    data = load_dataset(DataConfig(task="reverse", test_size=1000))
+    train, test = data.splits.train, data.splits.test
     return (
         "toy reverse",
         [list(e.src_tokens) for e in train],
         [list(e.tgt_tokens) for e in train],
         [list(e.src_tokens) for e in test],
-        [" ".join(e.tgt_tokens) for e in test],
-        " ".join,
+        [list(e.tgt_tokens) for e in test],
+        30,
     )
 
 
-def pad(rows: list[list[int]]) -> torch.Tensor:
+def load_naive() -> Any:
+    """seed_naive.py as a module (it is run with this venv's torch, not copied)."""
+    spec = importlib.util.spec_from_file_location("seed_naive", NAIVE_PATH)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot import {NAIVE_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pad(rows: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
     width = max(1, max(len(r) for r in rows))
-    out = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     return out
 
 
 # --------------------------------------------------------------------------- training
-def train(model: Seq2Seq, src: list[list[int]], tgt: list[list[int]], steps: int, batch: int, seed: int) -> float:
-    """Teacher-forced cross-entropy, Adam 2e-3, clip 1.0; returns the wall time."""
+LossFn = Callable[[list[int]], torch.Tensor]
+
+
+def train(model: torch.nn.Module, loss_of: LossFn, n_train: int, updates: int, batch: int, seed: int) -> float:
+    """seed_naive's recipe: shuffled epochs of ``batch`` sentences, Adam 2e-3, clip 1.0; wall time."""
     rng = random.Random(seed)
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
-    chunks = [order[i : i + batch] for i in range(0, len(order), batch)]  # length buckets
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     model.train()
+    order: list[int] = []
+    pos = 0
     start = time.perf_counter()
-    for step in range(steps):
-        idx = rng.choice(chunks)
-        s = pad([src[i] for i in idx])
-        tgt_in = pad([[BOS_ID, *tgt[i]] for i in idx])
-        tgt_out = pad([[*tgt[i], EOS_ID] for i in idx])
-        out = model(s, s != PAD_ID, tgt_in)
-        loss = F.cross_entropy(out.logits.reshape(-1, out.logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID)
+    for step in range(updates):
+        if pos >= len(order):
+            order = list(range(n_train))
+            rng.shuffle(order)
+            pos = 0
+        idx = order[pos : pos + batch]
+        pos += batch
+        loss = loss_of(idx)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0 or step == steps - 1:
-            print(f"  train step {step:5d}  loss {loss.item():.3f}  {time.perf_counter() - start:.0f}s", flush=True)
+        if step % 100 == 0 or step == updates - 1:
+            print(f"    update {step:4d}  loss/sentence {loss.item():7.2f}  {time.perf_counter() - start:4.0f}s", flush=True)
     model.eval()
     return time.perf_counter() - start
 
 
-# ------------------------------------------------------ per-sentence search (seed_naive)
+def cached_training(
+    model: torch.nn.Module, path: Path, tag: str, fit: Callable[[], float]
+) -> float:
+    """Load ``path`` when it was trained with the same settings (``tag``); else train and save."""
+    from safetensors.torch import load_file, save_file
+
+    meta = path.with_suffix(".json")
+    if path.exists() and meta.exists() and json.loads(meta.read_text()).get("tag") == tag:
+        model.load_state_dict(load_file(str(path)))
+        model.eval()
+        print(f"  cached weights {path}")
+        return 0.0
+    seconds = fit()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    meta.write_text(json.dumps({"tag": tag, "train_s": seconds}))
+    return seconds
+
+
+# ------------------------------------- per-sentence search over attnlab's own model.step
 def _forbid(logits: torch.Tensor, step: int) -> torch.Tensor:
     logits = logits.clone()
     logits[:, BOS_ID] = float("-inf")
     logits[:, PAD_ID] = float("-inf")
-    if step < 1:
+    if step < 1:  # min_output_length 1
         logits[:, EOS_ID] = float("-inf")
     return logits
 
@@ -132,7 +185,8 @@ def _encode_one(model: Seq2Seq, src_ids: list[int]) -> tuple[Any, Any]:
 
 
 @torch.no_grad()
-def naive_greedy(model: Seq2Seq, src_ids: list[int], max_len: int) -> list[int]:
+def own_greedy_one(model: Seq2Seq, src_ids: list[int], max_len: int) -> list[int]:
+    """seed_naive.greedy_one over attnlab's ``model.step``."""
     enc, state = _encode_one(model, src_ids)
     y, out = BOS_ID, []
     for step in range(max_len):
@@ -145,7 +199,8 @@ def naive_greedy(model: Seq2Seq, src_ids: list[int], max_len: int) -> list[int]:
 
 
 @torch.no_grad()
-def naive_beam(model: Seq2Seq, src_ids: list[int], max_len: int, beam: int = 5, alpha: float = 1.0) -> list[int]:
+def own_beam_one(model: Seq2Seq, src_ids: list[int], max_len: int, beam: int = 5, alpha: float = 1.0) -> list[int]:
+    """seed_naive.beam_one over attnlab's ``model.step``."""
     enc, state = _encode_one(model, src_ids)
     live = [([BOS_ID], 0.0, state)]
     finished: list[tuple[list[int], float]] = []
@@ -171,152 +226,201 @@ def naive_beam(model: Seq2Seq, src_ids: list[int], max_len: int, beam: int = 5, 
     return max(finished, key=lambda f: f[1])[0]
 
 
-# ------------------------------------------------------------------------ batched search
-@torch.no_grad()
-def batched(model: Seq2Seq, src: list[list[int]], cfg: DecodeConfig, batch: int) -> list[list[int]]:
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
-    out: list[list[int]] = [[] for _ in src]
-    for start in range(0, len(order), batch):
-        idx = order[start : start + batch]
-        s = pad([src[i] for i in idx])
-        for i, nbest in zip(idx, decode_batch(model, s, s != PAD_ID, cfg), strict=True):
-            out[i] = nbest[0].tokens
-    return out
+# ---------------------------------------------------------------------------- helpers
+def batched(model: Seq2Seq, src: list[list[int]], cfg: DecodeConfig) -> list[list[int]]:
+    return [nbest[0].tokens for nbest in decode_sorted(model, src, cfg)]
 
 
-def timed(fn: Any) -> tuple[Any, float]:
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     result = fn()
     return result, time.perf_counter() - start
 
 
-def bleu(hyps: list[list[int]], refs: list[str], vocab: Vocab, detok: Any) -> float:
+def bleu(hyps: list[list[str]], refs: list[list[str]]) -> float:
     import sacrebleu
 
-    text = [detok(vocab.decode(h)) for h in hyps]
-    return sacrebleu.corpus_bleu(text, [refs[: len(text)]]).score
+    # seed_naive's scoring: 13a corpus BLEU on the tokenised text; an empty output is "<unk>".
+    text = [" ".join(h) or "<unk>" for h in hyps]
+    return sacrebleu.corpus_bleu(text, [[" ".join(r) for r in refs[: len(text)]]], tokenize="13a").score
+
+
+def mean_len(hyps: list[list[Any]]) -> float:
+    return sum(len(h) for h in hyps) / max(len(hyps), 1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=1000, help="test sentences (batched runs and BLEU)")
-    parser.add_argument("--naive-sentences", type=int, default=1000, help="test sentences for the per-sentence runs")
-    parser.add_argument("--train-steps", type=int, default=600, help="0 = random weights")
+    parser.add_argument("--sentences", type=int, default=1000, help="test sentences (all searches)")
+    parser.add_argument("--updates", type=int, default=300, help="training batches of seed_naive's model")
+    parser.add_argument("--attnlab-updates", type=int, default=600,
+                        help="training batches of attnlab's model (it learns slower per update: see the README)")
     parser.add_argument("--train-batch", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=128, help="sentences per batch in batched decoding")
-    parser.add_argument("--chunk", type=int, default=125, help="sentences per interleaving chunk")
-    parser.add_argument("--weights", type=Path, default=Path("/tmp/attnlab-decode-bench.safetensors"),
-                        help="cache of the trained weights (reused when the settings match)")
+    parser.add_argument("--batch-size", type=int, default=0, help="decode.batch_size: sentences per batch (0: fill --batch-rows)")
+    parser.add_argument("--batch-rows", type=int, default=DecodeConfig().batch_rows, help="decode.batch_rows")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--skip-naive", action="store_true", help="only the stricter comparison (no seed_naive)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
 
-    name, train_src, train_tgt, test_src_tok, refs, detok = load_data(args.sentences)
-    src_vocab = Vocab.build(train_src, min_freq=2)
-    tgt_vocab = Vocab.build(train_tgt, min_freq=2)
+    name, train_src, train_tgt, test_src_tok, test_tgt_tok, max_out = load_data()
+    test_src_tok, test_tgt_tok = test_src_tok[: args.sentences], test_tgt_tok[: args.sentences]
+    n_test = len(test_src_tok)
+
+    # ---- attnlab's model and vocabularies (pad 0, unk 1, <s> 2, </s> 3)
+    src_vocab = Vocab.build(train_src, min_freq=2, max_size=10000)
+    tgt_vocab = Vocab.build(train_tgt, min_freq=2, max_size=10000)
     config = ExperimentConfig(
         model=ModelConfig(arch="rnn", cell="gru", attention="bahdanau", emb=64, hidden=128,
                           bidirectional=True, input_feeding=False, dropout=0.1)
     )
+    torch.manual_seed(args.seed)
     model = build_model(config, len(src_vocab), len(tgt_vocab))
-    train_src_ids = [src_vocab.encode(s) for s in train_src]
-    train_tgt_ids = [tgt_vocab.encode(t) for t in train_tgt]
+    train_s_ids = [src_vocab.encode(s) for s in train_src]
+    train_t_ids = [tgt_vocab.encode(t) for t in train_tgt]
     test_src = [src_vocab.encode(s) for s in test_src_tok]
-    print(f"{name}: {len(train_src)} training pairs, {len(test_src)} test sentences, "
-          f"vocab {len(src_vocab)}/{len(tgt_vocab)}, model {count_parameters(model):,} parameters")
+    print(f"{name}: {len(train_src)} training pairs, {n_test} test sentences, vocab {len(src_vocab)}/{len(tgt_vocab)}; "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
-    from safetensors.torch import load_file, save_file
+    def attnlab_loss(idx: list[int]) -> torch.Tensor:
+        s = pad([train_s_ids[i] for i in idx])
+        tgt_in = pad([[BOS_ID, *train_t_ids[i]] for i in idx])
+        tgt_out = pad([[*train_t_ids[i], EOS_ID] for i in idx])
+        logits = model(s, s != PAD_ID, tgt_in).logits
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
+                               ignore_index=PAD_ID, reduction="sum") / len(idx)
 
-    tag = f"{name}|{args.train_steps}|{args.train_batch}|{args.seed}|{len(src_vocab)}|{len(tgt_vocab)}"
-    meta_path = args.weights.with_suffix(".json")
-    train_s = 0.0
-    if args.train_steps and args.weights.exists() and meta_path.exists() and json.loads(meta_path.read_text()).get("tag") == tag:
-        model.load_state_dict(load_file(str(args.weights)))
-        print(f"weights: trained {args.train_steps} steps (cached in {args.weights})")
-    elif args.train_steps:
-        print(f"training {args.train_steps} steps, batch {args.train_batch} ...")
-        train_s = train(model, train_src_ids, train_tgt_ids, args.train_steps, args.train_batch, args.seed)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(args.weights))
-        meta_path.write_text(json.dumps({"tag": tag}))
-    else:
-        print("weights: random (not trained)")
+    tag = f"{name}|{args.train_batch}|{args.seed}|{len(src_vocab)}|{len(tgt_vocab)}"
+    print(f"attnlab RNNSeq2Seq, {count_parameters(model):,} parameters")
+    ours_train_s = cached_training(
+        model, CACHE / "attnlab.safetensors", f"{tag}|{args.attnlab_updates}",
+        lambda: train(model, attnlab_loss, len(train_src), args.attnlab_updates, args.train_batch, args.seed),
+    )
+
+    # ---- seed_naive's model (its own vocabularies: unk 0, pad 1, <s> 2, </s> 3)
+    naive_mod = None if args.skip_naive else load_naive()
+    if naive_mod is not None:
+        n_src_vocab = naive_mod.Vocab(train_src, 10000, 2)
+        n_tgt_vocab = naive_mod.Vocab(train_tgt, 10000, 2)
+        torch.manual_seed(args.seed)
+        naive = naive_mod.Seq2Seq(len(n_src_vocab), len(n_tgt_vocab))
+        n_train = [(n_src_vocab.encode(a), n_tgt_vocab.encode(b)) for a, b in zip(train_src, train_tgt, strict=True)]
+        n_test_src = [n_src_vocab.encode(s) for s in test_src_tok]
+
+        def naive_loss(idx: list[int]) -> torch.Tensor:  # seed_naive.main's training step
+            src, src_len = naive_mod.pad_batch([n_train[i][0] for i in idx])
+            trg, _ = naive_mod.pad_batch([n_train[i][1] for i in idx], bos=True)
+            trg_in, trg_out = trg[:, :-1], trg[:, 1:]
+            trg_in = trg_in.masked_fill(trg_in == naive_mod.EOS, naive_mod.PAD)
+            logits = naive(src, src_len, trg_in)
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), trg_out.reshape(-1),
+                                   ignore_index=naive_mod.PAD, reduction="sum") / len(idx)
+
+        print(f"seed_naive Seq2Seq, {sum(p.numel() for p in naive.parameters()):,} parameters")
+        naive_train_s = cached_training(
+            naive, CACHE / "seed_naive.safetensors", f"{tag}|{args.updates}",
+            lambda: train(naive, naive_loss, len(train_src), args.updates, args.train_batch, args.seed),
+        )
     model.eval()
 
-    budgets = [max(1, math.ceil(MAX_LEN_RATIO * len(s)) + MAX_LEN_CONST) for s in test_src]
-    base = DecodeConfig(max_len_ratio=MAX_LEN_RATIO, max_len_const=MAX_LEN_CONST, min_len=1, batch_size=args.batch)
+    # ---- the searches; every one capped at max_out steps (</s> included), </s> blocked at step 0
+    base = DecodeConfig(max_len_ratio=0.0, max_len_const=max_out, min_len=1,
+                        batch_size=args.batch_size, batch_rows=args.batch_rows)
     greedy_cfg = base
-    beam_cfg = replace(base, beam=5, alpha=1.0)  # as seed_naive: beam 5, GNMT alpha 1
-    n_naive = min(args.naive_sentences, len(test_src))
+    beam_cfg = replace(base, beam=5, alpha=1.0)
+    searches: dict[str, tuple[bool, Callable[[list[int]], Any]]] = {}  # label -> (per-sentence?, fn)
+    searches["attnlab batched greedy"] = (False, lambda: batched(model, test_src, greedy_cfg))
+    searches["attnlab batched beam 5"] = (False, lambda: batched(model, test_src, beam_cfg))
+    searches["attnlab per-sentence greedy"] = (True, lambda i: own_greedy_one(model, test_src[i], max_out))
+    searches["attnlab per-sentence beam 5"] = (True, lambda i: own_beam_one(model, test_src[i], max_out, 5, 1.0))
+    if naive_mod is not None:
+        searches["seed_naive greedy_one"] = (True, lambda i: naive_mod.greedy_one(naive, n_test_src[i], max_out))
+        searches["seed_naive beam_one"] = (True, lambda i: naive_mod.beam_one(naive, n_test_src[i], max_out, 5, 1.0))
 
-    # The machine is shared and its load moves a lot: the four searches run interleaved,
-    # chunk by chunk, so each sees the same load; times are summed over the chunks.
-    warm = test_src[:16]  # first calls pay for allocator and kernel set-up: keep that out
-    batched(model, warm, greedy_cfg, args.batch)
-    batched(model, warm, beam_cfg, args.batch)
-    naive_greedy(model, warm[0], budgets[0])
-    naive_beam(model, warm[0], budgets[0])
-    print(f"decoding, interleaved in chunks of {args.chunk} sentences ...", flush=True)
-    labels = ["batched greedy", "per-sentence greedy", "batched beam 5 (alpha 1)", "per-sentence beam 5 (alpha 1)"]
-    seconds = dict.fromkeys(labels, 0.0)
-    counts = dict.fromkeys(labels, 0)
-    g_batched: list[list[int]] = []
-    g_naive: list[list[int]] = []
-    b_batched: list[list[int]] = []
-    b_naive: list[list[int]] = []
-    for start in range(0, len(test_src), args.chunk):
-        chunk = test_src[start : start + args.chunk]
-        n_chunk_naive = max(0, min(len(chunk), n_naive - start))
-        naive_part = list(zip(chunk[:n_chunk_naive], budgets[start : start + n_chunk_naive], strict=True))
-        runs = [
-            (labels[0], g_batched, len(chunk), lambda chunk=chunk: batched(model, chunk, greedy_cfg, args.batch)),
-            (labels[1], g_naive, n_chunk_naive, lambda part=naive_part: [naive_greedy(model, s, b) for s, b in part]),
-            (labels[2], b_batched, len(chunk), lambda chunk=chunk: batched(model, chunk, beam_cfg, args.batch)),
-            (labels[3], b_naive, n_chunk_naive, lambda part=naive_part: [naive_beam(model, s, b) for s, b in part]),
-        ]
-        for label, sink, n, fn in runs:
-            if n == 0:
-                continue
-            out, t = timed(fn)
-            sink.extend(out)
-            seconds[label] += t
-            counts[label] += n
-        print(f"  {start + len(chunk)} sentences done", flush=True)
-    rows = [(label, counts[label], seconds[label]) for label in labels]
+    # warm-up: the first calls pay for allocator and kernel set-up
+    decode_sorted(model, test_src[:32], greedy_cfg)
+    decode_sorted(model, test_src[:32], beam_cfg)
+    for per_sentence, fn in searches.values():
+        if per_sentence:
+            fn(0)
 
-    rate = {label: n / t for label, n, t in rows}
-    print(f"\n## Speed ({name}, {args.threads} threads, torch {torch.__version__})\n")
-    print("| search | sentences | seconds | sent/s |")
+    print(f"\ndecoding {n_test} sentences, {args.rounds} rounds ...", flush=True)
+    rounds = max(1, args.rounds)
+    bounds = [round(r * n_test / rounds) for r in range(rounds + 1)]
+    seconds: dict[str, list[float]] = {label: [] for label in searches}
+    outputs: dict[str, list[Any]] = {label: [] for label in searches}
+    for r in range(rounds):
+        part = range(bounds[r], bounds[r + 1])
+        for label, (per_sentence, fn) in searches.items():
+            if per_sentence:
+                out, t = timed(lambda fn=fn, part=part: [fn(i) for i in part])
+                outputs[label].extend(out)
+            else:
+                out, t = timed(fn)
+                outputs[label] = out
+            seconds[label].append(t)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in seconds.items()), flush=True)
+
+    rate = {}
+    for label, (per_sentence, _) in searches.items():
+        # per-sentence: each round decoded its share; batched: each round decoded everything
+        rate[label] = n_test / sum(seconds[label]) if per_sentence else n_test / statistics.median(seconds[label])
+
+    def words(label: str) -> list[list[str]]:
+        ids = outputs[label]
+        if label.startswith("seed_naive"):
+            return [[n_tgt_vocab.itos[i] for i in h] for h in ids]
+        return [tgt_vocab.decode(h) for h in ids]
+
+    print(f"\n## Speed ({name}, {n_test} sentences, cap {max_out} steps, beam 5 alpha 1; batches of "
+          f"{sentences_per_batch(greedy_cfg)} (greedy) / {sentences_per_batch(beam_cfg)} (beam 5) sentences sorted by length; "
+          f"{args.threads} threads, torch {torch.__version__})\n")
+    print("| search | sent/s | mean hyp. length | BLEU |")
     print("|---|---:|---:|---:|")
-    for label, n, t in rows:
-        print(f"| {label} | {n} | {t:.1f} | {n / t:.1f} |")
-    print(f"\ngreedy speed-up: {rate['batched greedy'] / rate['per-sentence greedy']:.1f}x; "
-          f"beam 5 speed-up: {rate['batched beam 5 (alpha 1)'] / rate['per-sentence beam 5 (alpha 1)']:.1f}x")
-    same_g = sum(a == b for a, b in zip(g_batched, g_naive, strict=False)) / n_naive
-    same_b = sum(a == b for a, b in zip(b_batched, b_naive, strict=False)) / n_naive
-    print(f"identical outputs, batched vs per-sentence: greedy {100 * same_g:.1f}%, beam 5 {100 * same_b:.1f}%")
+    for label in searches:
+        print(f"| {label} | {rate[label]:,.1f} | {mean_len(outputs[label]):.2f} | {bleu(words(label), test_tgt_tok):.2f} |")
+    ratios = {
+        "greedy": rate["attnlab batched greedy"] / rate["attnlab per-sentence greedy"],
+        "beam 5": rate["attnlab batched beam 5"] / rate["attnlab per-sentence beam 5"],
+    }
+    print("\nstricter (same model, same weights): batched vs a per-sentence loop over attnlab's model.step: "
+          f"greedy {ratios['greedy']:.1f}x, beam 5 {ratios['beam 5']:.1f}x")
+    same_g = sum(a == b for a, b in zip(outputs["attnlab batched greedy"], outputs["attnlab per-sentence greedy"], strict=True))
+    print(f"  identical outputs: greedy {100 * same_g / n_test:.1f}% "
+          "(beam differs by design: the per-sentence beam does not refill finished beams)")
+    if naive_mod is not None:
+        g = rate["attnlab batched greedy"] / rate["seed_naive greedy_one"]
+        b = rate["attnlab batched beam 5"] / rate["seed_naive beam_one"]
+        print(f"issue 4 (same sizes, seed_naive's own decoder): greedy {g:.1f}x, beam 5 {b:.1f}x "
+              f"(target >= 20x: {'met' if min(g, b) >= 20 else 'NOT met'})")
 
     quality = [
-        ("greedy", greedy_cfg, g_batched),
-        ("beam 5", replace(base, beam=5), None),
-        ("beam 5, alpha 1 (speed run)", beam_cfg, b_batched),
+        ("greedy", greedy_cfg, outputs["attnlab batched greedy"]),
+        ("beam 5 (alpha 1, the speed run)", beam_cfg, outputs["attnlab batched beam 5"]),
+        ("beam 5 (no penalties)", replace(base, beam=5), None),
         ("beam 5, alpha 0.6, beta 0.2", replace(base, beam=5, alpha=0.6, beta=0.2), None),
-        ("diverse beam 6, 3 groups, lambda 0.5", replace(base, beam=6, groups=3, diversity=0.5), None),
-        ("sampling, temperature 0.7, top-p 0.9", replace(base, sample=True, temperature=0.7, top_p=0.9, seed=1), None),
+        ("sampling, temperature 0.7, top-p 0.9, seed 1", replace(base, sample=True, temperature=0.7, top_p=0.9, seed=1), None),
     ]
-    print(f"\n## BLEU ({name} test, {len(test_src)} sentences, sacrebleu 13a, lowercased)\n")
-    print("| search | BLEU | sent/s |")
-    print("|---|---:|---:|")
+    print(f"\n## BLEU of attnlab's model ({name} test, {n_test} sentences, sacrebleu 13a on tokenised lower-cased text)\n")
+    print("| search | BLEU | mean hyp. length | sent/s |")
+    print("|---|---:|---:|---:|")
+    scores = {}
     for label, cfg, hyps in quality:
         if hyps is None:
-            hyps, t = timed(lambda cfg=cfg: batched(model, test_src, cfg, args.batch))
-            speed = f"{len(test_src) / t:.1f}"
+            hyps, t = timed(lambda cfg=cfg: batched(model, test_src, cfg))
+            speed = f"{n_test / t:,.1f}"
         else:
             speed = "(above)"
-        print(f"| {label} | {bleu(hyps, refs, tgt_vocab, detok):.2f} | {speed} |", flush=True)
-    if train_s:
-        print(f"\n(training took {train_s:.0f}s)")
+        scores[label] = bleu([tgt_vocab.decode(h) for h in hyps], test_tgt_tok)
+        print(f"| {label} | {scores[label]:.2f} | {mean_len(hyps):.2f} | {speed} |", flush=True)
+    best_beam = max(scores["beam 5 (alpha 1, the speed run)"], scores["beam 5 (no penalties)"])
+    print(f"\nbeam 5 >= greedy: {'yes' if min(scores['beam 5 (alpha 1, the speed run)'], scores['beam 5 (no penalties)']) >= scores['greedy'] else 'NO'} "
+          f"(greedy {scores['greedy']:.2f}, best beam 5 {best_beam:.2f})")
+    if ours_train_s or (naive_mod is not None and naive_train_s):
+        print(f"(training: attnlab {ours_train_s:.0f}s"
+              + (f", seed_naive {naive_train_s:.0f}s" if naive_mod is not None else "") + ")")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ import pytest
 import torch
 from _decode_fakes import HashModel, exhaustive_best, pad_batch, sequence_log_prob
 
-from attnlab.config import DecodeConfig, ExperimentConfig
+from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig
 from attnlab.decode.beam import beam_search
 from attnlab.decode.greedy import greedy_decode
+from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.search import decode_batch
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID
 
@@ -218,7 +219,7 @@ def test_real_model_beam_alone_equals_batched(arch):
     if arch not in ARCHITECTURES:
         pytest.skip(f"architecture {arch!r} is not registered yet")
     torch.manual_seed(0)
-    model = build_model(ExperimentConfig(), 20, 15).eval()
+    model = build_model(ExperimentConfig(model=ModelConfig(arch=arch)), 20, 15).eval()
     src, mask = pad_batch(SOURCES)
     cfg = DecodeConfig(beam=4, nbest=2, alpha=0.6, beta=0.2)
     together = decode_batch(model, src, mask, cfg, need_attention=True)
@@ -232,3 +233,53 @@ def test_real_model_beam_alone_equals_batched(arch):
     greedy = greedy_decode(model, src, mask, max_len=12)
     one = beam_search(model, src, mask, DecodeConfig(beam=1), torch.full((4,), 12))
     assert [g.tokens for g in greedy] == [n[0].tokens for n in one]
+
+
+def reference_beam(model, src: list[int], beams: int, steps: int, alpha: float = 0.0):
+    """One sentence, Python lists, every one of the K·V candidates ranked each step.
+
+    The same rules as beam_search (top 2K candidates; a </s> in the top K finishes, the best
+    K that do not end refill the beam; stop when K have finished or at the budget), written
+    without batching, without the two-stage top-k and without early stopping.
+    Returns (tokens, score, finished) of the best hypothesis, in float64: the best finished
+    one, or when none finished the best one cut by the budget.
+    """
+    s = torch.tensor([src])
+    enc = model.encode(s, torch.ones_like(s, dtype=torch.bool))
+    live: list = [([], 0.0, model.start_state(enc))]
+    finished = []
+    for t in range(steps):
+        cands = []
+        for tokens, score, state in live:
+            prev = torch.tensor([tokens[-1] if tokens else BOS_ID])
+            logits, new_state, _ = model.step(prev, state, enc)
+            for v, lp in enumerate(step_log_probs(logits.double(), t)[0].tolist()):
+                if math.isfinite(lp):
+                    cands.append((score + lp, tokens + [v], new_state))
+        cands.sort(key=lambda c: -c[0])
+        cands = cands[: 2 * beams]
+        for score, tokens, _ in cands[:beams]:
+            if tokens[-1] == EOS_ID:
+                finished.append((tokens[:-1], score / ((5.0 + len(tokens)) / 6.0) ** alpha))
+        live = [(tokens, score, state) for score, tokens, state in cands if tokens[-1] != EOS_ID][:beams]
+        if len(finished) >= beams:
+            break
+    if finished:
+        return (*max(finished, key=lambda f: f[1]), True)
+    tokens, score, _ = live[0]
+    return tokens, score / ((5.0 + len(tokens)) / 6.0) ** alpha, False
+
+
+@pytest.mark.parametrize("chunk", [64, 6])  # 64: plain topk at V = 40; 6: chunk maxima + a tail of 4
+@pytest.mark.parametrize(("beams", "alpha"), [(5, 0.0), (4, 1.0), (2, 0.6)])
+def test_beam_equals_a_reference_that_ranks_every_candidate(beams, alpha, chunk, monkeypatch):
+    """Beam search, with either top-k path, equals a search that ranks all K·V candidates."""
+    monkeypatch.setattr("attnlab.decode.topk.CHUNK", chunk)
+    model = HashModel(vocab=40, scale=3.0)  # greedy runs to the budget, beam finds shorter ends
+    sources = [[5, 6, 7, 8], [9, 4], [10, 11, 12, 13, 14, 15], [4]]
+    src, mask = pad_batch(sources)
+    out = beam_search(model, src, mask, DecodeConfig(beam=beams, alpha=alpha), torch.full((len(sources),), 12))
+    for sentence, (best, *_) in zip(sources, out, strict=True):
+        tokens, score, finished = reference_beam(model, sentence, beams, 12, alpha)
+        assert (best.tokens, best.finished) == (tokens, finished)
+        assert best.score == pytest.approx(score, abs=1e-4)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from _decode_fakes import HashModel, pad_batch, sequence_log_prob
 
-from attnlab.config import DecodeConfig, ExperimentConfig
+from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig
 from attnlab.decode.greedy import greedy_decode, max_lengths
 from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.search import decode_batch
@@ -143,7 +143,7 @@ def _real_model(arch: str):
     if arch not in ARCHITECTURES:
         pytest.skip(f"architecture {arch!r} is not registered yet")
     torch.manual_seed(0)
-    model = build_model(ExperimentConfig(), 20, 15)
+    model = build_model(ExperimentConfig(model=ModelConfig(arch=arch)), 20, 15)
     return model.eval()
 
 
@@ -159,3 +159,32 @@ def test_real_model_greedy_alone_equals_batched(arch):
         assert alone.log_prob == pytest.approx(hyp.log_prob, abs=1e-4)
         assert hyp.attention.shape == (len(hyp.tokens) + hyp.finished, len(sentence))
         torch.testing.assert_close(alone.attention, hyp.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_sentences_per_batch_fills_the_row_budget():
+    from attnlab.decode.search import sentences_per_batch
+
+    assert sentences_per_batch(DecodeConfig()) == 512  # greedy: one row per sentence
+    assert sentences_per_batch(DecodeConfig(beam=5)) == 102
+    assert sentences_per_batch(DecodeConfig(sample=True, num_samples=4, batch_rows=10)) == 2
+    assert sentences_per_batch(DecodeConfig(beam=8, batch_rows=3)) == 1
+    assert sentences_per_batch(DecodeConfig(beam=5, batch_size=7)) == 7  # explicit sentences win
+
+
+@pytest.mark.parametrize("options", [{}, {"beam": 3, "nbest": 2, "alpha": 0.6}])
+def test_decode_sorted_keeps_input_order_and_equals_one_batch(options):
+    """Sorting by length and splitting into small batches changes no hypothesis."""
+    from attnlab.decode.search import decode_sorted
+
+    model = HashModel(eos_bias=0.3)
+    sources = [[5, 6, 7, 8, 9, 10], [4], [8, 4, 6], [9, 10], [11, 12, 13, 14], [5]]
+    cfg = DecodeConfig(max_len_ratio=1.0, max_len_const=3, batch_rows=2 * options.get("beam", 1), **options)
+    src, mask = pad_batch(sources)
+    together = decode_batch(model, src, mask, cfg)
+    sorted_out = decode_sorted(model, sources, cfg)  # 3 batches of 2 sentences
+    assert [[h.tokens for h in n] for n in sorted_out] == [[h.tokens for h in n] for n in together]
+    assert [h.score for n in sorted_out for h in n] == pytest.approx([h.score for n in together for h in n], abs=1e-5)
+    for sentence, nbest in zip(sources, sorted_out, strict=True):
+        s, m = pad_batch([sentence])
+        (alone,) = decode_batch(model, s, m, cfg)
+        assert [h.tokens for h in alone] == [h.tokens for h in nbest]

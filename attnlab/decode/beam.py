@@ -31,6 +31,7 @@ from torch import Tensor
 from attnlab.config import DecodeConfig
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
 from attnlab.decode.penalties import coverage_from_totals, length_penalty, step_log_probs
+from attnlab.decode.topk import search_topk
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
 
 NEG_INF = float("-inf")
@@ -63,6 +64,13 @@ class Pool:
             token=torch.zeros(batch, size, **long),
             token_log_prob=torch.zeros(batch, size, device=device),
         )
+
+    @classmethod
+    def cat(cls, pools: list[Pool]) -> Pool:
+        """Candidates side by side ([A, C1 + C2 + ...])."""
+        if len(pools) == 1:
+            return pools[0]
+        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in pools], dim=1) for f in fields(cls)})
 
     def merge(self, sentences: Tensor, new: Pool) -> None:
         """Add candidates ``new`` ([A, C]) to the pools of ``sentences`` ([A]); keep the best P."""
@@ -126,7 +134,7 @@ def beam_search(
         n_active = active.size(0)
         rows_in = n_active * beams
         logits, state, cross = model.step(prev, state, enc, need_weights=with_weights)
-        log_probs = step_log_probs(logits, t, cfg.min_len)  # [A*K, V]
+        log_probs = step_log_probs(logits, t, cfg.min_len, in_place=True)  # [A*K, V]
         vocab = log_probs.size(1)
         if beta != 0.0:
             if cross is None:
@@ -139,24 +147,24 @@ def beam_search(
         eos_rows, eos_logp, eos_valid = [], [], []
         counts = torch.zeros(n_active, vocab, device=device) if diversity and groups > 1 else None
         all_lp = log_probs.view(n_active, groups, group_size, vocab)
+        beam_scores = scores.view(n_active, groups, group_size)
+        n_cand = min(2 * group_size, group_size * vocab)
         for g in range(groups):  # groups are sequential by definition; all else is batched
-            cand = scores.view(n_active, groups, group_size)[:, g, :, None] + all_lp[:, g]  # [A, Kg, V]
-            cand = cand.reshape(n_active, group_size * vocab)
-            rank_by = cand
+            group_lp = all_lp[:, g]  # [A, Kg, V]
             if counts is not None and g > 0:
-                penalty = (diversity * counts).repeat(1, group_size)  # [A, Kg*V]
-                rank_by = cand - penalty
-            n_cand = min(2 * group_size, group_size * vocab)
-            _, idx = rank_by.topk(n_cand, dim=1)  # [A, 2Kg]
-            true = cand.gather(1, idx)
-            origin = idx // vocab + g * group_size  # beam index within the sentence
-            token = idx % vocab
+                # Hamming diversity ranks by log P - lambda * count(token); scores stay log P.
+                _, beam_idx, token = search_topk(beam_scores[:, g], group_lp - diversity * counts.unsqueeze(1), n_cand)
+                true = beam_scores[:, g].gather(1, beam_idx) + group_lp.reshape(n_active, -1).gather(
+                    1, beam_idx * vocab + token
+                )
+            else:
+                true, beam_idx, token = search_topk(beam_scores[:, g], group_lp, n_cand)  # [A, 2Kg]
+            origin = beam_idx + g * group_size  # beam index within the sentence
             is_eos = token == EOS_ID
             # finished: </s> among the group's top Kg
-            top = torch.arange(n_cand, device=device) < group_size
-            eos_valid.append(is_eos & top & torch.isfinite(true))
-            eos_rows.append(origin)
-            eos_logp.append(true)
+            eos_valid.append(is_eos[:, :group_size] & torch.isfinite(true[:, :group_size]))
+            eos_rows.append(origin[:, :group_size])
+            eos_logp.append(true[:, :group_size])
             # refill: the best Kg candidates that do not end here
             position = torch.arange(n_cand, device=device).expand_as(token) + is_eos * n_cand
             keep = position.argsort(dim=1)[:, :group_size]  # [A, Kg]
@@ -175,39 +183,45 @@ def beam_search(
         new_token_lp = log_probs[new_origin, new_tokens_flat]  # [A*K]
 
         # --- finished candidates (</s>) and, at the budget, the cut live beams ------------
-        eos_valid_t = torch.cat(eos_valid, dim=1)  # [A, C]
-        eos_total = torch.cat(eos_logp, dim=1).double()
-        eos_row = torch.cat(eos_rows, dim=1) + sentence_base  # [A, C] input rows
-        n_finished[active] += eos_valid_t.view(n_active, groups, -1).sum(dim=2)
+        eos_valid_t = torch.cat(eos_valid, dim=1)  # [A, K] a </s> in a group's top Kg
         at_budget = budget[active] <= t + 1  # [A]
-        lp_now = length_penalty(torch.full((n_active,), t + 1, device=device), alpha, cfg.length_norm)
-        eos_score = eos_total / lp_now.unsqueeze(1)
-        cut_score = new_scores.double() / lp_now.unsqueeze(1)
-        if beta != 0.0:
-            mask = src_mask[active]  # [A, S]
-            n_eos = eos_row.size(1)
-            eos_cp = coverage_from_totals(coverage[eos_row.view(-1)], mask.repeat_interleave(n_eos, 0), beta)
-            eos_score = eos_score + eos_cp.view(n_active, n_eos)
-            cut_cp = coverage_from_totals(coverage[new_origin], mask.repeat_interleave(beams, 0), beta)
-            cut_score = cut_score + cut_cp.view(n_active, beams)
-        eos_score = eos_score.masked_fill(~eos_valid_t, NEG_INF)
-        cut_valid = at_budget.unsqueeze(1) & torch.isfinite(new_scores)
-        cut_score = cut_score.masked_fill(~cut_valid, NEG_INF)
-        step_now = torch.full_like(new_tokens, t)
-        pool.merge(
-            active,
-            Pool(
-                finished=torch.cat([eos_valid_t, torch.zeros_like(cut_valid)], dim=1),
-                score=torch.cat([eos_score, cut_score], dim=1),
-                step=torch.cat([torch.full_like(eos_row, t), step_now], dim=1),
-                row=torch.cat([eos_row, new_origin.view(n_active, beams)], dim=1),
-                token=torch.cat([torch.full_like(eos_row, EOS_ID), new_tokens], dim=1),
-                token_log_prob=torch.cat(
-                    [log_probs[eos_row.view(-1), EOS_ID].view_as(eos_row), new_token_lp.view_as(new_tokens)],
-                    dim=1,
-                ),
-            ),
-        )
+        # Most steps finish nothing: then the pool stays as it is (one check each, no merge).
+        any_eos, any_cut = bool(eos_valid_t.any()), bool(at_budget.any())
+        if any_eos:
+            n_finished[active] += eos_valid_t.view(n_active, groups, -1).sum(dim=2)
+        if any_eos or any_cut:
+            lp_now = float(length_penalty(torch.tensor([t + 1]), alpha, cfg.length_norm))
+            parts: list[Pool] = []
+            if any_eos:
+                eos_row = torch.cat(eos_rows, dim=1) + sentence_base  # [A, K] input rows
+                eos_score = torch.cat(eos_logp, dim=1).double() / lp_now
+                if beta != 0.0:
+                    n_eos = eos_row.size(1)
+                    mask = src_mask[active].repeat_interleave(n_eos, 0)
+                    eos_score = eos_score + coverage_from_totals(coverage[eos_row.view(-1)], mask, beta).view(n_active, n_eos)
+                parts.append(Pool(
+                    finished=eos_valid_t,
+                    score=eos_score.masked_fill(~eos_valid_t, NEG_INF),
+                    step=torch.full_like(eos_row, t),
+                    row=eos_row,
+                    token=torch.full_like(eos_row, EOS_ID),
+                    token_log_prob=log_probs[eos_row.view(-1), EOS_ID].view_as(eos_row),
+                ))
+            if any_cut:
+                cut_score = new_scores.double() / lp_now
+                if beta != 0.0:
+                    mask = src_mask[active].repeat_interleave(beams, 0)
+                    cut_score = cut_score + coverage_from_totals(coverage[new_origin], mask, beta).view(n_active, beams)
+                cut_valid = at_budget.unsqueeze(1) & torch.isfinite(new_scores)
+                parts.append(Pool(
+                    finished=torch.zeros_like(cut_valid),
+                    score=cut_score.masked_fill(~cut_valid, NEG_INF),
+                    step=torch.full_like(new_tokens, t),
+                    row=new_origin.view(n_active, beams),
+                    token=new_tokens,
+                    token_log_prob=new_token_lp.view_as(new_tokens),
+                ))
+            pool.merge(active, Pool.cat(parts))
 
         # --- which sentences stop -------------------------------------------------------
         best_live = new_scores.max(dim=1).values.double()  # [A]

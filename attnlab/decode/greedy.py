@@ -15,6 +15,7 @@ from torch import Tensor
 
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
 from attnlab.decode.penalties import step_log_probs
+from attnlab.decode.topk import row_argmax
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
 
 
@@ -39,7 +40,7 @@ TokenPicker = Callable[[Tensor, Tensor], Tensor]
 
 
 def pick_argmax(log_probs: Tensor, rows: Tensor) -> Tensor:
-    return log_probs.argmax(dim=-1)
+    return row_argmax(log_probs)  # = log_probs.argmax(-1), faster on CPU
 
 
 @torch.no_grad()
@@ -108,7 +109,7 @@ def decode_one_path(
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(width):
         logits, state, cross = model.step(prev, state, enc, need_weights=with_weights)
-        log_probs = step_log_probs(logits, t, min_len)  # [R, V]
+        log_probs = step_log_probs(logits, t, min_len, in_place=True)  # [R, V]
         chosen = pick(log_probs, rows)  # [R]
         tokens[rows, t] = chosen
         token_lp[rows, t] = log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)

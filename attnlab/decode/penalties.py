@@ -24,14 +24,22 @@ LENGTH_NORMS = ("gnmt", "fairseq")
 COVERAGE_FLOOR = 1e-10
 
 
-def step_log_probs(logits: Tensor, step: int, min_len: int = 0) -> Tensor:
+def step_log_probs(logits: Tensor, step: int, min_len: int = 0, in_place: bool = False) -> Tensor:
     """Log-probabilities for one decoding step with the output constraints applied.
 
     <pad> and <s> are never produced; </s> is blocked while fewer than ``min_len`` tokens
     were generated (``step`` tokens so far). Blocking happens before the softmax, so the
     distribution is renormalised over the tokens that may be produced.
-    logits[N, V] -> log_probs[N, V] (float32).
+    logits[N, V] -> log_probs[N, V] (float32). With ``in_place`` the blocked columns of
+    float32 ``logits`` are set to -inf in place (a search that owns the model's fresh
+    logits saves a copy of [N, V]); the result is the same either way.
     """
+    if in_place and logits.dtype == torch.float32:
+        logits[:, PAD_ID] = float("-inf")
+        logits[:, BOS_ID] = float("-inf")
+        if step < min_len:
+            logits[:, EOS_ID] = float("-inf")
+        return torch.log_softmax(logits, dim=-1)
     blocked = torch.zeros(logits.size(-1), device=logits.device)  # [V] 0 or -inf
     blocked[PAD_ID] = blocked[BOS_ID] = float("-inf")
     if step < min_len:

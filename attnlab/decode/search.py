@@ -12,16 +12,20 @@ Each sentence may take ceil(max_len_ratio * |X|) + max_len_const steps (</s> inc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 from torch import Tensor
 
 from attnlab.config import DecodeConfig
+from attnlab.data.batching import pad
 from attnlab.decode.beam import beam_search
 from attnlab.decode.greedy import greedy_decode, max_lengths
 from attnlab.decode.hypothesis import Hypothesis
 from attnlab.decode.penalties import LENGTH_NORMS
 from attnlab.decode.sampling import sample_decode
 from attnlab.errors import AttnlabError, unknown_choice
-from attnlab.nn.seq2seq import Seq2Seq
+from attnlab.nn.seq2seq import PAD_ID, Seq2Seq
 
 
 def check_decode_config(cfg: DecodeConfig) -> None:
@@ -76,3 +80,42 @@ def decode_batch(
         return [[h] for h in hyps]
     finally:
         model.train(was_training)
+
+
+def sentences_per_batch(cfg: DecodeConfig) -> int:
+    """``decode.batch_size``, or with 0 the sentences that fill ``decode.batch_rows`` decoder rows.
+
+    Each sentence takes ``beam`` rows (``num_samples`` when sampling) in every step. Rows,
+    not sentences, set the cost of a step: the [rows, V] output projection, log-softmax
+    and top-k; past a few hundred rows those tensors outgrow the CPU caches.
+    """
+    if cfg.batch_size > 0:
+        return cfg.batch_size
+    per_sentence = cfg.num_samples if cfg.sample else cfg.beam
+    return max(1, cfg.batch_rows // max(1, per_sentence))
+
+
+def decode_sorted(
+    model: Seq2Seq,
+    sources: Sequence[Sequence[int]],
+    cfg: DecodeConfig,
+    need_attention: bool = False,
+    device: torch.device | str | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode many id sequences; per sentence its hypotheses, in input order.
+
+    Sentences are sorted by length and decoded ``sentences_per_batch(cfg)`` at a time, so a
+    batch carries little padding and its sentences finish at about the same step.
+    """
+    if device is None:
+        weight = next(model.parameters(), None)
+        device = weight.device if weight is not None else "cpu"
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[Hypothesis]] = [[] for _ in sources]
+    size = sentences_per_batch(cfg)
+    for start in range(0, len(order), size):
+        idx = order[start : start + size]
+        src = pad([sources[i] for i in idx]).to(device)
+        for i, nbest in zip(idx, decode_batch(model, src, src != PAD_ID, cfg, need_attention), strict=True):
+            out[i] = nbest
+    return out
