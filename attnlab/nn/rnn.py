@@ -81,10 +81,12 @@ class RNNEncoder(nn.Module):
         return states, self._merge_directions(final), None
 
     def _can_fuse(self, embedded: Tensor) -> bool:
-        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast. It
-        pays off in the backward pass only: without gradients (decoding) nn.GRU is faster."""
+        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast, on
+        CPU (on CUDA cuDNN's packed GRU is faster). It pays off in the backward pass only:
+        without gradients (decoding) nn.GRU is faster."""
         return (
             self.fused
+            and embedded.device.type == "cpu"
             and torch.is_grad_enabled()
             and isinstance(self.rnn, nn.GRU)
             and self.layers == 1
@@ -291,9 +293,11 @@ class RNNSeq2Seq(Seq2Seq):
         return self._forward_loop(tgt_in, hidden, memory, teacher_forcing, need_weights)
 
     def _can_fuse(self, memory: _Memory) -> bool:
-        """The fused decoder covers exactly: 1-layer GRU, Bahdanau, no autocast."""
+        """The fused decoder covers exactly: 1-layer GRU, Bahdanau, no autocast, on CPU (where
+        per-node autograd overhead dominates; elsewhere the step loop, tested on every device)."""
         return (
             self.fused_decoder
+            and memory.states.device.type == "cpu"
             and self.cell == "gru"
             and self.layers == 1
             and type(self.attention) is BahdanauAttention
