@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 
 class Packing:
@@ -47,3 +48,32 @@ class Packing:
         # In place into fresh zeros (autograd tracks the copy for x): no clone of the zeros.
         out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.index, x)
         return out.view(self.batch, self.length, *x.shape[1:])
+
+
+class _UnpackHeads(torch.autograd.Function):
+    """[N, G·H·dh] packed rows -> G tensors [B,H,T,dh] (views of one zero-padded buffer).
+    The backward gathers each head-split gradient's real rows straight into [N, G·H·dh]; the
+    autograd of view / transpose / unbind would first copy the padded gradients twice."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:  # type: ignore[override]
+        padded = pack.unpack(x).view(pack.batch, pack.length, groups, heads, -1)
+        outputs = padded.transpose(1, 3).unbind(2)
+        ctx.pack, ctx.shape, ctx.dtype = pack, outputs[0].shape, x.dtype
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        pack: Packing = ctx.pack
+        rows = []
+        for grad in grads:  # [B,H,T,dh] each (SDPA gives them [B,T,H,dh]-major: free reshape)
+            if grad is None:  # an output that the loss does not use
+                grad = torch.zeros(ctx.shape, dtype=ctx.dtype, device=pack.mask.device)
+            rows.append(pack.pack(grad.transpose(1, 2)).flatten(1))
+        return torch.cat(rows, dim=1), None, None, None
+
+
+def unpack_heads(x: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:
+    """``groups`` head-split tensors [B,H,T,dh] from packed [N, groups·H·dh] (e.g. q, k, v)."""
+    return _UnpackHeads.apply(x, pack, groups, heads)

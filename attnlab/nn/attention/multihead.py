@@ -29,7 +29,7 @@ from attnlab.nn.attention.base import (
     masked_softmax,
     register_attention,
 )
-from attnlab.nn.packing import Packing
+from attnlab.nn.packing import Packing, unpack_heads
 from attnlab.nn.positions import Rotary
 
 TRANSFORMER_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
@@ -128,18 +128,16 @@ class MultiHeadBase(Attention):
         self-attention) -> context [Nq,out_dim]. The projections run on the real rows only, as
         one fused matmul (QKV for self-, KV for cross-attention; the weights stay the separate
         q_proj / k_proj / v_proj parameters); the scores run in the padded layout."""
-        heads, dh = self.heads, self.head_dim
+        heads = self.heads
         if keys is query:
             weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
             bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-            qkv = q_pack.unpack(F.linear(query, weight, bias))  # [B,T,3·D]
-            q, k, v = qkv.view(q_pack.batch, q_pack.length, 3, heads, dh).transpose(1, 3).unbind(2)
+            q, k, v = unpack_heads(F.linear(query, weight, bias), q_pack, 3, heads)  # [B,H,T,dh]
         else:
-            q = split_heads(q_pack.unpack(self.q_proj(query)), heads)
+            (q,) = unpack_heads(self.q_proj(query), q_pack, 1, heads)
             weight = torch.cat([self.k_proj.weight, self.v_proj.weight])
             bias = torch.cat([self.k_proj.bias, self.v_proj.bias])
-            kv = k_pack.unpack(F.linear(keys, weight, bias))  # [B,S,2·D]
-            k, v = kv.view(k_pack.batch, k_pack.length, 2, heads, dh).transpose(1, 3).unbind(2)
+            k, v = unpack_heads(F.linear(keys, weight, bias), k_pack, 2, heads)
         tq, tk = q.shape[2], k.shape[2]
         if self.rotary is not None:
             q, k = self.rotary(q, tk - tq), self.rotary(k, 0)
