@@ -152,6 +152,23 @@ def test_forward_with_weights_takes_the_padded_path_with_the_same_logits():
     torch.testing.assert_close(plain.logits[real], out.logits[real], atol=1e-5, rtol=1e-5)
 
 
+def test_cpu_dropout_is_inverted_bernoulli_dropout():
+    from attnlab.nn.transformer import Dropout
+
+    torch.manual_seed(0)
+    drop = Dropout(0.25).train()
+    x = torch.rand(400, 500) + 0.5  # no zeros of its own
+    x.requires_grad_(True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(1.0 - kept.float().mean().item() - 0.25) < 0.005  # 200k draws: sd ~0.001
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+    assert torch.equal(drop.eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+
+
 def test_step_cross_weights_equal_forward_cross_weights():
     model = make_model()
     src, src_mask, tgt_in = batch()

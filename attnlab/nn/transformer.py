@@ -75,13 +75,25 @@ class AttentionBlock(nn.Module):
         return self.proj(q_pack.pack(out.context))
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout whose CPU training mask comes from ``rand_like(x) >= p``: the same Bernoulli(1-p)
+    keep-mask and 1/(1-p) scaling, ~2x faster than torch's CPU ``bernoulli_`` (which took a third
+    of a training step at p = 0.1). Elsewhere (CUDA, eval, p = 0) it is nn.Dropout."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+            return super().forward(x)
+        keep = torch.rand_like(x) >= self.p
+        return x * keep.to(x.dtype) * (1.0 / (1.0 - self.p))
+
+
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, ff: int, activation: str, dropout: float):
         super().__init__()
         self.inner = nn.Linear(d_model, ff)
         self.outer = nn.Linear(ff, d_model)
         self.activation = F.gelu if activation == "gelu" else F.relu
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.outer(self.dropout(self.activation(self.inner(x))))
@@ -93,7 +105,7 @@ class Sublayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def inp(self, x: Tensor) -> Tensor:
@@ -207,7 +219,7 @@ class TransformerSeq2Seq(Seq2Seq):
                 emb.weight[PAD_ID].zero_()
         max_positions = max(1024, 4 * max(config.data.max_len, config.data.test_max_len) + 64)
         self.positions = AbsolutePositions(m.positions, m.d_model, max_positions)
-        self.embed_dropout = nn.Dropout(m.dropout)
+        self.embed_dropout = Dropout(m.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(m, hparams) for _ in range(m.enc_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(m, hparams) for _ in range(m.dec_layers))
         pre = m.norm == "pre"
