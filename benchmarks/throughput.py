@@ -101,8 +101,12 @@ def decode_speed(run_dir: Path) -> dict[str, float]:
     return speeds
 
 
+ATTNLAB_SETS: list[str] = []  # extra --set overrides; set by --attnlab-set
+
+
 def run_attnlab(model: str, updates: int) -> dict[str, float]:
     """tokens/s of the training loop (from the run's ``done`` event) and decoding sent/s."""
+    extra = [arg for item in ATTNLAB_SETS for arg in ("--set", item)]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "attnlab", "train", "--preset", ATTNLAB_PRESETS[model],
@@ -111,7 +115,7 @@ def run_attnlab(model: str, updates: int) -> dict[str, float]:
              "--set", "data.src_lang=src", "--set", "data.tgt_lang=trg",
              "--set", f"train.max_steps={updates}", "--set", f"train.eval_every={updates}",
              "--set", "train.eval_sentences=50", "--set", "train.log_every=50",
-             "--set", "train.threads=2"],
+             "--set", "train.threads=2", *extra],
             env=ENV, cwd=tmp, capture_output=True, text=True, check=True,
         )
         events = [json.loads(line) for line in Path(tmp, "bench", "events.jsonl").read_text().splitlines()]
@@ -128,9 +132,13 @@ def main() -> None:
     parser.add_argument("--skip-peers", action="store_true", help="attnlab only")
     parser.add_argument("--decode-batch", type=int, default=64,
                         help="attnlab's sentences per decoding batch (JoeyNMT uses 64)")
+    parser.add_argument("--attnlab-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra override for attnlab's runs, e.g. model.dropout=0.1 to match "
+                             "JoeyNMT's transformer config (the presets use dropout 0)")
     args = parser.parse_args()
     global DECODE_BATCH
     DECODE_BATCH = args.decode_batch
+    ATTNLAB_SETS.extend(args.attnlab_set)
     if not (DATA / "train.src").exists():
         subprocess.run([sys.executable, str(BENCH / "make-toy.py")], check=True)
     have_joey = (VENV / "bin" / "python").exists() and not args.skip_peers

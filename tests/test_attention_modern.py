@@ -450,6 +450,47 @@ def test_a_row_with_every_key_masked_gives_zeros_not_nan(name):
             assert torch.all(out.weights[0] == 0)
 
 
+def _multi_head_roles():
+    from attnlab.nn.attention.multihead import MultiHeadBase
+
+    for entry in ATTENTION.entries():
+        if issubclass(entry.factory, MultiHeadBase):
+            for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS):
+                if role in entry.meta.roles:
+                    yield entry.name, role
+
+
+@pytest.mark.parametrize("name,role", list(_multi_head_roles()))
+@pytest.mark.parametrize("empty_row", [False, True])
+def test_packed_forward_equals_padded_forward(name, role, empty_row):
+    """forward_packed (real rows only, fused QKV / KV projections) = forward at the real rows."""
+    from attnlab.nn.packing import Packing
+
+    attn = build(name, role=role, heads=2)
+    query, keys, key_mask = make_inputs(b=3, tq=5 if role == ROLE_CROSS else 6, tk=6, seed=3)
+    q_mask = torch.ones(query.shape[:2], dtype=torch.bool)
+    q_mask[1, 3:] = False  # the second query sentence is shorter
+    if role == ROLE_CROSS:
+        if empty_row:
+            key_mask[2] = False
+    else:
+        keys = query
+        key_mask = q_mask if role == ROLE_SELF else torch.ones_like(q_mask)
+        if empty_row and role == ROLE_SELF:
+            q_mask[2] = key_mask[2] = False
+    causal = role == ROLE_CAUSAL_SELF
+    q_pack = Packing(q_mask)
+    k_pack = q_pack if keys is query else Packing(key_mask)
+    padded_query = q_pack.unpack(q_pack.pack(query))  # zeros at padding, as the packed path sees it
+    padded_keys = padded_query if keys is query else k_pack.unpack(k_pack.pack(keys))
+    expected = attn(padded_query, padded_keys, padded_keys, key_mask, causal=causal).context
+    packed_query = q_pack.pack(query)
+    packed_keys = packed_query if keys is query else k_pack.pack(keys)
+    out = attn.forward_packed(packed_query, q_pack, packed_keys, k_pack, key_mask, causal)
+    torch.testing.assert_close(out, q_pack.pack(expected), atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(out).all()
+
+
 def test_linformer_is_refused_in_causal_self_attention():
     assert ROLE_CAUSAL_SELF not in ATTENTION.get("linformer").meta.roles
     with pytest.raises(AttnlabError, match="cannot be used for causal-self attention; it supports: cross, self"):

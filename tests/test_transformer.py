@@ -88,6 +88,87 @@ def test_cached_step_decoding_equals_full_forward(case):
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-5)
 
 
+def ragged_batch(empty_source: bool = False):
+    """Padding on both sides: sources of 7/4/2/7 tokens, targets of 6/4/2/5 positions."""
+    src, src_mask, tgt_in = batch(b=4, s=7, t=6, seed=1)
+    for row, (n_src, n_tgt) in enumerate([(7, 6), (4, 4), (0 if empty_source else 2, 2), (7, 5)]):
+        src_mask[row, n_src:] = False
+        tgt_in[row, n_tgt:] = PAD_ID
+    src[~src_mask] = PAD_ID
+    return src, src_mask, tgt_in
+
+
+def forward_and_grads(model, src, src_mask, tgt_in, packed: bool):
+    """Logits and every parameter's gradient of a loss over the real target positions."""
+    model.pack_padding = packed
+    model.zero_grad(set_to_none=True)
+    logits = model(src, src_mask, tgt_in).logits
+    weights = torch.linspace(-1.0, 1.0, logits.shape[-1])  # any loss that touches every logit
+    (logits[tgt_in != PAD_ID] * weights).sin().sum().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+@pytest.mark.parametrize(
+    "case", [*CACHE_CASES, {"norm": "post"}, {"decoder_self_attention": "linear"}],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default",
+)
+def test_padding_free_forward_equals_padded_forward(case):
+    """The packed training pass (real rows only, fused QKV / KV projections) gives the padded
+    reference pass's logits at every real target position, and the same gradients."""
+    kwargs = _model_kwargs(case)
+    model = make_model(**kwargs)
+    src, src_mask, tgt_in = ragged_batch()
+    real = tgt_in != PAD_ID
+    padded, padded_grads = forward_and_grads(model, src, src_mask, tgt_in, packed=False)
+    packed, packed_grads = forward_and_grads(model, src, src_mask, tgt_in, packed=True)
+    torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
+    assert torch.all(packed[~real] == 0)  # padded positions are not computed
+    assert packed_grads.keys() == padded_grads.keys()
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("cross_attention", ["scaled-dot", "gated", "bahdanau", "performer"])
+def test_padding_free_forward_with_an_empty_source_sentence(cross_attention):
+    """A sentence with no source token: cross-attention has no key (zero context) in both paths."""
+    model = make_model(cross_attention=cross_attention)
+    src, src_mask, tgt_in = ragged_batch(empty_source=True)
+    real = tgt_in != PAD_ID
+    padded, _ = forward_and_grads(model, src, src_mask, tgt_in, packed=False)
+    packed, grads = forward_and_grads(model, src, src_mask, tgt_in, packed=True)
+    assert torch.isfinite(packed).all() and all(torch.isfinite(g).all() for g in grads.values())
+    torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
+
+
+def test_forward_with_weights_takes_the_padded_path_with_the_same_logits():
+    model = make_model()
+    src, src_mask, tgt_in = ragged_batch()
+    with torch.no_grad():
+        out = model(src, src_mask, tgt_in, need_weights=True)
+        plain = model(src, src_mask, tgt_in)
+    real = tgt_in != PAD_ID
+    assert set(out.attentions) == {"enc_self", "dec_self", "cross"}
+    torch.testing.assert_close(plain.logits[real], out.logits[real], atol=1e-5, rtol=1e-5)
+
+
+def test_cpu_dropout_is_inverted_bernoulli_dropout():
+    from attnlab.nn.transformer import Dropout
+
+    torch.manual_seed(0)
+    drop = Dropout(0.25).train()
+    x = torch.rand(400, 500) + 0.5  # no zeros of its own
+    x.requires_grad_(True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(1.0 - kept.float().mean().item() - 0.25) < 0.005  # 200k draws: sd ~0.001
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+    assert torch.equal(drop.eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+
+
 def test_step_cross_weights_equal_forward_cross_weights():
     model = make_model()
     src, src_mask, tgt_in = batch()

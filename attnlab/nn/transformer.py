@@ -22,6 +22,7 @@ from attnlab.nn.attention import ATTENTION, Attention, build_attention
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
+from attnlab.nn.packing import Packing
 from attnlab.nn.positions import AbsolutePositions, Rotary
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
@@ -61,6 +62,30 @@ class AttentionBlock(nn.Module):
             weights = weights.unsqueeze(1)
         return self.proj(out.context), weights
 
+    def forward_packed(
+        self, query: Tensor, q_pack: Packing, keys: Tensor, k_pack: Packing, key_mask: Tensor, causal: bool
+    ) -> Tensor:
+        """Packed rows in and out (attnlab.nn.packing); ``keys is query`` for self-attention."""
+        if isinstance(self.attn, MultiHeadBase):
+            return self.proj(self.attn.forward_packed(query, q_pack, keys, k_pack, key_mask, causal))
+        # Any other variant: its own forward on the padded layout.
+        padded_query = q_pack.unpack(query)
+        padded_keys = padded_query if keys is query else k_pack.unpack(keys)
+        out = self.attn(padded_query, padded_keys, padded_keys, key_mask, causal=causal, need_weights=False)
+        return self.proj(q_pack.pack(out.context))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout whose CPU training mask comes from ``rand_like(x) >= p``: the same Bernoulli(1-p)
+    keep-mask and 1/(1-p) scaling, ~2x faster than torch's CPU ``bernoulli_`` (which took a third
+    of a training step at p = 0.1). Elsewhere (CUDA, eval, p = 0) it is nn.Dropout."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+            return super().forward(x)
+        keep = torch.rand_like(x) >= self.p
+        return x * keep.to(x.dtype) * (1.0 / (1.0 - self.p))
+
 
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, ff: int, activation: str, dropout: float):
@@ -68,7 +93,7 @@ class FeedForward(nn.Module):
         self.inner = nn.Linear(d_model, ff)
         self.outer = nn.Linear(ff, d_model)
         self.activation = F.gelu if activation == "gelu" else F.relu
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.outer(self.dropout(self.activation(self.inner(x))))
@@ -80,7 +105,7 @@ class Sublayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def inp(self, x: Tensor) -> Tensor:
@@ -106,6 +131,12 @@ class EncoderLayer(nn.Module):
         x = self.sub_attn.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
         return x, weights
+
+    def forward_packed(self, x: Tensor, pack: Packing, mask: Tensor) -> Tensor:
+        """x [N,D]: the real rows of the source (``pack``)."""
+        h = self.sub_attn.inp(x)
+        x = self.sub_attn.out(x, self.self_attn.forward_packed(h, pack, h, pack, mask, False))
+        return self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -142,6 +173,18 @@ class DecoderLayer(nn.Module):
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
         return x, self_weights, cross_weights
 
+    def forward_packed(
+        self, x: Tensor, pack: Packing, enc_states: Tensor, enc_pack: Packing, enc_mask: Tensor,
+        self_mask: Tensor,
+    ) -> Tensor:
+        """x [N,D]: the real target rows (``pack``); enc_states [Ns,D]: the real source rows.
+        ``self_mask`` is all True, as in ``forward``: causality alone hides what follows."""
+        h = self.sub_self.inp(x)
+        x = self.sub_self.out(x, self.self_attn.forward_packed(h, pack, h, pack, self_mask, True))
+        h = self.sub_cross.inp(x)
+        x = self.sub_cross.out(x, self.cross_attn.forward_packed(h, pack, enc_states, enc_pack, enc_mask, False))
+        return self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
+
 
 def _stack(weights: list[Tensor | None]) -> Tensor | None:
     """Per-layer [B,H,Tq,Tk] -> [B,L,H,Tq,Tk] (None if any layer gave none)."""
@@ -157,6 +200,8 @@ class TransformerSeq2Seq(Seq2Seq):
         self.config = config
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model = m.d_model
+        # forward() without weights runs padding-free on CPU; False = always the padded path.
+        self.pack_padding = True
         hparams = config.attention_params()
         self.tgt_embed = nn.Embedding(tgt_vocab_size, m.d_model, padding_idx=PAD_ID)
         if m.share_embeddings:
@@ -174,7 +219,7 @@ class TransformerSeq2Seq(Seq2Seq):
                 emb.weight[PAD_ID].zero_()
         max_positions = max(1024, 4 * max(config.data.max_len, config.data.test_max_len) + 64)
         self.positions = AbsolutePositions(m.positions, m.d_model, max_positions)
-        self.embed_dropout = nn.Dropout(m.dropout)
+        self.embed_dropout = Dropout(m.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(m, hparams) for _ in range(m.enc_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(m, hparams) for _ in range(m.dec_layers))
         pre = m.norm == "pre"
@@ -226,10 +271,45 @@ class TransformerSeq2Seq(Seq2Seq):
             return logits, None, None
         return logits, _stack(self_weights), _stack(cross_weights)
 
+    # -- padding-free full pass (training) --------------------------------------------------------
+
+    def _packed_ok(self, src: Tensor, need_weights: bool) -> bool:
+        # On CPU (where the matmuls are the cost) the real rows are found on the host for free;
+        # on an accelerator that would be a device sync per batch, for launch-bound kernels.
+        return self.pack_padding and not need_weights and src.device.type == "cpu"
+
+    def _encode_packed(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Packing]:
+        pack = Packing(src_mask)
+        x = pack.pack(self._embed(self.src_embed, src))
+        for layer in self.encoder_layers:
+            x = layer.forward_packed(x, pack, src_mask)
+        return self.encoder_norm(x), pack
+
+    def _decode_packed(self, tgt_in: Tensor, enc_states: Tensor, enc_pack: Packing, src_mask: Tensor) -> Tensor:
+        pack = Packing(tgt_in != PAD_ID)
+        x = pack.pack(self._embed(self.tgt_embed, tgt_in))
+        self_mask = torch.ones(tgt_in.shape, dtype=torch.bool, device=tgt_in.device)
+        for layer in self.decoder_layers:
+            x = layer.forward_packed(x, pack, enc_states, enc_pack, src_mask, self_mask)
+        return pack.unpack(self.output(self.decoder_norm(x)))  # [B,T,V]; zeros at padding
+
+    def _forward_packed(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float) -> ModelOutput:
+        states, enc_pack = self._encode_packed(src, src_mask)
+        if teacher_forcing < 1.0:
+            with torch.no_grad():
+                predictions = self._decode_packed(tgt_in, states, enc_pack, src_mask).argmax(-1)
+            tgt_in = self._mix_predictions(tgt_in, predictions, teacher_forcing)
+        return ModelOutput(logits=self._decode_packed(tgt_in, states, enc_pack, src_mask), attentions={})
+
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float = 1.0,
         need_weights: bool = False,
     ) -> ModelOutput:
+        """Logits [B,T,V] of teacher-forced decoding (+ every layer's weights on request).
+        Without weights on CPU this runs padding-free (``_forward_packed``): the same logits at
+        the real target positions, zeros at the padded ones."""
+        if self._packed_ok(src, need_weights):
+            return self._forward_packed(src, src_mask, tgt_in, teacher_forcing)
         states, enc_self = self._encode(src, src_mask, need_weights)
         enc = EncoderOutput(states=states, mask=src_mask)
         if teacher_forcing < 1.0:
@@ -248,6 +328,10 @@ class TransformerSeq2Seq(Seq2Seq):
         with torch.no_grad():
             logits, _, _ = self._decode(tgt_in, enc, need_weights=False)
             predictions = logits.argmax(-1)  # [B,T]: prediction for position t + 1
+        return self._mix_predictions(tgt_in, predictions, teacher_forcing)
+
+    @staticmethod
+    def _mix_predictions(tgt_in: Tensor, predictions: Tensor, teacher_forcing: float) -> Tensor:
         previous = torch.cat([tgt_in[:, :1], predictions[:, :-1]], dim=1)
         use_model = torch.rand(tgt_in.shape, device=tgt_in.device) >= teacher_forcing
         use_model[:, 0] = False  # <s> stays

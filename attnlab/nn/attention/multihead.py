@@ -29,6 +29,7 @@ from attnlab.nn.attention.base import (
     masked_softmax,
     register_attention,
 )
+from attnlab.nn.packing import Packing, unpack_heads
 from attnlab.nn.positions import Rotary
 
 TRANSFORMER_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
@@ -118,6 +119,44 @@ class MultiHeadBase(Attention):
         context, weights = self.attend(q, k, v, key_mask, causal, need_weights)
         context = self.gate(query, context)
         return AttentionOutput(self.out_proj(merge_heads(context)), weights)
+
+    def forward_packed(
+        self, query: Tensor, q_pack: Packing, keys: Tensor, k_pack: Packing, key_mask: Tensor, causal: bool
+    ) -> Tensor:
+        """``forward(..., need_weights=False)`` on packed rows (see attnlab.nn.packing): query
+        [Nq,Dq] of ``q_pack``, keys = values [Nk,Dk] of ``k_pack`` (``keys is query`` for
+        self-attention) -> context [Nq,out_dim]. The projections run on the real rows only, as
+        one fused matmul (QKV for self-, KV for cross-attention; the weights stay the separate
+        q_proj / k_proj / v_proj parameters); the scores run in the padded layout."""
+        heads = self.heads
+        if keys is query:
+            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+            q, k, v = unpack_heads(F.linear(query, weight, bias), q_pack, 3, heads)  # [B,H,T,dh]
+        else:
+            (q,) = unpack_heads(self.q_proj(query), q_pack, 1, heads)
+            weight = torch.cat([self.k_proj.weight, self.v_proj.weight])
+            bias = torch.cat([self.k_proj.bias, self.v_proj.bias])
+            k, v = unpack_heads(F.linear(keys, weight, bias), k_pack, 2, heads)
+        tq, tk = q.shape[2], k.shape[2]
+        if self.rotary is not None:
+            q, k = self.rotary(q, tk - tq), self.rotary(k, 0)
+        dropout_p = self.dropout_p if self.training else 0.0
+        cls = type(self)
+        plain_softmax = self.uses_sdpa and cls.attend is MultiHeadBase.attend and (
+            cls.bias is MultiHeadBase.bias and cls.allowed is MultiHeadBase.allowed
+        )
+        if plain_softmax and causal and tq == tk and bool(key_mask.all()):
+            # Every query sees itself: no empty row, and is_causal needs no mask tensor.
+            context = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        elif plain_softmax and not causal and k_pack.all_nonempty and key_mask is k_pack.mask:
+            bias = k_pack.key_bias(q.dtype)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+        else:  # the variant's own scores / bias / pattern, as in forward()
+            context, _ = self.attend(q, k, v, key_mask, causal, False)
+        if cls.gate is not MultiHeadBase.gate:
+            context = self.gate(q_pack.unpack(query), context)
+        return self.out_proj(q_pack.pack(context.transpose(1, 2)).flatten(1))  # [Nq,H·dh]
 
     # -- hooks ----------------------------------------------------------------------------
 
