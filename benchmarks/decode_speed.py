@@ -242,7 +242,9 @@ def bleu(hyps: list[list[str]], refs: list[list[str]]) -> float:
 
     # seed_naive's scoring: 13a corpus BLEU on the tokenised text; an empty output is "<unk>".
     text = [" ".join(h) or "<unk>" for h in hyps]
-    return sacrebleu.corpus_bleu(text, [[" ".join(r) for r in refs[: len(text)]]], tokenize="13a").score
+    # force: the text is tokenised on purpose (as seed_naive scores); no "forgot to detokenize" warning
+    refs_text = [[" ".join(r) for r in refs[: len(text)]]]
+    return sacrebleu.corpus_bleu(text, refs_text, tokenize="13a", force=True).score
 
 
 def mean_len(hyps: list[list[Any]]) -> float:
