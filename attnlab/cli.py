@@ -397,27 +397,21 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: st
 
 
 def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
-    """Decode every non-empty line in batches; per line (source tokens, [(hyp, tokens)])."""
+    """Decode every non-empty line (length-sorted batches); per line (source tokens, [(hyp, tokens)])."""
     import torch
 
-    from attnlab.data.batching import pad
-    from attnlab.decode.search import sentences_per_batch
-    from attnlab.evaluate import decode_nbest
+    from attnlab.decode.search import decode_sorted
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
-    # Sorted by length: little padding, and a batch's sentences end at about the same step.
-    todo = sorted((i for i, toks in enumerate(tokenized) if toks), key=lambda i: len(tokenized[i]))
+    todo = [i for i, toks in enumerate(tokenized) if toks]
+    sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
     need = need_attention or decode_cfg.beta > 0
-    size = sentences_per_batch(decode_cfg)
     with torch.no_grad():
-        for start in range(0, len(todo), size):
-            idx = todo[start : start + size]
-            src = pad([loaded.src_vocab.encode(tokenized[i]) for i in idx]).to(device)
-            nbests = decode_nbest(loaded.model, src, src != 0, decode_cfg, need)
-            for i, nbest in zip(idx, nbests, strict=True):
-                chosen = nbest[: decode_cfg.nbest]
-                results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
+        nbests = decode_sorted(loaded.model, sources, decode_cfg, need, device)
+    for i, nbest in zip(todo, nbests, strict=True):
+        chosen = nbest[: decode_cfg.nbest]
+        results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
     return results
 
 
