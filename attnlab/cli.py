@@ -77,7 +77,10 @@ def cli(ctx: click.Context) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point (also ``python -m attnlab``, how the lab starts training)."""
+    from attnlab.allocator import retain_freed_memory
+
+    retain_freed_memory()  # this process owns its allocator: decode/train steps reuse pages
     cli.main(args=argv, prog_name="attnlab")
 
 

@@ -56,6 +56,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from attnlab.allocator import retain_freed_memory  # noqa: E402
 from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig  # noqa: E402
 from attnlab.data.vocab import Vocab  # noqa: E402
 from attnlab.decode.search import decode_sorted, sentences_per_batch  # noqa: E402
@@ -266,6 +267,7 @@ def main() -> None:
     parser.add_argument("--skip-naive", action="store_true", help="only the stricter comparison (no seed_naive)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    retain_freed_memory()  # as the attnlab command does at start-up (both sides share this process)
 
     name, train_src, train_tgt, test_src_tok, test_tgt_tok, max_out = load_data()
     test_src_tok, test_tgt_tok = test_src_tok[: args.sentences], test_tgt_tok[: args.sentences]

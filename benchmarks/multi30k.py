@@ -37,30 +37,22 @@ PUBLISHED = {
 
 
 def translate_split(model: Any, dataset: Any, split: str, decode_cfg: Any, device: Any, limit: int = 0) -> tuple[list[str], list[str]]:
-    """Greedy (or configured) hypotheses and raw references for a split, in corpus order."""
-    import torch
-
-    from attnlab.data.batching import make_batch
-    from attnlab.evaluate import decode_best
+    """Hypotheses (decode_cfg's search, length-sorted batches) and raw references, in corpus order."""
+    from attnlab.decode.search import decode_sorted
 
     examples = list(dataset.splits.split(split))
     if limit > 0:
         examples = examples[:limit]
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].src_tokens))
-    hyps = [""] * len(examples)
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(order), decode_cfg.batch_size):
-            idx = order[start : start + decode_cfg.batch_size]
-            batch = make_batch([examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab).to(device)
-            for i, hyp in zip(idx, decode_best(model, batch.src, batch.src_mask, decode_cfg, False), strict=True):
-                hyps[i] = dataset.detokenize_target(dataset.tgt_vocab.decode(hyp.tokens))
+    sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
+    nbests = decode_sorted(model, sources, decode_cfg, device=device)
+    hyps = [dataset.detokenize_target(dataset.tgt_vocab.decode(nbest[0].tokens)) for nbest in nbests]
     return hyps, [e.tgt_text for e in examples]
 
 
 def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from attnlab.config import apply_overrides, load_preset
     from attnlab.data.dataset import load_dataset
+    from attnlab.errors import AttnlabError
     from attnlab.evaluate import corpus_bleu, corpus_chrf
     from attnlab.runs import load_checkpoint
     from attnlab.train.trainer import Trainer
@@ -78,7 +70,16 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     dataset = load_dataset(config.data)
     prepare_s = time.perf_counter() - start
     run_dir = Path(args.out) / name
-    summary = Trainer(config, run_dir, device=args.device, dataset=dataset, install_signals=True).run()
+    from attnlab.runs import META_FILE, checkpoint_dir
+
+    resume = args.resume and (checkpoint_dir(run_dir, "last") / META_FILE).is_file()
+    if resume:
+        print(f"   resuming {run_dir} from its last checkpoint", file=sys.stderr, flush=True)
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise AttnlabError(f"{run_dir} already holds a run; pass --resume to continue it or --out for a new folder")
+    summary = Trainer(config, run_dir, device=args.device, dataset=dataset, resume=resume, install_signals=True).run()
+    if summary.get("reason") == "interrupted":
+        raise AttnlabError(f"{name} interrupted at step {summary['step']}; rerun with --resume to continue")
     loaded = load_checkpoint(Path(summary["best_checkpoint"]), device=args.device_resolved)
     decode_cfg = replace(config.decode, beam=1, sample=False, nbest=1)
     hyps, refs = translate_split(loaded.model, dataset, "test", decode_cfg, args.device_resolved, args.test_sentences)
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/bench-multi30k", help="where the run directories go")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="extra config override")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--resume", action="store_true", help="continue runs found under --out from their last checkpoint")
     args = parser.parse_args(argv)
 
     from attnlab.device import resolve_device
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.presets:
             print(f"== {name}", file=sys.stderr, flush=True)
             results.append(run_preset(name, args))
+            # Each finished preset is kept at once: a later failure or Ctrl+C loses nothing.
+            (Path(args.out) / f"{name}.json").write_text(json.dumps(results[-1], indent=2, ensure_ascii=False))
     except AttnlabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

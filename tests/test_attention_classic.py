@@ -261,3 +261,23 @@ def test_classic_variants_are_registered_with_one_line_formulas():
         spec = ATTENTION.get(name).meta
         assert ROLE_RNN_CROSS in spec.roles
         assert spec.formula and "\n" not in spec.formula and spec.paper
+
+
+def test_masked_softmax_by_hand_in_training_and_in_decoding() -> None:
+    """exp(s_j) / Σ_k exp(s_k) over the allowed keys; an all-masked row is zeros, in both paths."""
+    from attnlab.nn.attention.base import masked_softmax
+
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0], [2.0, 2.0, 2.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, True, True]])
+    e = math.exp(1.0) + math.exp(2.0)
+    expected = torch.tensor(
+        [[math.exp(1.0) / e, math.exp(2.0) / e, 0.0], [0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64
+    )
+    leaf = scores.clone().requires_grad_(True)
+    trained = masked_softmax(leaf, mask)
+    trained.sum().backward()
+    assert torch.isfinite(leaf.grad).all()  # no NaN from the all-masked row
+    with torch.no_grad():
+        decoded = masked_softmax(scores, mask)
+    torch.testing.assert_close(trained.detach(), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(decoded, expected, rtol=1e-12, atol=1e-12)

@@ -130,3 +130,61 @@ def test_fused_path_runs_only_where_it_applies(monkeypatch):
         calls.clear()
         model(**kwargs).train()(src, src_mask, tgt_in, teacher_forcing=tf)
         assert len(calls) == expected, kwargs
+
+
+@pytest.mark.parametrize("feed", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
+    """Eval-mode ``step`` (the lean path) gives the general step's logits, state and weights
+    exactly, over several steps of a padded batch, and the searches built on it agree."""
+    from attnlab.config import DecodeConfig
+    from attnlab.decode.search import decode_batch
+
+    m = model(feed).to(dtype).eval()
+    src, src_mask, _ = batch()
+    with torch.no_grad():
+        enc = m.encode(src, src_mask)
+        prev = torch.full((src.size(0),), BOS_ID)
+        states = {}
+        for fused in (True, False):
+            m.fused = fused
+            state, outs = m.start_state(enc), []
+            tokens = prev
+            for _ in range(4):
+                logits, state, cross = m.step(tokens, state, enc, need_weights=True)
+                outs.append((logits, cross, {k: v.clone() for k, v in state.items()}))
+                tokens = logits.argmax(dim=1)
+            states[fused] = outs
+    for (lean_logits, lean_cross, lean_state), (ref_logits, ref_cross, ref_state) in zip(states[True], states[False], strict=True):
+        assert torch.equal(lean_logits, ref_logits)
+        assert torch.equal(lean_cross, ref_cross)
+        assert lean_state.keys() == ref_state.keys()
+        for key in ref_state:
+            assert torch.equal(lean_state[key], ref_state[key]), key
+    for cfg in (DecodeConfig(), DecodeConfig(beam=3, nbest=2, alpha=0.6, beta=0.2)):
+        results = {}
+        for fused in (True, False):
+            m.fused = fused
+            results[fused] = decode_batch(m, src, src_mask, cfg, need_attention=True)
+        for lean, ref in zip(results[True], results[False], strict=True):
+            assert [h.tokens for h in lean] == [h.tokens for h in ref]
+            assert [h.score for h in lean] == [h.score for h in ref]
+            assert all(torch.equal(a.attention, b.attention) for a, b in zip(lean, ref, strict=True))
+
+
+def test_lean_step_runs_only_in_eval_without_grad(monkeypatch):
+    m = model().eval()
+    src, src_mask, _ = batch()
+    calls = []
+    original = m._lean_step
+    monkeypatch.setattr(m, "_lean_step", lambda *a: calls.append(1) or original(*a))
+    enc = m.encode(src, src_mask)
+    prev = torch.full((src.size(0),), BOS_ID)
+    m.step(prev, m.start_state(enc), enc)  # grad enabled: the general step
+    assert not calls
+    with torch.no_grad():
+        m.step(prev, m.start_state(enc), enc)
+        assert calls == [1]
+        m.train()
+        m.step(prev, m.start_state(enc), enc)  # training mode (dropout): the general step
+        assert calls == [1]

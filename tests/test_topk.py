@@ -47,3 +47,12 @@ def test_plain_path_below_four_chunks(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.Tensor, "amax", lambda *a, **k: calls.append(1))
     assert torch.equal(row_argmax(x), x.argmax(dim=1)) and not calls
+
+
+def test_plain_path_for_a_few_rows(monkeypatch):
+    """A handful of rows (a beam of one sentence, the tail of a batch) takes one plain call."""
+    x = torch.randn(topk.SMALL_ROWS, 5898)
+    expected = x.argmax(dim=1)
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "amax", lambda *a, **k: calls.append(1))
+    assert torch.equal(row_argmax(x), expected) and not calls

@@ -99,38 +99,52 @@ def decode_one_path(
     with_weights = need_attention or beta != 0.0
 
     state = model.start_state(enc)
-    tokens = torch.full((batch, width), EOS_ID, dtype=torch.long, device=device)
-    token_lp = torch.zeros(batch, width, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    cross_all: Tensor | None = None  # [N, T, L, H, S]
-
+    # Per step only what the next step needs is computed; tokens, log-probs and attention
+    # of all steps are written into the [N, T] results once, after the loop.
+    step_rows: list[Tensor] = []  # original row of each row decoded at step t
+    step_tokens: list[Tensor] = []
+    step_lp: list[Tensor] = []
+    step_cross: list[Tensor] = []
     rows = torch.arange(batch, device=device)  # original index of each row still decoding
+    row_budget = budget  # the step budget of each row still decoding
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(width):
         logits, state, cross = model.step(prev, state, enc, need_weights=with_weights)
         log_probs = step_log_probs(logits, t, min_len, in_place=True)  # [R, V]
         chosen = pick(log_probs, rows)  # [R]
-        tokens[rows, t] = chosen
-        token_lp[rows, t] = log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        lengths[rows] = t + 1
+        step_rows.append(rows)
+        step_tokens.append(chosen)
+        step_lp.append(log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1))
         if with_weights and cross is not None:
-            if cross_all is None:
-                cross_all = cross.new_zeros(batch, width, *cross.shape[1:], dtype=torch.float32)
-            cross_all[rows, t] = cross.float()
-        ended = chosen == EOS_ID
-        finished[rows] = ended
-        keep = ~(ended | (budget[rows] <= t + 1))  # [R]
-        if not bool(keep.any()):
+            step_cross.append(cross.float())
+        keep = (chosen != EOS_ID) & (row_budget > t + 1)  # [R]
+        n_keep = int(keep.sum())  # the one host sync of a step
+        if n_keep == 0:
             break
-        if not bool(keep.all()):
+        if n_keep < keep.numel():
             # Drop finished rows from the batch (state, encoder output, inputs).
             kept = keep.nonzero().squeeze(1)
-            rows, prev = rows[kept], chosen[kept]
+            rows, prev, row_budget = rows[kept], chosen[kept], row_budget[kept]
             state = select_state(state, kept)
             enc = enc.index_select(kept)
         else:
             prev = chosen
+
+    # Row r took steps 0 .. lengths[r]-1, so its entries are (r, 0), (r, 1), ...
+    counts = torch.tensor([r.numel() for r in step_rows], device=device)
+    all_rows = torch.cat(step_rows)
+    all_steps = torch.repeat_interleave(torch.arange(len(step_rows), device=device), counts)
+    tokens = torch.full((batch, width), EOS_ID, dtype=torch.long, device=device)
+    tokens[all_rows, all_steps] = torch.cat(step_tokens)
+    token_lp = torch.zeros(batch, width, device=device)
+    token_lp[all_rows, all_steps] = torch.cat(step_lp).float()
+    lengths = torch.bincount(all_rows, minlength=batch)
+    finished = tokens.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1) == EOS_ID  # ended with </s>
+    cross_all: Tensor | None = None  # [N, T, L, H, S]
+    if step_cross:
+        first = step_cross[0]
+        cross_all = first.new_zeros(batch, width, *first.shape[1:])
+        cross_all[all_rows, all_steps] = torch.cat(step_cross)
 
     return build_hypotheses(
         tokens,

@@ -30,16 +30,17 @@ def step_log_probs(logits: Tensor, step: int, min_len: int = 0, in_place: bool =
     <pad> and <s> are never produced; </s> is blocked while fewer than ``min_len`` tokens
     were generated (``step`` tokens so far). Blocking happens before the softmax, so the
     distribution is renormalised over the tokens that may be produced.
-    logits[N, V] -> log_probs[N, V] (float32). With ``in_place`` the blocked columns of
-    float32 ``logits`` are set to -inf in place (a search that owns the model's fresh
-    logits saves a copy of [N, V]); the result is the same either way.
+    logits[N, V] -> log_probs[N, V] (float32). With ``in_place`` float32 ``logits`` are
+    overwritten (blocked columns, then the log-softmax itself): a search that owns the
+    model's fresh logits saves two [N, V] blocks per step; the values are the same.
     """
     if in_place and logits.dtype == torch.float32:
         logits[:, PAD_ID] = float("-inf")
         logits[:, BOS_ID] = float("-inf")
         if step < min_len:
             logits[:, EOS_ID] = float("-inf")
-        return torch.log_softmax(logits, dim=-1)
+        # Into the logits' own storage: no fresh [N, V] block to fault in (the same values).
+        return torch.log_softmax(logits, dim=-1, out=logits)
     blocked = torch.zeros(logits.size(-1), device=logits.device)  # [V] 0 or -inf
     blocked[PAD_ID] = blocked[BOS_ID] = float("-inf")
     if step < min_len:

@@ -11,7 +11,8 @@ look inside those only:
   its chunk is among the n chunks with the largest maxima (up to ties of equal values).
 
 Both return what the plain ``argmax`` / ``topk`` return (``search_topk`` may order exactly
-equal values differently). CUDA, and rows shorter than ``4 * CHUNK``, use the plain ops.
+equal values differently). CUDA, and rows shorter than ``4 * CHUNK``, use the plain ops
+(so does an arg-max over a few rows, where the call count, not the data, sets the cost).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 CHUNK = 64  # columns per chunk: a cache line multiple, small enough to keep stage 2 cheap
+SMALL_ROWS = 8  # up to this many rows the plain op's one call beats the chunk passes' ten
 
 
 def _plain(x: Tensor) -> bool:
@@ -28,8 +30,12 @@ def _plain(x: Tensor) -> bool:
 
 def row_argmax(x: Tensor) -> Tensor:
     """``x.argmax(dim=1)`` for x[R, V] (the first index of each row's maximum)."""
-    if _plain(x):
+    if _plain(x) or x.size(0) <= SMALL_ROWS:
         return x.argmax(dim=1)
+    return _chunked_argmax(x)
+
+
+def _chunked_argmax(x: Tensor) -> Tensor:
     rows, vocab = x.shape
     width = vocab // CHUNK * CHUNK
     body = x[:, :width].reshape(rows, width // CHUNK, CHUNK)

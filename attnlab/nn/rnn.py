@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -34,6 +35,7 @@ from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS, Attention, build_attention
 from attnlab.nn.attention.classic import BahdanauAttention
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
+from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.rnn_fused import fused_bahdanau_gru, fused_gru_encoder
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
@@ -157,7 +159,7 @@ class RNNSeq2Seq(Seq2Seq):
         self.bridge = nn.Linear(enc_dim, hidden)  # h0 = tanh(W_b h_enc)
         self.bridge_cell = nn.Linear(enc_dim, hidden) if cell == "lstm" else None
         self.combine = nn.Linear(context_dim + hidden, hidden)  # W_c: h̃ = tanh(W_c [c; s])
-        self.output = nn.Linear(hidden, tgt_vocab_size)  # W_o
+        self.output = OutputLayer(hidden, tgt_vocab_size)  # W_o
         self.fused_decoder = True  # see the ``fused`` property
 
     @property
@@ -251,6 +253,8 @@ class RNNSeq2Seq(Seq2Seq):
         enc: EncoderOutput,
         need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        if not self.training and not torch.is_grad_enabled() and self._can_fuse(self._memory(enc)):
+            return self._lean_step(prev_tokens, state, enc, need_weights)
         hidden: Hidden = state["hidden"].transpose(0, 1).contiguous()
         if "cell" in state:
             hidden = (hidden, state["cell"].transpose(0, 1).contiguous())
@@ -260,7 +264,7 @@ class RNNSeq2Seq(Seq2Seq):
             embedded, hidden, feed, state["pos"].unsqueeze(1), self._memory(enc), need_weights
         )
         attentional = self._attentional(output, context)  # [B,1,H]
-        logits = self.output(attentional).squeeze(1)  # [B,V]
+        logits = self.output.step_logits(attentional.squeeze(1))  # [B,V]
         new_state: DecoderState = {}
         if isinstance(hidden, tuple):
             new_state["hidden"], new_state["cell"] = (h.transpose(0, 1) for h in hidden)
@@ -305,6 +309,36 @@ class RNNSeq2Seq(Seq2Seq):
             and memory.states.dtype in (torch.float32, torch.float64)
             and not torch.is_autocast_enabled(memory.states.device.type)
         )
+
+    def _lean_step(
+        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """``step`` for what ``_can_fuse`` covers, in eval mode: the same ops on the same shapes
+        (so the same numbers), without the module calls, eval-mode dropouts and reshapes of
+        the general step. A search over a few rows (a beam of one sentence, a batch's last
+        unfinished sentences) pays for the calls, not the arithmetic."""
+        attention = self.attention
+        h = state["hidden"][:, 0]  # [B,H], the one layer
+        embedded = torch.embedding(self.embed.weight, prev_tokens).unsqueeze(1)  # [B,1,E]
+        query = F.linear(h.unsqueeze(1), attention.query_proj.weight)  # [B,1,A]
+        energy = (query.unsqueeze(2) + enc.extras[_PRE].unsqueeze(1)).tanh_()  # [B,1,S,A]
+        scores = F.linear(energy, attention.energy.weight).squeeze(-1)  # [B,1,S]
+        scores = scores.masked_fill(~enc.mask.unsqueeze(1), float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # masked_softmax's rule
+        context = torch.bmm(weights, enc.states)  # [B,1,D]
+        parts = [embedded, context, state["feed"].unsqueeze(1)] if self.input_feeding else [embedded, context]
+        rnn = self.rnn
+        h_new = torch.gru_cell(
+            torch.cat(parts, dim=-1).squeeze(1), h, rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+        )  # [B,H], nn.GRU's own cell
+        combined = F.linear(torch.cat([context, h_new.unsqueeze(1)], dim=-1), self.combine.weight, self.combine.bias)
+        attentional = combined.tanh_().squeeze(1)  # [B,H]
+        new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
+        if self.input_feeding:
+            new_state["feed"] = attentional
+        new_state["pos"] = state["pos"] + 1
+        cross = weights.unsqueeze(1) if need_weights else None  # [B,1,1,S]
+        return self.output.step_logits(attentional), new_state, cross
 
     def _forward_fused(
         self, tgt_in: Tensor, hidden: Hidden, memory: _Memory, need_weights: bool

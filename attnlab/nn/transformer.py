@@ -22,6 +22,7 @@ from attnlab.nn.attention import ATTENTION, Attention, build_attention
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
+from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.packing import Packing
 from attnlab.nn.positions import AbsolutePositions, Rotary
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
@@ -225,7 +226,7 @@ class TransformerSeq2Seq(Seq2Seq):
         pre = m.norm == "pre"
         self.encoder_norm = nn.LayerNorm(m.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(m.d_model) if pre else nn.Identity()
-        self.output = nn.Linear(m.d_model, tgt_vocab_size)
+        self.output = OutputLayer(m.d_model, tgt_vocab_size)
         if m.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         if m.positions == "rotary":
@@ -382,7 +383,7 @@ class TransformerSeq2Seq(Seq2Seq):
                 new_state[f"cross_kv{i}"] = cross_kv
             x, _, cw = layer(x, enc.states, enc.mask, need_weights, self_keys, self_kv, cross_kv)
             cross_weights.append(cw)
-        logits = self.output(self.decoder_norm(x))[:, 0]
+        logits = self.output.step_logits(self.decoder_norm(x)[:, 0])
         cross = _stack(cross_weights) if need_weights else None
         return logits, new_state, None if cross is None else cross[:, :, :, 0]
 

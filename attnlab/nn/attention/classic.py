@@ -165,7 +165,8 @@ class BahdanauAttention(_ClassicAttention):
         projected_keys = self.precompute(keys) if precomputed is None else precomputed
         projected_query = self.query_proj(query)  # [B,Tq,A]
         # [B,Tq,1,A] + [B,1,Tk,A] -> [B,Tq,Tk,A] -> [B,Tq,Tk]
-        energy = torch.tanh(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
+        # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
+        energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
         scores = self.energy(energy).squeeze(-1)
         context, weights = _attend(scores, values, key_mask, causal)
         return AttentionOutput(context, weights)
@@ -291,7 +292,8 @@ class LuongConcatAttention(_ClassicAttention):
     ) -> AttentionOutput:
         projected_keys = self.precompute(keys) if precomputed is None else precomputed
         projected_query = query @ self.concat_proj.weight[:, : self.query_dim].t()  # [B,Tq,A]
-        energy = torch.tanh(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
+        # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
+        energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
         scores = self.energy(energy).squeeze(-1)  # [B,Tq,Tk]
         context, weights = _attend(scores, values, key_mask, causal)
         return AttentionOutput(context, weights)
