@@ -96,6 +96,7 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--temperature", "temperature", float, "sampling temperature"),
     ("--top-k", "top_k", int, "sample from the k most likely tokens (0 = off)"),
     ("--top-p", "top_p", float, "nucleus sampling mass (1 = off)"),
+    ("--seed", "seed", int, "sampling seed: the same seed draws the same samples"),
     ("--nbest", "nbest", int, "hypotheses to print per sentence"),
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),

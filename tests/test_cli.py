@@ -116,6 +116,13 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
     assert weight_rows, result.output
     assert all(abs(sum(int(c) for c in r[1:]) - 100) <= 4 for r in weight_rows)
 
+    # Sampling: --seed makes the draws reproducible (an untrained-ish model at T 3 varies a lot).
+    sample = ("translate", str(run_dir), "5 9 2 7 1 3 8 4", "--sample", "--temperature", "3", "--nbest", "4")
+    first, again = invoke(*sample, "--seed", "1"), invoke(*sample, "--seed", "1")
+    assert first.exit_code == 0, first.output
+    assert first.output == again.output
+    assert any(invoke(*sample, "--seed", str(seed)).output != first.output for seed in (2, 3, 4))
+
     out = tmp_path / "tiny.safetensors"
     result = invoke("export", str(run_dir), "--out", str(out), "--checkpoint", "last")
     assert result.exit_code == 0 and out.is_file()
@@ -137,6 +144,12 @@ def test_decoding_flags_map_onto_decode_keys():
         "decode.beta=0.2",
         "decode.nbest=3",
         "decode.max_len_ratio=2.0",
+    ]
+    assert decode_overrides({"sample": True, "seed": 7, "nbest": 2}) == [
+        "decode.seed=7",
+        "decode.nbest=2",
+        "decode.sample=true",
+        "decode.num_samples=2",
     ]
     assert decode_overrides({"sample": True, "temperature": 0.7}) == ["decode.temperature=0.7", "decode.sample=true"]
     assert decode_overrides({"sample": True, "nbest": 4}) == ["decode.nbest=4", "decode.sample=true", "decode.num_samples=4"]
