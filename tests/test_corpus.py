@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -315,10 +314,9 @@ def test_multi30k_relative_to_repo_root(tmp_path, monkeypatch):
 
 
 @needs_multi30k
-def test_multi30k_prepares_under_ten_seconds(tmp_path):
-    start = time.perf_counter()
+def test_multi30k_full_corpus_vocabularies_near_the_reference(tmp_path):
+    # (Its preparation time, < 10 s, is measured by benchmarks/prepare_speed.py, not here.)
     ds = load(DataConfig(task="corpus", path=str(MULTI30K), tokenizer="word", lowercase=True, min_freq=2), tmp_path)
-    assert time.perf_counter() - start < 10.0
     assert len(ds.splits.train) == 29000
     # near the spaCy-tokenised vocabularies of the reference (de 7853, en 5893 with min_freq 2)
     assert 7000 < len(ds.src_vocab) < 8700 and 5300 < len(ds.tgt_vocab) < 6500

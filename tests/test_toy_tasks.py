@@ -196,10 +196,8 @@ def test_unknown_task_names_valid_choices():
         load_dataset(DataConfig(task="revers"))
 
 
-def test_joeynmt_comparable_reverse_default_is_fast():
-    import time
-
-    start = time.perf_counter()
+def test_joeynmt_comparable_reverse_default():
+    # (How long it takes to generate is printed by benchmarks/prepare_speed.py, not asserted here.)
     ds = load_dataset(DataConfig(task="reverse", train_size=20000, min_len=3, max_len=20, vocab_size=30))
-    assert time.perf_counter() - start < 5.0
+    assert len(ds.splits.train) == 20000
     assert len(ds.src_vocab) == 34  # 30 symbols + 4 specials
