@@ -281,3 +281,13 @@ def test_masked_softmax_by_hand_in_training_and_in_decoding() -> None:
         decoded = masked_softmax(scores, mask)
     torch.testing.assert_close(trained.detach(), expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(decoded, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["bahdanau", "luong-concat"])
+def test_additive_scores_gradients_match_finite_differences(name):
+    """The in-place tanh_ of the additive energies keeps autograd exact (gradcheck, float64)."""
+    module = make(name)
+    query, keys, mask = inputs(name)
+    query.requires_grad_(True)
+    keys = keys.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda q, k: module(q, k, k, mask).context, (query, keys))
