@@ -33,6 +33,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS, Attention, build_attention
+from attnlab.nn.attention.base import masked_softmax
 from attnlab.nn.attention.classic import BahdanauAttention
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
 from attnlab.nn.output_layer import OutputLayer
@@ -323,8 +324,7 @@ class RNNSeq2Seq(Seq2Seq):
         query = F.linear(h.unsqueeze(1), attention.query_proj.weight)  # [B,1,A]
         energy = (query.unsqueeze(2) + enc.extras[_PRE].unsqueeze(1)).tanh_()  # [B,1,S,A]
         scores = F.linear(energy, attention.energy.weight).squeeze(-1)  # [B,1,S]
-        scores = scores.masked_fill(~enc.mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # masked_softmax's rule
+        weights = masked_softmax(scores, enc.mask.unsqueeze(1))  # [B,1,S]
         context = torch.bmm(weights, enc.states)  # [B,1,D]
         parts = [embedded, context, state["feed"].unsqueeze(1)] if self.input_feeding else [embedded, context]
         rnn = self.rnn
