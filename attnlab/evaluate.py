@@ -197,7 +197,7 @@ def evaluate_split(
 ) -> dict[str, Any]:
     """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
 
-    Returns ``split, n, loss, ppl, bleu, bleu_lc (lower-cased), chrf, exact_match, alignment_accuracy (None without
+    Returns ``split, n, loss, ppl, bleu, bleu_lc (lower-cased), bleu_lc_signature, chrf, exact_match, alignment_accuracy (None without
     gold alignments), bleu_by_length, bleu_signature, chrf_signature`` and ``samples``: the
     first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
     """
@@ -237,14 +237,16 @@ def evaluate_split(
     hyps_text = [_detok(dataset, h) for h in hyp_tokens]
     refs_text = [_reference(dataset, e) for e in examples]
     loss = loss_sum / max(n_tokens, 1)
+    # Lower-cased 13a BLEU, the way tutorials (and JoeyNMT's "case:lc") score.
+    bleu_lc, bleu_lc_signature = corpus_bleu(hyps_text, refs_text, lowercase=True) if examples else (None, "")
     result: dict[str, Any] = {
         "split": split,
         "n": len(examples),
         "loss": loss,
         "ppl": math.exp(min(loss, 50.0)),
         **text_scores(hyps_text, refs_text),
-        # Lower-cased 13a BLEU, the way tutorials (and JoeyNMT's "case:lc") score.
-        "bleu_lc": float(corpus_bleu(hyps_text, refs_text, lowercase=True)[0].score) if examples else 0.0,
+        "bleu_lc": float(bleu_lc.score) if bleu_lc is not None else 0.0,
+        "bleu_lc_signature": bleu_lc_signature,
         "exact_match": exact_match(hyp_tokens, [e.tgt_tokens for e in examples]),
         "alignment_accuracy": (correct / counted if counted else None) if with_alignment else None,
         "bleu_by_length": bleu_by_length([len(e.src_tokens) for e in examples], hyps_text, refs_text)

@@ -36,24 +36,11 @@ PUBLISHED = {
 }
 
 
-def translate_split(model: Any, dataset: Any, split: str, decode_cfg: Any, device: Any, limit: int = 0) -> tuple[list[str], list[str]]:
-    """Hypotheses (decode_cfg's search, length-sorted batches) and raw references, in corpus order."""
-    from attnlab.decode.search import decode_sorted
-
-    examples = list(dataset.splits.split(split))
-    if limit > 0:
-        examples = examples[:limit]
-    sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
-    nbests = decode_sorted(model, sources, decode_cfg, device=device)
-    hyps = [dataset.detokenize_target(dataset.tgt_vocab.decode(nbest[0].tokens)) for nbest in nbests]
-    return hyps, [e.tgt_text for e in examples]
-
-
 def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from attnlab.config import apply_overrides, load_preset
     from attnlab.data.dataset import load_dataset
     from attnlab.errors import AttnlabError
-    from attnlab.evaluate import corpus_bleu, corpus_chrf
+    from attnlab.evaluate import evaluate_split
     from attnlab.runs import load_checkpoint
     from attnlab.train.trainer import Trainer
 
@@ -82,17 +69,18 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         raise AttnlabError(f"{name} interrupted at step {summary['step']}; rerun with --resume to continue")
     loaded = load_checkpoint(Path(summary["best_checkpoint"]), device=args.device_resolved)
     decode_cfg = replace(config.decode, beam=1, sample=False, nbest=1)
-    hyps, refs = translate_split(loaded.model, dataset, "test", decode_cfg, args.device_resolved, args.test_sentences)
-    bleu, _ = corpus_bleu(hyps, refs)
-    bleu_lc, sig_lc = corpus_bleu(hyps, refs, lowercase=True)
-    chrf, _ = corpus_chrf(hyps, refs)
+    # The same scoring as `attnlab eval RUN --split test` (greedy, sacrebleu on detokenised text).
+    test = evaluate_split(
+        loaded.model, dataset, "test", decode_cfg, device=args.device_resolved, max_sentences=args.test_sentences
+    )
     return {
         "preset": name,
         "published_bleu": PUBLISHED.get(name),
-        "test_bleu_lc": round(float(bleu_lc.score), 2),
-        "test_bleu": round(float(bleu.score), 2),
-        "test_chrf": round(float(chrf.score), 2),
-        "bleu_lc_signature": sig_lc,
+        "test_bleu_lc": round(test["bleu_lc"], 2),
+        "test_bleu": round(test["bleu"], 2),
+        "test_chrf": round(test["chrf"], 2),
+        "test_loss": round(test["loss"], 4),
+        "bleu_lc_signature": test["bleu_lc_signature"],
         "steps": summary["step"],
         "params": summary["params"],
         "wall_s": round(summary["wall_s"], 1),
@@ -100,8 +88,7 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_s": round(summary["tokens_per_s"] or 0.0, 1),
         "device": summary["device"],
         "best_dev": {k: summary["best"].get(k) for k in ("bleu", "chrf", "loss") if k in summary["best"]},
-        "n_test": len(hyps),
-        "example": {"ref": refs[0], "hyp": hyps[0]} if hyps else {},
+        "n_test": test["n"],
     }
 
 
