@@ -154,22 +154,25 @@ def _compact(n: int) -> str:
 
 
 class TrainProgress:
-    """Live rich progress bar fed by the trainer's events."""
+    """Live rich progress bar fed by the trainer's events.
 
-    def __init__(self, max_steps: int, start_step: int, quiet: bool):
+    The bar moves on every step event (the trainer logs the first step at once) and the ETA
+    comes from the step rate since the start, not from rich's sliding speed window, which
+    shows ``-:--:--`` when events arrive less often than its sampling period.
+    """
+
+    def __init__(self, max_steps: int, start_step: int, quiet: bool, clock: Any = time.monotonic):
         self.quiet = quiet
         self.max_steps = max_steps
+        self.start_step = start_step
+        self.clock = clock
+        self.started = clock()
         self.progress = None
         self.task = None
+        self._stopped = False
         if quiet:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.progress = Progress(
             TextColumn("[bold]train"),
@@ -177,13 +180,14 @@ class TrainProgress:
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
             TextColumn("{task.fields[tps]} tok/s"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             TextColumn("dev BLEU {task.fields[bleu]}"),
             console=_console(stderr=True),
             transient=False,
         )
-        self.task = self.progress.add_task("train", total=max_steps, completed=start_step, loss="–", tps="–", bleu="–")
+        self.task = self.progress.add_task(
+            "train", total=max_steps, completed=start_step, loss="–", tps="–", bleu="–", eta="–"
+        )
 
     def __enter__(self) -> TrainProgress:
         if self.progress is not None:
@@ -191,23 +195,48 @@ class TrainProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Draw the bar's last state once and release the terminal (idempotent)."""
+        if self.progress is not None and not self._stopped:
+            self._stopped = True
             self.progress.stop()
 
+    def eta_s(self, step: int) -> float | None:
+        """Seconds left at the step rate since the start (None before the first step)."""
+        done = step - self.start_step
+        if done <= 0:
+            return None
+        return max(self.max_steps - step, 0) * (self.clock() - self.started) / done
+
     def on_event(self, event: dict[str, Any]) -> None:
-        if self.progress is None:
+        if self.progress is None or self._stopped:
             return
         kind = event["type"]
         if kind == "step":
             self.progress.update(
-                self.task, completed=event["step"], loss=f"{event['loss']:.4f}", tps=f"{event['tokens_per_s']:.0f}"
+                self.task,
+                completed=event["step"],
+                loss=_fmt(event.get("loss"), 4),
+                tps=_fmt(event.get("tokens_per_s"), 0),
+                eta=_duration(self.eta_s(int(event["step"]))),
             )
         elif kind == "eval":
             self.progress.update(self.task, completed=event["step"], bleu=_fmt(event.get("bleu")))
+        elif kind in ("checkpoint", "done"):
+            self.progress.update(self.task, completed=event["step"])
         elif kind == "error":
             self.progress.console.print(f"[red]error:[/red] {event.get('message')}")
-        elif kind == "checkpoint" and event.get("tag") == "last" and event["step"] < self.max_steps:
-            pass
+
+
+def _duration(seconds: float | None) -> str:
+    """``75`` -> ``0:01:15``; None -> ``–`` (not known yet)."""
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def _summary_table(summary: dict[str, Any]) -> Any:
@@ -225,7 +254,7 @@ def _summary_table(summary: dict[str, Any]) -> Any:
         ("device", summary["device"]),
         ("wall time", f"{summary['wall_s']:.1f} s"),
         ("tokens/s", _fmt(summary.get("tokens_per_s"), 0)),
-        ("best step", best.get("step")),
+        ("best step", _fmt(best.get("step"))),
         ("dev BLEU", _fmt(best.get("bleu"))),
         ("dev chrF", _fmt(best.get("chrf"))),
         ("dev exact match", _fmt(best.get("exact_match"), 3)),
@@ -242,7 +271,7 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 @click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None, help="run directory name (default PRESET-YYYYmmdd-HHMMSS)")
+@click.option("--run-name", default=None, help="run directory name (default TASK-ARCH-VARIANTS-YYYYmmdd-HHMMSS)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
@@ -252,6 +281,7 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
     """Train a model and write a run directory (config, events, checkpoints)."""
     from attnlab.config import apply_overrides, load_preset
+    from attnlab.naming import run_name_for
     from attnlab.runs import new_run_dir, read_config
 
     extra = list(overrides)
@@ -270,7 +300,7 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
     if resume_dir is not None:
         run_dir = resume_dir
     else:
-        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = new_run_dir(out, run_name or run_name_for(config))
     click.echo(f"run directory: {run_dir}")
 
     from attnlab.train.trainer import Trainer

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -434,10 +435,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
             raw = {}
     data, model = raw.get("data", {}), raw.get("model", {})
     arch = str(model.get("arch", "rnn"))
-    if arch == "transformer":
-        attention = f"{model.get('self_attention', 'scaled-dot')}/{model.get('cross_attention', 'scaled-dot')}"
-    else:
-        attention = str(model.get("attention", ""))
+    attention = _attention_text(arch, model, None)
     summary = RunSummary(
         path=run_dir,
         name=str(raw.get("name", run_dir.name)),
@@ -459,6 +457,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
         summary.steps = max(summary.steps, int(event.get("step", 0)))
         if kind == "start":
             summary.params = int(event.get("params", 0) or 0)
+            if isinstance(event.get("roles"), dict):  # the variants as built (dec-self resolved)
+                summary.attention = _attention_text(arch, model, event["roles"])
             pid, host = event.get("pid"), event.get("host")
             done_reason, errored = None, False  # a resumed run starts over
         elif kind == "step":
@@ -482,6 +482,30 @@ def summarize_run(run_dir: Path) -> RunSummary:
     elif pid is not None and host == _hostname() and not _pid_alive(int(pid)):
         summary.status = "error"  # the process died without writing "done" (killed)
     return summary
+
+
+def _attention_text(arch: str, model: dict[str, Any], built: dict[str, Any] | None) -> str:
+    """The model column: every attention role (``enc/dec/cross`` unless all agree).
+
+    ``built`` is the trainer's record of the roles it built; without one (older runs, a run
+    not started yet) an empty decoder self-attention is resolved only when the registry is
+    already loaded, because listing runs must not import torch.
+    """
+    from attnlab.naming import Roles, roles_text
+
+    if arch != "transformer":
+        return str((built or {}).get("cross") or model.get("attention", ""))
+    if built:
+        roles = Roles(arch, str(built.get("enc_self", "")), str(built.get("dec_self", "")), str(built.get("cross", "")))
+        return roles_text(roles, "/")
+    enc = str(model.get("self_attention", "scaled-dot"))
+    dec = str(model.get("decoder_self_attention", "") or "")
+    if not dec and "attnlab.nn.transformer" in sys.modules:
+        from attnlab.config import ModelConfig
+        from attnlab.naming import resolved_decoder_self_attention
+
+        dec = resolved_decoder_self_attention(ModelConfig(arch=arch, self_attention=enc))
+    return roles_text(Roles(arch, enc, dec or enc, str(model.get("cross_attention", "scaled-dot"))), "/")
 
 
 def _hostname() -> str:

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from attnlab.data.batching import iterate_batches, make_batch
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
+from attnlab.naming import attention_roles
 from attnlab.runs import (
     CONTROL_FILE,
     checkpoint_dir,
@@ -194,6 +195,8 @@ class Trainer:
                 device=describe(self.device),
                 resumed=self.resume,
                 max_steps=self.config.train.max_steps,
+                # The variant in each attention role as built (dec-self "" resolved).
+                roles=asdict(attention_roles(self.config.model)),
                 pid=os.getpid(),
                 host=socket.gethostname(),
             )
@@ -233,6 +236,7 @@ class Trainer:
         window_start = time.perf_counter()
         grad_norm: torch.Tensor | None = None
         last_ratio, last_lr = 1.0, cfg.lr
+        first_step = self.step + 1  # logged at once: progress and ETA move from the first step
         model.train()
         while self.step < cfg.max_steps:
             command = self._poll_control()
@@ -276,7 +280,7 @@ class Trainer:
             window_steps += 1
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
-            if self.step % cfg.log_every == 0 or at_eval:
+            if self.step % cfg.log_every == 0 or at_eval or self.step == first_step:
                 loss_value = float(window_loss) / max(window_tokens, 1)  # the one sync per window
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(

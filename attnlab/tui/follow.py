@@ -96,6 +96,12 @@ class RunFollower:
     log: list[str] = field(default_factory=list)
     _pending_samples: list[Sample] = field(default_factory=list)
     _samples_step: int = -1
+    # Clock anchors (event "time" is the child's time.time()): elapsed ticks from the start
+    # event, and the step rate is measured from the session's first step.
+    _anchor_time: float | None = None  # wall time of the last start/step event
+    _anchor_elapsed: float = 0.0  # the run's elapsed seconds at that event
+    _start_step: int = 0
+    _start_elapsed: float = 0.0
 
     def poll(self) -> list[dict[str, Any]]:
         """Read new events from disk and apply them; returns what was read."""
@@ -111,11 +117,26 @@ class RunFollower:
     def progress(self) -> float:
         return min(self.step / self.max_steps, 1.0) if self.max_steps else 0.0
 
-    def eta_s(self) -> float | None:
-        """Seconds left at the mean pace so far (None before the first logged step)."""
-        if self.step <= 0 or self.elapsed_s <= 0 or not self.max_steps:
+    def live_elapsed_s(self, now: float | None = None) -> float:
+        """The run's elapsed seconds, ticking from the start event while it runs (frozen when
+        paused or ended, or with no clock given)."""
+        if self._anchor_time is None or self.finished:
+            return self.elapsed_s
+        if now is None or self.state == PAUSED:
+            return self._anchor_elapsed
+        return self._anchor_elapsed + max(now - self._anchor_time, 0.0)
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Seconds left at this session's step rate (known after its first logged step);
+        with ``now``, counted down from the last step event. None before the first step."""
+        steps = self.step - self._start_step
+        seconds = self.elapsed_s - self._start_elapsed
+        if steps <= 0 or seconds <= 0 or not self.max_steps:
             return None
-        return max(self.max_steps - self.step, 0) * self.elapsed_s / self.step
+        eta = max(self.max_steps - self.step, 0) * seconds / steps
+        if now is not None and self._anchor_time is not None and not self.finished and self.state != PAUSED:
+            eta -= max(now - self._anchor_time, 0.0)
+        return max(eta, 0.0)
 
     def apply(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -132,6 +153,9 @@ class RunFollower:
         self.params = int(e.get("params", 0) or 0)
         self.device = str(e.get("device", ""))
         self.state = RUNNING
+        self.step = self._start_step = int(e.get("step", 0) or 0)
+        self._start_elapsed = self.elapsed_s  # a resumed run continues its clock
+        self._set_anchor(e, self.elapsed_s)
         resumed = " (resumed)" if e.get("resumed") else ""
         self._log(e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}")
 
@@ -141,6 +165,7 @@ class RunFollower:
         self.lr = _num(e.get("lr"))
         self.tokens_per_s = _num(e.get("tokens_per_s"))
         self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
+        self._set_anchor(e, self.elapsed_s)
         if self.state == STARTING:
             self.state = RUNNING
         c = self.curves
@@ -188,12 +213,15 @@ class RunFollower:
     def _on_control(self, e: dict[str, Any]) -> None:
         command = str(e.get("command", ""))
         if command == "pause":
+            self._anchor_elapsed = self.live_elapsed_s(_num(e.get("time"), None))  # the clock stops
             self.state = PAUSED
         elif command == "resume" and self.state == PAUSED:
             self.state = RUNNING
+            self._set_anchor(e, self._anchor_elapsed)  # ... and restarts here
         self._log(e, f"{command} acknowledged")
 
     def _on_checkpoint(self, e: dict[str, Any]) -> None:
+        self.step = int(e.get("step", self.step))  # a stop saves at the step it reached
         tag = str(e.get("tag", "last"))
         self.checkpoints[tag] = str(e.get("path", ""))
         self._log(e, f"checkpoint {tag} saved")
@@ -205,6 +233,8 @@ class RunFollower:
 
     def _on_done(self, e: dict[str, Any]) -> None:
         self.done_reason = str(e.get("reason", "finished"))
+        self.step = int(e.get("step", self.step))  # the final step, not the last logged one
+        self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
         if self.done_reason == "error" or self.error:
             self.state = FAILED
         elif self.done_reason in ("stopped", "interrupted"):
@@ -214,6 +244,11 @@ class RunFollower:
         if e.get("best"):
             self.best = dict(e["best"])
         self._log(e, f"done: {self.done_reason}")
+
+    def _set_anchor(self, e: dict[str, Any], elapsed: float) -> None:
+        when = _num(e.get("time"))
+        if when == when:  # not NaN: events written by the trainer carry their wall time
+            self._anchor_time, self._anchor_elapsed = when, elapsed
 
     def _log(self, e: dict[str, Any], text: str) -> None:
         # Step, not wall-clock time: the log reads the same wherever and whenever it is replayed.

@@ -10,12 +10,10 @@ Pure logic (no textual), so it is tested without the app.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +25,11 @@ CONTROL_WORDS = ("pause", "resume", "save", "stop")
 
 
 def run_name_for(config: ExperimentConfig, runs_dir: Path, now: float | None = None) -> str:
-    """A new run directory name: ``<task>-<attention>-<YYYYmmdd-HHMMSS>`` (+ ``-2``...)."""
-    m = config.model
-    attention = m.attention if m.arch == "rnn" else f"{m.self_attention}-{m.cross_attention}"
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{config.data.task}-{m.arch}-{attention}-{stamp}")
+    """A new run directory name by the engine's rule (``attnlab.naming.run_name_for``:
+    ``<task>-<arch>-<variants>-<YYYYmmdd-HHMMSS>``), plus ``-2``, ``-3``... when taken."""
+    from attnlab.naming import run_name_for as shared_name
+
+    base = shared_name(config, now)
     name, n = base, 1
     while (runs_dir / name).exists():
         n += 1

@@ -21,6 +21,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, load_preset, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.naming import describe, experiment_name
 from attnlab.tui.menus import (
     SAME_AS_ENCODER,
     Menus,
@@ -101,6 +102,7 @@ class SetupView(Vertical):
     def __init__(self, config: ExperimentConfig, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.config = config  # the last valid experiment
+        self._origin = config  # the preset / config loaded: its name fits only while unchanged
         self.menus: Menus | None = None
         self.error: str | None = "loading the registries…"
         self.side_variant = ""
@@ -131,6 +133,7 @@ class SetupView(Vertical):
     async def populate(self, menus: Menus) -> None:
         """Build every menu from the registry snapshot (called once the registries loaded)."""
         self.menus = menus
+        self._origin = self.config  # the app may have swapped in the default preset
         with self.prevent(Select.Changed):
             self.query_one("#preset-select", Select).set_options([(name, name) for name in menus.presets])
         await self._rebuild_form()
@@ -269,7 +272,7 @@ class SetupView(Vertical):
         config = None
         if first is None:
             try:
-                config = config_from_form(self.config, values, hparams)
+                config = self._identified(config_from_form(self.config, values, hparams))
             except AttnlabError as err:
                 first = str(err)
                 key = key_in_message(first)
@@ -300,6 +303,16 @@ class SetupView(Vertical):
         self.query_one("#train-button", Button).disabled = first is not None
         self.query_one("#queue-button", Button).disabled = first is not None
         return config if first is None else None
+
+    def _identified(self, config: ExperimentConfig) -> ExperimentConfig:
+        """``config`` named and described by what it is: the loaded preset's name and
+        description only while the experiment is unchanged, else derived from the config."""
+        origin = self._origin
+        if (config.data, config.model, config.train, config.decode) == (
+            origin.data, origin.model, origin.train, origin.decode
+        ):
+            return config.replace(name=origin.name, description=origin.description)
+        return config.replace(name=experiment_name(config), description=describe(config))
 
     def _mark(self, key: str) -> None:
         section, name = key.split(".", 1)
@@ -441,6 +454,7 @@ class SetupView(Vertical):
 
     async def set_config(self, config: ExperimentConfig) -> None:
         self.config = config
+        self._origin = config
         self._hparam_values = {k: _text(v) for k, v in config.model.attn_params.items()}
         if self.menus is not None:
             await self._rebuild_form()

@@ -7,6 +7,7 @@ as an error with the last line of its stderr, and the app keeps running.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class TrainView(Vertical):
         self._drawn = (-1, -1, -1, -1)  # (train points, eval points, samples step, log lines)
         self._failure_reported = False
         self._status_shown: tuple | None = None
+        self._launched_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.", id="train-status")
@@ -99,6 +101,7 @@ class TrainView(Vertical):
     def _launch(self, config: ExperimentConfig) -> None:
         process = TrainingProcess.start(config, self.runs_dir, command=self.command_factory)
         self.process = process
+        self._launched_at = time.time()
         self._follow(process.run_dir)
         self.log_line(f"started {process.run_name} (pid {process.pid})")
 
@@ -231,7 +234,7 @@ class TrainView(Vertical):
         if self.paused and state not in (FAILED,) and not follower.finished:
             state = PAUSED
         colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
-        name = follower.name or follower.run_dir.name
+        name = follower.run_dir.name  # the run's identity (task-arch-variants-stamp), not its preset
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
@@ -246,17 +249,21 @@ class TrainView(Vertical):
                 parts.append(f"lr {follower.lr:.2e}")
         if follower.error:
             parts.append(f"[$error]{_escape(follower.error)}[/]")
-        eta = follower.eta_s() if not follower.finished else 0.0
-        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, follower.elapsed_s, eta)
+        now = time.time()  # the child stamps events with time.time(): same clock
+        if follower.state == STARTING:  # building data and model: count from the launch
+            elapsed = now - self._launched_at if self.process is not None and self._launched_at else 0.0
+        else:
+            elapsed = follower.live_elapsed_s(now)
+        eta = follower.eta_s(now) if not follower.finished else 0.0
+        clock = f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
+        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, clock)
         if shown == self._status_shown:
             return  # nothing changed: no repaint (this runs on every poll)
         self._status_shown = shown
         status.update(shown[0])
         bar = self.query_one("#train-progress", ProgressBar)
         bar.update(total=max(follower.max_steps, 1), progress=follower.step)
-        self.query_one("#train-eta", Label).update(
-            f"elapsed {format_duration(follower.elapsed_s)}  ETA {format_duration(eta)}"
-        )
+        self.query_one("#train-eta", Label).update(clock)
 
     @on(DataTable.RowSelected, "#samples")
     def _sample_selected(self, event: DataTable.RowSelected) -> None:
