@@ -184,7 +184,11 @@ class AttnLab(App[None]):
         self.screen.set_focus(target.first() if target else None)
 
     def action_blur(self) -> None:
-        self.screen.set_focus(None)
+        """Esc leaves a field for the tab's body (the heatmap, the tables), whose keys then
+        work; in Setup nothing keeps focus, so letter keys are commands."""
+        tab = self.query_one("#tabs", TabbedContent).active
+        target = self.query(TAB_FOCUS[tab]) if tab in TAB_FOCUS else None
+        self.screen.set_focus(target.first() if target else None)
 
     def action_train(self) -> None:
         self.setup_view.request_training(queue=False)

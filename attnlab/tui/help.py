@@ -82,3 +82,33 @@ class QuitScreen(ModalScreen[str]):
 
     def action_choose(self, choice: str) -> None:
         self.dismiss(choice)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question (e.g. overwrite an existing file); Esc or n answers no."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "Cancel"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(self.question, id="confirm-text")
+            with Horizontal(classes="buttons"):
+                yield Button("Overwrite (y)", id="yes", variant="warning", compact=True)
+                yield Button("Cancel (n)", id="no", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # the safe answer is the default
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)

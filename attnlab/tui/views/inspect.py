@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
-from attnlab.tui.views.run_select import refresh_run_select
+from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
@@ -99,7 +99,7 @@ class InspectView(Horizontal):
     def on_show(self) -> None:
         self.refresh_runs()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
-            self.decode()  # open on something: sample 0 of the newest run
+            self.decode()  # open on something: sample 0 of the newest run with a checkpoint
 
     def action_decode(self) -> None:
         self.decode()
@@ -108,7 +108,8 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-ckpt")
     @on(Select.Changed, "#insp-split")
     def _source_changed(self) -> None:
-        if self.is_mounted and self.display and self.maps:
+        # A new choice replaces whatever the title said (an error names the previous run).
+        if self.is_mounted and self.display:
             self.decode()
 
     # -- choosing what to inspect ----------------------------------------------------------------
@@ -116,7 +117,7 @@ class InspectView(Horizontal):
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
-            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths)
+            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths, prefer=has_checkpoint)
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []
@@ -135,6 +136,14 @@ class InspectView(Horizontal):
         run = self.query_one("#insp-run", Select).value
         if run is Select.NULL or not run:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
+            return
+        if not has_checkpoint(str(run)):
+            # A run still training before its first eval: say so calmly, no error.
+            self._clear_maps()
+            self.query_one("#insp-title", Static).update(
+                f"[b]{_escape(Path(str(run)).name)}[/] has no checkpoint yet (it saves one at its "
+                "first evaluation). Choose another run, or Enter on a sample in Train."
+            )
             return
         try:
             index = int(self.query_one("#insp-index", Input).value or 0)
@@ -170,6 +179,7 @@ class InspectView(Horizontal):
 
     @on(InspectFailed)
     def _failed(self, message: InspectFailed) -> None:
+        self._clear_maps()  # no heatmap of another run under this run's error
         self.query_one("#insp-title", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
         self.app.notify(message.error, title="Inspect", severity="error")
 
@@ -187,10 +197,23 @@ class InspectView(Horizontal):
             nbest.highlighted = 0
         self.show_hypothesis(0)
 
+    def _clear_maps(self) -> None:
+        self.result, self.gold, self.maps, self.labels = None, None, {}, {}
+        self.query_one("#insp-nbest", OptionList).clear_options()
+        self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
+        for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
+            self.query_one(wid, Static).update("")
+
     def show_logged_sample(self, run_dir: Path, sample: Any) -> None:
         """A sample from the trainer's events: its cross-attention, no model needed."""
         self.result = None
         self.gold = None
+        # The run menu names the run whose sample is shown.
+        self._run_paths = []
+        self.refresh_runs()
+        if str(run_dir) in self._run_paths:
+            with self.prevent(Select.Changed):
+                self.query_one("#insp-run", Select).value = str(run_dir)
         weights = np.asarray(sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64)
         if weights.ndim != 2 or not weights.size:
             self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import DataTable, Label, Log, ProgressBar, Static
+from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Static
 
 from attnlab.config import ExperimentConfig
 from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
@@ -31,6 +32,11 @@ POLL_SECONDS = 0.25
 
 class TrainView(Vertical):
     """The Train tab: one active run (a child process or a run followed from disk) + a queue."""
+
+    BINDINGS = [
+        Binding("delete", "unqueue", "Unqueue", key_display="Del"),
+        Binding("backspace", "unqueue", "Remove from queue", show=False),
+    ]
 
     class RunFinished(Message):
         """The active run ended (finished, stopped or failed)."""
@@ -62,12 +68,16 @@ class TrainView(Vertical):
         self._failure_reported = False
         self._status_shown: tuple | None = None
         self._launched_at = 0.0
+        self._queue_shown: tuple[int, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.", id="train-status")
         with Horizontal(id="train-progress-row"):
             yield ProgressBar(total=1, show_eta=False, id="train-progress")
             yield Label("", id="train-eta")
+        with Horizontal(id="train-queue-row"):
+            yield Label("queued\n[dim]Del removes[/]", id="train-queue-label")
+            yield OptionList(id="train-queue")
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
             yield MetricPlot("dev metrics (0-100)", id="metric-plot")
@@ -79,6 +89,12 @@ class TrainView(Vertical):
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
         table.add_columns("src", "ref", "hyp", "ok")
+        self._refresh_queue()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "unqueue":  # listed in the footer only while the queue list has focus
+            return bool(self.queue) and self.query_one("#train-queue", OptionList).has_focus
+        return True
 
     # -- starting and following ---------------------------------------------------------------
 
@@ -223,7 +239,47 @@ class TrainView(Vertical):
                 start = max(previous[3], 0)
                 log.write_lines(follower.log[start:])
 
+    def _refresh_queue(self) -> None:
+        """The queue as a list under the progress bar (hidden while empty)."""
+        shown = tuple(id(config) for config in self.queue)
+        if shown == self._queue_shown:
+            return
+        self._queue_shown = shown
+        from attnlab.naming import experiment_name
+
+        listing = self.query_one("#train-queue", OptionList)
+        highlighted = listing.highlighted
+        listing.set_options(
+            [f"{i + 1}. {experiment_name(c)}  ({c.train.max_steps} steps)" for i, c in enumerate(self.queue)]
+        )
+        if self.queue:
+            listing.highlighted = min(highlighted or 0, len(self.queue) - 1)
+        self.query_one("#train-queue-row").display = bool(self.queue)
+
+    def remove_queued(self, index: int) -> str:
+        """Drop the queued run at ``index``; returns a notice."""
+        if not 0 <= index < len(self.queue):
+            return "nothing queued there"
+        from attnlab.naming import experiment_name
+
+        removed = self.queue.pop(index)
+        self._refresh_status()
+        self.refresh_bindings()
+        return f"removed {experiment_name(removed)} from the queue ({len(self.queue)} waiting)"
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # Del appears in the footer while the queue list has focus
+
+    def on_descendant_blur(self) -> None:
+        self.refresh_bindings()
+
+    def action_unqueue(self) -> None:
+        listing = self.query_one("#train-queue", OptionList)
+        if self.queue and listing.has_focus and listing.highlighted is not None:
+            self.app.notify(self.remove_queued(listing.highlighted))
+
     def _refresh_status(self) -> None:
+        self._refresh_queue()
         follower = self.follower
         status = self.query_one("#train-status", Static)
         queued = f"  [dim]queue: {len(self.queue)}[/]" if self.queue else ""
