@@ -21,7 +21,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from attnlab.config import ExperimentConfig, validate
 from attnlab.errors import AttnlabError
@@ -109,6 +109,9 @@ class AttnLab(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Tab / Shift+Tab stay in the tab body: the tab bar is for the mouse and 1..5 (a
+        # focused tab bar would take the arrows, which then switch tabs).
+        self.query_one("#tabs", TabbedContent).query_one(Tabs).can_focus = False
         self.call_after_refresh(self._after_first_frame)
 
     async def _after_first_frame(self) -> None:

@@ -59,6 +59,7 @@ class InspectView(Horizontal):
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
         self._run_paths: list[str] = []
+        self._last_request: tuple[str, ...] | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -99,7 +100,7 @@ class InspectView(Horizontal):
     def on_show(self) -> None:
         self.refresh_runs()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
-            self.decode()  # open on something: sample 0 of the newest run with a checkpoint
+            self._decode_if_new()  # open on something: sample 0 of the newest run with a checkpoint
 
     def action_decode(self) -> None:
         self.decode()
@@ -110,7 +111,16 @@ class InspectView(Horizontal):
     def _source_changed(self) -> None:
         # A new choice replaces whatever the title said (an error names the previous run).
         if self.is_mounted and self.display:
+            self._decode_if_new()
+
+    def _decode_if_new(self) -> None:
+        """Decode unless the same request is already shown or on its way (a menu refill or a
+        repeated show is not a new choice)."""
+        if self._request() != self._last_request:
             self.decode()
+
+    def _request(self) -> tuple[str, ...]:
+        return tuple(str(self.query_one(f"#insp-{w}").value) for w in ("run", "ckpt", "split", "index", "beam", "text"))
 
     # -- choosing what to inspect ----------------------------------------------------------------
 
@@ -137,6 +147,7 @@ class InspectView(Horizontal):
         if run is Select.NULL or not run:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
             return
+        self._last_request = self._request()
         if not has_checkpoint(str(run)):
             # A run still training before its first eval: say so calmly, no error.
             self._clear_maps()
@@ -180,6 +191,7 @@ class InspectView(Horizontal):
     @on(InspectFailed)
     def _failed(self, message: InspectFailed) -> None:
         self._clear_maps()  # no heatmap of another run under this run's error
+        self._last_request = None  # choosing the same again retries
         self.query_one("#insp-title", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
         self.app.notify(message.error, title="Inspect", severity="error")
 
@@ -214,6 +226,7 @@ class InspectView(Horizontal):
         if str(run_dir) in self._run_paths:
             with self.prevent(Select.Changed):
                 self.query_one("#insp-run", Select).value = str(run_dir)
+        self._last_request = self._request()  # shown: a late menu event must not replace it
         weights = np.asarray(sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64)
         if weights.ndim != 2 or not weights.size:
             self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")
