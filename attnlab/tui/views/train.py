@@ -277,6 +277,8 @@ class TrainView(Vertical):
         listing = self.query_one("#train-queue", OptionList)
         if self.queue and listing.has_focus and listing.highlighted is not None:
             self.app.notify(self.remove_queued(listing.highlighted))
+            if not self.queue:  # the list is hidden now: focus the samples table
+                self.query_one("#samples", DataTable).focus()
 
     def _refresh_status(self) -> None:
         self._refresh_queue()
