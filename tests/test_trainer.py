@@ -204,3 +204,43 @@ def test_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     assert device_module.resolve_device("auto").type == "mps"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert device_module.resolve_device("auto").type == "cuda"
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_step(tmp_path, arch):
+    """The trainer's real optimizer (fused AdamW on CPU) between evals; each eval event must be
+    what a fresh ``attnlab eval`` of the checkpoint written at that step reports, exactly."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.config import ExperimentConfig, apply_overrides
+
+    overrides = [
+        "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",
+        "model.emb=16", "train.max_steps=40", "train.batch_size=32", "train.eval_every=10",
+        "train.lr=0.01", "train.samples=0", f"model.arch={arch}",
+    ]
+    if arch == "transformer":
+        overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
+    config = apply_overrides(ExperimentConfig(name="evalcheck"), overrides)
+    run_dir = tmp_path / "run"
+    snapshots: dict[int, object] = {}
+
+    def on_event(event):
+        if event["type"] == "checkpoint" and event["tag"] == "last":
+            snapshots[event["step"]] = shutil.copytree(event["path"], tmp_path / f"step-{event['step']}")
+
+    Trainer(config, run_dir, on_event=on_event, device="cpu").run()
+    evals = [e for e in iter_events(run_dir) if e["type"] == "eval"]
+    assert [e["step"] for e in evals] == [10, 20, 30, 40]
+    assert len({e["bleu"] for e in evals}) > 1  # the model changed between evals
+    for event in evals:
+        result = CliRunner().invoke(cli, ["eval", str(snapshots[event["step"]]), "--json"])
+        assert result.exit_code == 0, result.output
+        fresh = json.loads(result.output)
+        assert fresh["step"] == event["step"]
+        for key in ("bleu", "chrf", "exact_match", "loss"):
+            assert fresh[key] == event[key], (event["step"], key, fresh[key], event[key])
