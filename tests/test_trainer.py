@@ -160,15 +160,18 @@ def test_scheduled_sampling_ratio_is_logged(tmp_path, tiny_config):
 
 def test_early_stopping_after_patience_evals_without_improvement(tmp_path, tiny_config):
     # After a handful of steps the tiny model reverses nothing exactly: exact match stays 0.0,
-    # so the second eval brings no improvement and patience 1 stops the run there.
+    # so the second eval brings no improvement in train.metric and patience 1 stops the run
+    # there. The best checkpoint still follows the tie-breaker (the lower dev loss).
     config = replace(tiny_config, train=replace(tiny_config.train, max_steps=30, eval_every=3, patience=1, metric="exact_match"))
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
     assert [e["exact_match"] for e in evals] == [0.0, 0.0]
-    assert [e["best"] for e in evals] == [True, False]
     assert summary["reason"] == "early-stop" and summary["step"] == 6 and summary["exit_code"] == 0
+    assert evals[1]["loss"] < evals[0]["loss"]  # training lowers the dev loss
+    assert [e["best"] for e in evals] == [True, True]
     best = [e["step"] for e in iter_events(tmp_path / "run") if e["type"] == "checkpoint" and e["tag"] == "best"]
-    assert best == [3]
+    assert best == [3, 6]
+    assert summary["best"]["chosen_by"] == "loss (tie in exact_match)"
 
 
 def test_a_stop_written_during_set_up_is_honoured_and_a_stale_one_ignored(tmp_path, tiny_config):
@@ -244,3 +247,40 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
         assert fresh["step"] == event["step"]
         for key in ("bleu", "chrf", "exact_match", "loss"):
             assert fresh[key] == event[key], (event["step"], key, fresh[key], event[key])
+
+
+def test_weights_that_turn_non_finite_in_the_last_update_before_an_eval_are_never_saved(
+    tmp_path, tiny_config, monkeypatch
+):
+    """The loss of steps 4–6 is finite (computed before each update), but step 6's update
+    leaves inf in the weights: the step-6 eval must not overwrite the good step-3 checkpoints."""
+    import attnlab.train.trainer as trainer_module
+
+    real_make = trainer_module.make_optimizer
+
+    def make_optimizer(model, cfg):
+        optimizer = real_make(model, cfg)
+        real_step, count = optimizer.step, {"n": 0}
+
+        def step(*args, **kwargs):
+            out = real_step(*args, **kwargs)
+            count["n"] += 1
+            if count["n"] == 6:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(float("inf"))
+            return out
+
+        optimizer.step = step
+        return optimizer
+
+    monkeypatch.setattr(trainer_module, "make_optimizer", make_optimizer)
+    run_dir = tmp_path / "run"
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, eval_every=3, log_every=3))
+    summary = Trainer(config, run_dir, device="cpu").run()
+    assert summary["reason"] == "error" and summary["exit_code"] == 1
+    errors = [e for e in iter_events(run_dir) if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "nan" and "step 3" in errors[0]["message"]
+    for tag in ("last", "best"):
+        assert read_json(run_dir / "checkpoints" / tag / "meta.json")["step"] == 3
+        weights, _ = read_tensors(run_dir / "checkpoints" / tag / "model.safetensors")
+        assert all(torch.isfinite(w).all() for w in weights.values())

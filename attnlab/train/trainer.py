@@ -45,7 +45,12 @@ from attnlab.runs import (
     write_config,
 )
 from attnlab.train.events import EventLog
-from attnlab.train.schedules import LRSchedule, metric_improved, teacher_forcing_ratio
+from attnlab.train.schedules import (
+    LRSchedule,
+    best_eval_decision,
+    metric_improved,
+    teacher_forcing_ratio,
+)
 
 PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
@@ -157,6 +162,7 @@ class Trainer:
             group["initial_lr"] = self.config.train.lr
         self.lr_schedule.load_state_dict(state.get("lr_schedule", {}))
         self.step = int(state["step"])
+        self._last_saved_step = self.step  # resuming from it: it is the last good checkpoint
         self.epoch = int(state.get("epoch", 0))
         self.batch_in_epoch = int(state.get("batch_in_epoch", 0))
         self.best_value = state.get("best_value")
@@ -281,7 +287,7 @@ class Trainer:
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(
                         f"loss became {loss_value} between steps {self.step - window_steps + 1} "
-                        f"and {self.step}; kept the last good checkpoint"
+                        f"and {self.step}; {self._kept()}"
                     )
                 seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
                 self.total_tokens += window_tokens
@@ -347,14 +353,21 @@ class Trainer:
             )
         self.model.train()
         samples = result.pop("samples", [])
+        if not math.isfinite(float(result["loss"])):
+            raise NonFiniteLoss(f"dev loss became {result['loss']} at step {self.step}; {self._kept()}")
         value = float(result[cfg.metric])
-        improved = metric_improved(cfg.metric, value, self.best_value)
-        if improved:
+        # Patience counts evals without a strict gain in train.metric; the best checkpoint
+        # also moves on a tie in it that the dev loss (then BLEU) breaks.
+        if metric_improved(cfg.metric, value, self.best_value):
             self.best_value = value
-            self.best_metrics = {**result, "step": self.step}
             self.bad_evals = 0
         else:
             self.bad_evals += 1
+        decided_by = best_eval_decision(cfg.metric, result, self.best_metrics)
+        improved = decided_by is not None
+        if improved:
+            chosen_by = decided_by if decided_by == cfg.metric else f"{decided_by} (tie in {cfg.metric})"
+            self.best_metrics = {**result, "step": self.step, "chosen_by": chosen_by}
         self.lr_schedule.on_eval(value)
         self.last_metrics = {**result, "step": self.step}
         self.events.emit("eval", self.step, **jsonable(result), best=improved, elapsed_s=round(self.elapsed(), 3))
@@ -366,6 +379,9 @@ class Trainer:
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
 
     def _save(self, tag: str) -> None:
+        """Write a checkpoint, only of finite weights (else the last good one stays)."""
+        if not self._weights_finite():
+            raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
         directory = save_checkpoint(
             self.run_dir,
@@ -408,7 +424,16 @@ class Trainer:
     def _check_finite(self, window_loss: torch.Tensor) -> None:
         """Never save weights that a non-finite loss may already have corrupted."""
         if not math.isfinite(float(window_loss)):
-            raise NonFiniteLoss(f"loss became {float(window_loss)} before step {self.step}; kept the last good checkpoint")
+            raise NonFiniteLoss(f"loss became {float(window_loss)} before step {self.step}; {self._kept()}")
+
+    def _weights_finite(self) -> bool:
+        flags = [torch.isfinite(p).all() for p in self.model.parameters()]
+        return bool(torch.stack(flags).all()) if flags else True
+
+    def _kept(self) -> str:
+        if self._last_saved_step < 0:
+            return "no checkpoint was written"
+        return f"kept the last good checkpoint (step {self._last_saved_step})"
 
     # -- control and signals ------------------------------------------------------------------
 
