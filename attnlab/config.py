@@ -9,6 +9,7 @@ here. Every user mistake raises AttnlabError naming the key, the value and what 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -258,9 +259,12 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, str):
             value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
         try:
-            return tuple(float(v) for v in value)
+            numbers = tuple(float(v) for v in value)
         except (TypeError, ValueError):
             raise AttnlabError(f"{key} must be a list of numbers, got {value!r}") from None
+        if not all(math.isfinite(v) for v in numbers):
+            raise AttnlabError(f"{key} must be a list of finite numbers, got {value!r}")
+        return numbers
     if kind is int:
         if isinstance(value, bool):
             raise AttnlabError(f"{key} must be an integer, got {value!r}")
@@ -275,15 +279,29 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool):
             raise AttnlabError(f"{key} must be a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise AttnlabError(f"{key} must be a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise AttnlabError(f"{key}={value} must be a finite number")
+        return number
     if kind is str:
         return str(value)
     return value
 
 
+# Fixed-length lists: key -> (length, low, high), every element in [low, high).
+TUPLES: dict[str, tuple[int, float, float]] = {
+    "train.betas": (2, 0.0, 1.0),  # Adam's decay rates: each in [0, 1)
+}
+
+
 def _check_value(key: str, value: Any) -> None:
+    if key in TUPLES:
+        length, low, high = TUPLES[key]
+        if len(value) != length or not all(low <= v < high for v in value):
+            shown = ",".join(f"{v:g}" for v in value)
+            raise AttnlabError(f"{key}={shown} must be {length} numbers, each in [{low:g}, {high:g})")
     if key in CHOICES and value not in CHOICES[key]:
         raise unknown_choice(key, str(value), CHOICES[key])
     if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -299,18 +317,23 @@ def _set_in(section_name: str, values: dict[str, Any], key: str, raw: Any, sourc
     cls = SECTIONS[section_name]
     defaults = {f.name: f.default for f in fields(cls) if f.name != "attn_params"}
     full = f"{section_name}.{key}"
-    if key in defaults:
-        value = _coerce(full, raw, defaults[key])
-        _check_value(full, value)
-        values[key] = value
-        return
-    if section_name == "model":
-        hparams = _attention_hparams()
+    try:
+        if key in defaults:
+            value = _coerce(full, raw, defaults[key])
+            _check_value(full, value)
+            values[key] = value
+            return
+        hparams = _attention_hparams() if section_name == "model" else {}
         if key in hparams:
             values.setdefault("attn_params", {})[key] = hparams[key].validate(
                 _coerce(full, raw, hparams[key].default)
             )
             return
+    except AttnlabError as err:
+        if source in ("--set", "config"):
+            raise
+        raise AttnlabError(f"{source}: {err}") from None  # name the preset / file it came from
+    if section_name == "model":
         valid = list(defaults) + [k for k in hparams if k not in defaults]
     else:
         valid = list(defaults)
