@@ -195,9 +195,16 @@ class TrainProgress:
             self.progress.stop()
 
     def on_event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "start" and event.get("dropped_pairs"):
+            click.echo(
+                f"note: dropped {event['dropped_pairs']} training pairs longer than "
+                "data.train_max_tokens tokens", err=True,
+            )
+        if kind == "error" and self.quiet:  # quiet still says why a run stopped
+            click.echo(f"error: {_one_line(event.get('message', ''))}", err=True)
         if self.progress is None:
             return
-        kind = event["type"]
         if kind == "step":
             self.progress.update(
                 self.task, completed=event["step"], loss=f"{event['loss']:.4f}", tps=f"{event['tokens_per_s']:.0f}"

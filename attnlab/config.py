@@ -53,7 +53,9 @@ class DataConfig:
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
     max_pairs: int = 0  # corpora: keep only the first N pairs of each split (0 = all)
-    train_max_tokens: int = 0  # corpora: drop training pairs longer than N tokens (0 = keep all)
+    # corpora: drop training pairs longer than N tokens (0 = keep all). On by default: one
+    # stray 100k-token line would otherwise ask for gigabytes in its batch.
+    train_max_tokens: int = 250
 
 
 @dataclass(frozen=True)

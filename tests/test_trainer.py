@@ -284,3 +284,15 @@ def test_weights_that_turn_non_finite_in_the_last_update_before_an_eval_are_neve
         assert read_json(run_dir / "checkpoints" / tag / "meta.json")["step"] == 3
         weights, _ = read_tensors(run_dir / "checkpoints" / tag / "model.safetensors")
         assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_cpu_and_cuda_out_of_memory_are_both_kind_oom():
+    from attnlab.train.trainer import is_out_of_memory
+
+    try:
+        torch.empty(10**15)  # the CPU allocator's own error (a RuntimeError)
+    except RuntimeError as err:
+        assert is_out_of_memory(err)
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))

@@ -202,6 +202,7 @@ class Trainer:
                 max_steps=self.config.train.max_steps,
                 pid=os.getpid(),
                 host=socket.gethostname(),
+                dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
             )
             try:
                 reason = self._loop()
@@ -209,7 +210,7 @@ class Trainer:
                 self.events.emit("error", self.step, message=str(err), kind="nan")
                 reason = "error"
             except Exception as err:
-                oom = isinstance(err, getattr(torch, "OutOfMemoryError", MemoryError))
+                oom = is_out_of_memory(err)
                 self.events.emit(
                     "error",
                     self.step,
@@ -531,6 +532,13 @@ class Trainer:
             "tokens_per_s": self.total_tokens / self.train_time if self.train_time else None,
             "best_checkpoint": str(checkpoint_dir(self.run_dir, "best")),
         }
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    if isinstance(err, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
+        return True
+    return isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
 
 
 def _finite_or_none(value: float) -> float | None:
