@@ -329,8 +329,13 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@click.option(
+    "--max-sentences", type=click.IntRange(min=0), default=0, show_default=True,
+    help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
+)
 @decode_options
-def eval_command(run: Path, split: str, as_json: bool, device: str | None, **flags: Any) -> None:
+def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
+                 **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
     import dataclasses
 
@@ -349,7 +354,9 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
         src_tokenizer=loaded.dataset.src_tokenizer,
         tgt_tokenizer=loaded.dataset.tgt_tokenizer,
     )
-    result = evaluate_split(loaded.model, dataset, split, config.decode, device=torch_device)
+    result = evaluate_split(
+        loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
+    )
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
