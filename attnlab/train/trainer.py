@@ -41,6 +41,7 @@ from attnlab.runs import (
     optimizer_from_tensors,
     optimizer_to_tensors,
     read_trainer_state,
+    require_run_dir,
     save_checkpoint,
     write_config,
 )
@@ -366,6 +367,7 @@ class Trainer:
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
 
     def _save(self, tag: str) -> None:
+        require_run_dir(self.run_dir)  # deleted under us: fail with one line, do not re-create it
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
         directory = save_checkpoint(
             self.run_dir,
