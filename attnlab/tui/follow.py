@@ -156,12 +156,9 @@ class RunFollower:
         if self._dir_id is None or (now == self._dir_id and not shrunk):
             return
         self.deleted = True
-        if now is None:
-            what = "was deleted"
-        elif now != self._dir_id:
-            what = "was replaced"
-        else:
-            what = "had its events.jsonl truncated or replaced"
+        # (A directory re-created at once may get the same inode back: then the shorter log
+        # is what tells.)
+        what = "was deleted" if now is None else "was replaced (or its events.jsonl truncated)"
         self.error = f"run directory {self.run_dir} {what}; no longer following it"
         self.state = FAILED
         self.log.append(f"step {self.step:>6}  {self.error}")
