@@ -114,6 +114,16 @@ def test_follower_reports_a_deleted_run_directory_and_stops(tmp_path: Path) -> N
     assert follower.poll() == [] and follower.state == FAILED
 
 
+def test_a_finished_run_deleted_afterwards_keeps_its_outcome(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path, "r", run_events(steps=10, eval_every=100, done="finished"))
+    follower = RunFollower(run_dir)
+    follower.poll()
+    shutil.rmtree(run_dir)
+    follower.poll()
+    assert follower.deleted and follower.state == FINISHED and follower.error == ""
+    assert follower.log[-1].endswith("was deleted; no longer following it")
+
+
 def test_follower_reports_a_replaced_run_directory(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path, "r", run_events(steps=10, eval_every=100, done=None))
     follower = RunFollower(run_dir)

@@ -159,9 +159,10 @@ class RunFollower:
         # (A directory re-created at once may get the same inode back: then the shorter log
         # is what tells.)
         what = "was deleted" if now is None else "was replaced (or its events.jsonl truncated)"
-        self.error = f"run directory {self.run_dir} {what}; no longer following it"
-        self.state = FAILED
-        self.log.append(f"step {self.step:>6}  {self.error}")
+        message = f"run directory {self.run_dir} {what}; no longer following it"
+        if not self.finished:  # a run that ended keeps its outcome
+            self.error, self.state = message, FAILED
+        self.log.append(f"step {self.step:>6}  {message}")
 
     @property
     def finished(self) -> bool:

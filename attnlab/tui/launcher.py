@@ -202,11 +202,13 @@ class TrainingProcess:
 # -- scratch directories ------------------------------------------------------------------------
 
 _STARTED: list[TrainingProcess] = []  # children of this lab whose scratch dir may remain
+_AT_EXIT: list[bool] = []  # non-empty once remove_scratch_dirs is registered with atexit
 
 
 def _register(process: TrainingProcess) -> None:
-    if not _STARTED:
+    if not _AT_EXIT:
         atexit.register(remove_scratch_dirs)  # also when the lab dies of an exception
+        _AT_EXIT.append(True)
     _STARTED.append(process)
 
 
@@ -235,9 +237,10 @@ def sweep_scratch_dirs(temp_dir: Path | None = None) -> list[Path]:
     (a lab killed with SIGKILL cannot clean up after itself). Returns what was removed."""
     removed = []
     temp = Path(temp_dir or tempfile.gettempdir())
+    uid = os.getuid() if hasattr(os, "getuid") else None
     for scratch in temp.glob(f"{SCRATCH_PREFIX}*"):
         try:
-            if not scratch.is_dir() or scratch.stat().st_uid != os.getuid():
+            if not scratch.is_dir() or (uid is not None and scratch.stat().st_uid != uid):
                 continue
             owner = scratch / OWNER_FILE
             if owner.is_file():
