@@ -525,6 +525,9 @@ def runs(directory: Path) -> None:
         }
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
+    for r in found:  # after the table: skipped log lines, an unreadable config.toml
+        for warning in r.warnings:
+            click.echo(f"warning: {warning}", err=True)
 
 
 @cli.command()

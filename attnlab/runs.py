@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from attnlab import __version__
 from attnlab.config import ExperimentConfig, dumps_toml, from_dict, load_toml, to_dict, validate
 from attnlab.errors import AttnlabError
-from attnlab.train.events import EVENTS_FILE, iter_events
+from attnlab.train.events import EVENTS_FILE, read_event_log
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     import torch
@@ -144,6 +144,15 @@ def read_config(run_dir: Path) -> ExperimentConfig:
     if not path.is_file():
         raise AttnlabError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
     return validate(from_dict(load_toml(path), source=str(path)))
+
+
+def require_run_dir(run_dir: Path) -> None:
+    """Refuse to write into a run directory that lost its ``config.toml`` (deleted while the
+    trainer ran): saving must not re-create an orphan ``RUN/checkpoints/...``."""
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        raise AttnlabError(
+            f"{run_dir}: the run directory was deleted (no {CONFIG_FILE}); not saving a checkpoint"
+        )
 
 
 def checkpoint_dir(run_dir: Path, tag: str) -> Path:
@@ -402,6 +411,8 @@ class RunSummary:
     tokens_per_s: float | None
     wall_s: float | None
     status: str  # running | finished | interrupted | stopped | error
+    skipped_lines: int = 0  # malformed lines of events.jsonl that were skipped
+    warnings: list[str] = field(default_factory=list)  # one line each, for the user
 
 
 _DONE_STATUS = {
@@ -414,11 +425,13 @@ _DONE_STATUS = {
 
 
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid < 2**31:  # a logged pid is data: never signal a group or overflow
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
+    except (PermissionError, OSError, OverflowError):
         return True
     return True
 
@@ -426,13 +439,8 @@ def _pid_alive(pid: int) -> bool:
 def summarize_run(run_dir: Path) -> RunSummary:
     """One run's summary from its config and events (tolerates a run still being written)."""
     run_dir = Path(run_dir)
-    raw: dict[str, Any] = {}
-    if (run_dir / CONFIG_FILE).is_file():
-        try:
-            raw = load_toml(run_dir / CONFIG_FILE)
-        except AttnlabError:
-            raw = {}
-    data, model = raw.get("data", {}), raw.get("model", {})
+    raw, config_warning = _read_run_config(run_dir)
+    data, model = _section(raw, "data"), _section(raw, "model")
     arch = str(model.get("arch", "rnn"))
     if arch == "transformer":
         attention = f"{model.get('self_attention', 'scaled-dot')}/{model.get('cross_attention', 'scaled-dot')}"
@@ -453,10 +461,13 @@ def summarize_run(run_dir: Path) -> RunSummary:
         wall_s=None,
         status="running",
     )
+    if config_warning:
+        summary.warnings.append(config_warning)
     done_reason, errored, pid, host = None, False, None, None
-    for event in iter_events(run_dir):
-        kind = event.get("type")
-        summary.steps = max(summary.steps, int(event.get("step", 0)))
+    events, reader = read_event_log(run_dir)
+    for event in events:  # well-shaped: str type, int step, used fields of the right type
+        kind = event["type"]
+        summary.steps = max(summary.steps, event["step"])
         if kind == "start":
             summary.params = int(event.get("params", 0) or 0)
             pid, host = event.get("pid"), event.get("host")
@@ -481,7 +492,31 @@ def summarize_run(run_dir: Path) -> RunSummary:
         summary.status = "error"
     elif pid is not None and host == _hostname() and not _pid_alive(int(pid)):
         summary.status = "error"  # the process died without writing "done" (killed)
+    # A last line without its newline is being written while the run runs; after, it is lost.
+    truncated = bool(reader.pending) and summary.status != "running"
+    warning = reader.warning(include_pending=truncated)
+    summary.skipped_lines = reader.skipped + int(truncated)
+    if warning:
+        summary.warnings.append(warning)
     return summary
+
+
+def _read_run_config(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """config.toml as a dict (empty when absent or unreadable) and a warning, never raising."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return {}, ""
+    try:
+        return load_toml(path), ""
+    except AttnlabError as err:
+        return {}, str(err)
+    except ValueError as err:  # tomllib decodes UTF-8 itself: UnicodeDecodeError
+        return {}, f"{path}: cannot read it ({err})"
+
+
+def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    value = raw.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _hostname() -> str:
@@ -495,10 +530,21 @@ def list_runs(root: Path) -> list[RunSummary]:
     root = Path(root)
     if not root.is_dir():
         return []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
     found = [
         d
-        for d in root.iterdir()
+        for d in entries
         if d.is_dir() and ((d / CONFIG_FILE).is_file() or (d / EVENTS_FILE).is_file())
     ]
-    found.sort(key=lambda d: (d / EVENTS_FILE).stat().st_mtime if (d / EVENTS_FILE).exists() else 0, reverse=True)
+    found.sort(key=_events_mtime, reverse=True)
     return [summarize_run(d) for d in found]
+
+
+def _events_mtime(run_dir: Path) -> float:
+    try:  # a run directory may be deleted while the list is built
+        return (run_dir / EVENTS_FILE).stat().st_mtime
+    except OSError:
+        return 0.0

@@ -41,6 +41,7 @@ from attnlab.runs import (
     optimizer_from_tensors,
     optimizer_to_tensors,
     read_trainer_state,
+    require_run_dir,
     save_checkpoint,
     write_config,
 )
@@ -381,6 +382,7 @@ class Trainer:
 
     def _save(self, tag: str) -> None:
         """Write a checkpoint, only of finite weights (else the last good one stays)."""
+        require_run_dir(self.run_dir)  # deleted under us: fail with one line, do not re-create it
         if not self._weights_finite():
             raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)

@@ -129,6 +129,8 @@ class TrainView(Vertical):
             word, self.pending_control = self.pending_control, None
             self._send(word)
         follower.poll()
+        if follower.deleted and self.process is not None:
+            self.process.terminate()  # its run directory is gone: nothing left to train into
         code = self.process.poll() if self.process is not None else None
         if self.process is not None and code is not None and not follower.finished:
             follower.poll()  # the last events may have landed just before the exit
@@ -155,6 +157,8 @@ class TrainView(Vertical):
 
     def control(self, word: str) -> str:
         """pause / resume / save / stop the active run; returns a notice."""
+        if self.follower is not None and self.follower.deleted:
+            return self.follower.error  # not "interrupted before the run started"
         if self.follower is None or not self.active:
             return "no run in progress"
         if word == "pause" and (self.paused or self.follower.state == PAUSED):
