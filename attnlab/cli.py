@@ -284,11 +284,14 @@ class DeferredSignals:
 @click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None, help="run directory name: letters, digits, . _ - (default PRESET-YYYYmmdd-HHMMSS)")
+@click.option("--run-name", default=None,
+              help="run directory name: letters, digits, . _ - (default PRESET-YYYYmmdd-HHMMSS)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
-@click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change train.* and decode.* keys, e.g. train.max_steps)")
+@click.option("--resume", "resume_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
+              "train.* and decode.* keys, e.g. train.max_steps)")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
@@ -337,7 +340,8 @@ def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: 
     if resume_dir is not None:
         run_dir, lock = resume_dir, lock_run_dir(resume_dir)
     else:
-        name = run_name if run_name is not None else f"{config.name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = run_name if run_name is not None else f"{config.name[:100]}-{stamp}"
         run_dir, lock = new_run_dir(out, name, "--run-name" if run_name is not None else "run name")
     trainer: Any = None
     try:

@@ -502,7 +502,9 @@ VOCABULARY_KEYS = (
 )
 
 
-def shaping_change(saved: dict[str, Any], config: ExperimentConfig, source: str) -> tuple[str, Any, Any] | None:
+def shaping_change(
+    saved: dict[str, Any], config: ExperimentConfig, source: str
+) -> tuple[str, Any, Any] | None:
     """The first ``(key, saved value, new value)`` where ``config`` builds a different model or
     vocabulary than ``saved`` (a checkpoint's config table), or None."""
     before = to_dict(from_dict(saved, source=source))  # fills keys an older version did not write

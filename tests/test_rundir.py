@@ -121,9 +121,11 @@ def test_a_second_trainer_of_a_run_directory_is_refused(tmp_path):
     run_dir = tmp_path / "runs" / "r"
     fd = hold_lock(run_dir)
     try:
-        result = invoke("train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet", *FAST)
+        result = invoke("train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet",
+                        *FAST)
         assert result.exit_code == 2, result.output
-        assert error_line(result.output).startswith(f"error: {run_dir} is being trained by pid {os.getpid()}")
+        expected = f"error: {run_dir} is being trained by pid {os.getpid()}"
+        assert error_line(result.output).startswith(expected)
         assert tree(run_dir) == {LOCK_FILE}  # nothing written by the refused trainer
         assert summarize_run(run_dir).status == "running"  # the lock probe sees the holder
     finally:
@@ -169,7 +171,8 @@ def test_resume_takes_the_lock_too_and_refuses_an_architecture_change(tmp_path):
 
 
 def test_a_bad_value_creates_no_run_directory(tmp_path):
-    result = invoke("train", "--out", str(tmp_path), "--run-name", "r", "--set", "model.dropout=nan")
+    result = invoke("train", "--out", str(tmp_path), "--run-name", "r",
+                    "--set", "model.dropout=nan")
     assert result.exit_code == 2
     assert error_line(result.output) == "error: model.dropout=nan is not a finite number"
     assert not any(tmp_path.iterdir())
@@ -199,7 +202,8 @@ def test_a_run_killed_during_set_up_is_not_shown_running(tmp_path):
 
 def test_quiet_prints_the_reason_of_an_error_event(capsys):
     progress = TrainProgress(10, 0, quiet=True)
-    progress.on_event({"type": "error", "step": 3, "message": "loss became nan between steps 1 and 3"})
+    message = "loss became nan between steps 1 and 3"
+    progress.on_event({"type": "error", "step": 3, "message": message})
     progress.on_event({"type": "step", "step": 3, "loss": 1.0, "tokens_per_s": 1.0})
     captured = capsys.readouterr()
     assert captured.err == "error: loss became nan between steps 1 and 3\n" and captured.out == ""
