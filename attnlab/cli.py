@@ -10,7 +10,9 @@ an error (e.g. a non-finite loss). torch and the engine are imported inside the 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,9 +203,9 @@ class TrainProgress:
                 f"note: dropped {event['dropped_pairs']} training pairs longer than "
                 "data.train_max_tokens tokens", err=True,
             )
-        if kind == "error" and self.quiet:  # quiet still says why a run stopped
-            click.echo(f"error: {_one_line(event.get('message', ''))}", err=True)
         if self.progress is None:
+            if event["type"] == "error":  # --quiet still says why training stopped
+                click.echo(f"error: {_one_line(str(event.get('message')))}", err=True)
             return
         if kind == "step":
             self.progress.update(
@@ -246,21 +248,87 @@ def _summary_table(summary: dict[str, Any]) -> Any:
     return table
 
 
+class DeferredSignals:
+    """SIGINT/SIGTERM while ``train`` starts up: remembered as a flag, never lost.
+
+    Python's default handler raises KeyboardInterrupt wherever the main thread is, and in
+    the start-up imports that can be inside code that swallows it: Cython's memoryview
+    set-up, run when lxml.etree is imported (sacrebleu imports it), registers its types with
+    ``collections.abc`` under a bare ``try: ... except: pass``. A Ctrl+C that arrived while
+    lxml loaded was dropped there and the run trained to the end (1 start in 5). The flag is
+    checked between start-up stages and handed to the Trainer, whose handlers take over.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self.trainer: Any = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        again, self.hit = self.hit, True
+        if self.trainer is not None:
+            self.trainer.interrupt()
+        if again:  # a second Ctrl+C: do not wait for the next check (the flag stays set)
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        for sig, old in self._previous.items():
+            signal.signal(sig, old)
+
+
 @cli.command()
 @click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None, help="run directory name (default PRESET-YYYYmmdd-HHMMSS)")
+@click.option("--run-name", default=None,
+              help="run directory name: letters, digits, . _ - (default PRESET-YYYYmmdd-HHMMSS)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
-@click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change e.g. train.max_steps)")
+@click.option("--resume", "resume_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
+              "train.* and decode.* keys, e.g. train.max_steps)")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
-    """Train a model and write a run directory (config, events, checkpoints)."""
+    """Train a model and write a run directory (config, events, checkpoints).
+
+    One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
+    before its first step leaves no directory behind.
+    """
+    signals = DeferredSignals().install()  # first: start-up imports take seconds
+    try:
+        summary = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, signals)
+    finally:
+        signals.restore()
+    if quiet:
+        best = summary.get("best") or {}
+        click.echo(
+            f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
+            f"exact match {_fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
+        )
+    else:
+        _console().print(_summary_table(summary))
+    if summary["exit_code"]:
+        ctx.exit(summary["exit_code"])
+
+
+def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
+           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+           signals: DeferredSignals) -> dict[str, Any]:
+    """Set up (config, locked run directory), train, and return the trainer's summary."""
     from attnlab.config import apply_overrides, load_preset
-    from attnlab.runs import new_run_dir, read_config
+    from attnlab.runs import lock_run_dir, new_run_dir, read_config, remove_unstarted_run
 
     extra = list(overrides)
     if seed is not None:
@@ -276,41 +344,60 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
     if extra:
         config = apply_overrides(config, extra)
     if resume_dir is not None:
-        run_dir = resume_dir
+        run_dir, lock = resume_dir, lock_run_dir(resume_dir)
     else:
-        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    click.echo(f"run directory: {run_dir}")
-
-    from attnlab.train.trainer import Trainer
-
-    start_step = _resume_step(run_dir) if resume_dir is not None else 0
-    trainer = Trainer(config, run_dir, resume=resume_dir is not None)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = run_name if run_name is not None else f"{config.name[:100]}-{stamp}"
+        run_dir, lock = new_run_dir(out, name, "--run-name" if run_name is not None else "run name")
+    trainer: Any = None
     try:
+        start_step = 0
+        if resume_dir is not None:
+            start_step = _check_resume(run_dir, config)
+        click.echo(f"run directory: {run_dir}")
+        signals.check()
+        from attnlab.train.trainer import Trainer  # torch, sacrebleu: seconds
+
+        signals.check()
+        trainer = Trainer(config, run_dir, resume=resume_dir is not None, lock=lock)
+        signals.trainer = trainer
+        if signals.hit:
+            trainer.interrupt()
         with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
             trainer.on_event = progress.on_event
-            summary = trainer.run()
-    except AttnlabError:
-        # A user mistake found while setting up (e.g. a missing corpus): leave no empty run behind.
-        if resume_dir is None and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+            return trainer.run()
+    except BaseException:
+        # Failed or interrupted before its first step (a missing corpus, Ctrl+C during the
+        # imports): a new run leaves nothing behind, never a directory that looks alive.
+        if resume_dir is None and not (trainer is not None and trainer.started):
+            remove_unstarted_run(run_dir, lock)
         raise
-    if quiet:
-        best = summary.get("best") or {}
-        click.echo(
-            f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
-            f"exact match {_fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
-        )
-    else:
-        _console().print(_summary_table(summary))
-    if summary["exit_code"]:
-        ctx.exit(summary["exit_code"])
+    finally:
+        lock.release()
 
 
-def _resume_step(run_dir: Path) -> int:
+def _check_resume(run_dir: Path, config: Any) -> int:
+    """The step ``--resume`` continues from; refuses a config whose architecture or
+    vocabularies differ from the checkpoint's (its weights would not fit)."""
+    from attnlab.config import shaping_change
     from attnlab.runs import META_FILE, checkpoint_dir, read_json
 
-    meta = checkpoint_dir(run_dir, "last") / META_FILE
-    return int(read_json(meta).get("step", 0)) if meta.is_file() else 0
+    path = checkpoint_dir(run_dir, "last") / META_FILE
+    if not path.is_file():
+        return 0  # the trainer reports a run without a resumable checkpoint
+    meta = read_json(path)
+    saved = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(saved, dict):
+        raise AttnlabError(f"{path}: config is not a table")
+    change = shaping_change(saved, config, source=str(path))
+    if change is not None:
+        key, old, new = change
+        raise AttnlabError(
+            f"--resume {run_dir}: {key} is {new!r} but the checkpoint was trained with {old!r} "
+            "(changed in config.toml or by --set); a resumed run keeps its model.* and "
+            "vocabulary keys (train.* and decode.* may change)"
+        )
+    return int(meta.get("step", 0))
 
 
 # -- eval / translate -----------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 Layout of a run directory::
 
     RUN/config.toml                       the experiment (attnlab.config.dumps_toml)
+    RUN/.lock                             flock'ed by the one process training the run
+                                          (holds its pid; released by the OS when it dies)
     RUN/events.jsonl                      append-only event log (attnlab.train.events)
     RUN/control                           optional: one word written by a controller
                                           (pause | resume | save | stop)
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -35,7 +38,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attnlab import __version__
-from attnlab.config import ExperimentConfig, dumps_toml, from_dict, load_toml, to_dict, validate
+from attnlab.config import (
+    ExperimentConfig,
+    check_name,
+    dumps_toml,
+    from_dict,
+    load_toml,
+    to_dict,
+    validate,
+)
 from attnlab.errors import AttnlabError
 from attnlab.train.events import EVENTS_FILE, read_event_log
 
@@ -45,6 +56,8 @@ if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loadin
 
 CONFIG_FILE = "config.toml"
 CONTROL_FILE = "control"
+LOCK_FILE = ".lock"
+LOCK_WAIT_S = 0.5  # a lab's lock probe (a shared lock for a moment) is not a second trainer
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
@@ -126,13 +139,102 @@ def read_json(path: Path) -> Any:
 # -- run directories ---------------------------------------------------------------------------
 
 
-def new_run_dir(out: Path, name: str) -> Path:
-    """``out/name``; refuses to reuse a directory that already holds a run."""
-    run_dir = Path(out) / name
+class RunLock:
+    """An exclusive ``flock`` on ``RUN/.lock``: one trainer per run directory. The OS drops
+    it when the process dies, so a crash never leaves a stale lock (the file stays)."""
+
+    def __init__(self, path: Path, fd: int | None):
+        self.path = path
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+
+def lock_run_dir(run_dir: Path) -> RunLock:
+    """Lock an existing run directory for training, or AttnlabError naming the holder's pid."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no locking
+        return RunLock(path, None)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise AttnlabError(f"{path}: cannot create the run lock ({err.strerror})") from None
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            os.close(fd)
+            holder = _read_lock_pid(path) or "unknown"
+            raise AttnlabError(
+                f"{run_dir} is being trained by pid {holder}; wait for it to end or stop it "
+                "(a run directory has one trainer at a time)"
+            ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return RunLock(path, fd)
+
+
+def _read_lock_pid(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def run_dir_locked(run_dir: Path) -> bool | None:
+    """True while a trainer holds ``RUN/.lock``, False when none does, None without a lock
+    file (runs written before locks existed). A shared lock for a moment: no side effect."""
+    try:
+        import fcntl
+
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops our shared lock
+    return False
+
+
+def new_run_dir(out: Path, name: str, what: str = "run name") -> tuple[Path, RunLock]:
+    """``out/name``, created and locked; refuses a name that is not one plain path component
+    (it could point outside ``out``) and a directory that already holds a run."""
+    run_dir = Path(out) / check_name(name, what)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AttnlabError(f"{run_dir}: cannot create the run directory ({err.strerror})") from None
+    lock = lock_run_dir(run_dir)
     if (run_dir / CONFIG_FILE).exists() or (run_dir / EVENTS_FILE).exists():
+        lock.release()
         raise AttnlabError(f"{run_dir} already holds a run; choose another --run-name or use --resume")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    return run_dir, lock
+
+
+def remove_unstarted_run(run_dir: Path, lock: RunLock) -> None:
+    """Undo ``new_run_dir`` for a run that failed or was interrupted before its first step:
+    remove the files its set-up writes, then the directory if nothing else is in it."""
+    for name in (CONFIG_FILE, EVENTS_FILE, CONTROL_FILE, LOCK_FILE):
+        with suppress(OSError):
+            (Path(run_dir) / name).unlink()
+    lock.release()
+    with suppress(OSError):
+        Path(run_dir).rmdir()
 
 
 def write_config(run_dir: Path, config: ExperimentConfig) -> None:
@@ -486,10 +588,15 @@ def summarize_run(run_dir: Path) -> RunSummary:
         elif kind == "done":
             done_reason = event.get("reason")
             summary.wall_s = event.get("elapsed_s", summary.wall_s)
+    locked = run_dir_locked(run_dir) if done_reason is None and not errored else None
     if done_reason is not None:
         summary.status = _DONE_STATUS.get(str(done_reason), str(done_reason))
     elif errored:
         summary.status = "error"
+    elif locked is not None:
+        # The trainer's lock is the truth: held while it lives, dropped by the OS when it dies
+        # (also before a "start" event, e.g. a process killed during set-up).
+        summary.status = "running" if locked else "error"
     elif pid is not None and host == _hostname() and not _pid_alive(int(pid)):
         summary.status = "error"  # the process died without writing "done" (killed)
     # A last line without its newline is being written while the run runs; after, it is lost.

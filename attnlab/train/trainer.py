@@ -9,7 +9,11 @@ checks its ``os.stat`` signature every step): ``pause`` (stop stepping, keep pol
 ``resume``, ``save`` (write ``last`` now), ``stop`` (save ``last``, ``done`` reason
 "stopped"). In-process callers can use ``Trainer.control(command)`` instead. SIGINT/SIGTERM
 (when ``run`` is called from the main thread) finish the current step, save ``last`` and end
-with ``done`` reason "interrupted"; a second signal aborts at once.
+with ``done`` reason "interrupted"; a second signal aborts at once. A signal during set-up
+(before the ``start`` event) raises KeyboardInterrupt once set-up is over, with nothing written.
+
+``run`` holds the run directory's lock (attnlab.runs.lock_run_dir) from set-up to the end, or
+uses the one its caller took (``lock=``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from attnlab.runs import (
     CONTROL_FILE,
     checkpoint_dir,
     jsonable,
+    lock_run_dir,
     optimizer_from_tensors,
     optimizer_to_tensors,
     read_trainer_state,
@@ -94,6 +99,7 @@ class Trainer:
         resume: bool = False,
         dataset: Any = None,
         install_signals: bool = True,
+        lock: Any = None,
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -102,6 +108,8 @@ class Trainer:
         self.resume = resume
         self.dataset = dataset
         self.install_signals = install_signals
+        self.lock = lock  # a RunLock the caller holds on run_dir; None: run() takes one
+        self.started = False  # True once the "start" event is written
         self._pending: str | None = None  # a command from control() (another thread)
         self._signalled = False
         self._control_sig: tuple[int, int, int] | None = None
@@ -118,6 +126,10 @@ class Trainer:
         if command not in ("pause", "resume", "save", "stop"):
             raise ValueError(f"unknown control command {command!r}")
         self._pending = command
+
+    def interrupt(self) -> None:
+        """What a first SIGINT does: stop at the next step (or right after set-up)."""
+        self._signalled = True
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -149,7 +161,8 @@ class Trainer:
         self._last_saved_step = -1
         if self.resume:
             self._load_resume_state()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self._signalled:  # Ctrl+C during set-up: stop before writing anything
+            raise KeyboardInterrupt
         write_config(self.run_dir, self.config)
         self.events = EventLog(self.run_dir, self.on_event)
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
@@ -186,9 +199,21 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until max_steps, early stop, stop or interrupt; return a summary dict."""
-        self._setup()
-        self._start_time = time.perf_counter()
+        # Handlers first: a signal during set-up becomes a flag, not a KeyboardInterrupt that
+        # an import or a library's bare ``except`` could swallow.
         restore = self._install_signal_handlers()
+        lock = self.lock
+        try:
+            if lock is None:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                lock = lock_run_dir(self.run_dir)
+            self._setup()
+        except BaseException:
+            restore()
+            if lock is not None and lock is not self.lock:
+                lock.release()
+            raise
+        self._start_time = time.perf_counter()
         reason = "error"
         try:
             self.events.emit(
@@ -205,6 +230,7 @@ class Trainer:
                 host=socket.gethostname(),
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
             )
+            self.started = True
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
@@ -226,6 +252,8 @@ class Trainer:
             self.events.close()
             with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
                 (self.run_dir / CONTROL_FILE).unlink()
+            if lock is not self.lock:
+                lock.release()
         return self.summary(reason)
 
     def _loop(self) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.config import ExperimentConfig, dumps_toml
+from attnlab.config import NAME_MAX, ExperimentConfig, dumps_toml, safe_name
 
 CONTROL_FILE = "control"
 CONTROL_WORDS = ("pause", "resume", "save", "stop")
@@ -36,11 +35,13 @@ UNOWNED_MAX_AGE_S = 3600.0  # scratch dirs from before owner files: removed once
 
 
 def run_name_for(config: ExperimentConfig, runs_dir: Path, now: float | None = None) -> str:
-    """A new run directory name: ``<task>-<attention>-<YYYYmmdd-HHMMSS>`` (+ ``-2``...)."""
+    """A new run directory name: ``<task>-<arch>-<attention>-<YYYYmmdd-HHMMSS>`` (+ ``-2``...),
+    always a valid run name (attnlab.config.check_name)."""
     m = config.model
     attention = m.attention if m.arch == "rnn" else f"{m.self_attention}-{m.cross_attention}"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{config.data.task}-{m.arch}-{attention}-{stamp}")
+    prefix = safe_name(f"{config.data.task}-{m.arch}-{attention}")[: NAME_MAX - 24]
+    base = f"{prefix}-{stamp}"  # room left for the stamp and a "-N" suffix
     name, n = base, 1
     while (runs_dir / name).exists():
         n += 1
@@ -107,7 +108,9 @@ class TrainingProcess:
         sweep_scratch_dirs()
         scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         preset = scratch / f"{name}.toml"
-        preset.write_text(dumps_toml(config), encoding="utf-8")
+        # The child validates the preset's name (the default run-name prefix): keep it valid.
+        named = config.replace(name=safe_name(config.name))
+        preset.write_text(dumps_toml(named), encoding="utf-8")
         argv = list((command or train_command)(preset, runs_dir, name))
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
