@@ -552,34 +552,65 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
+    from attnlab.viz.text import run_label
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
     found = list_runs(directory)
     console = _console()
-    wide = console.width >= 110  # narrow terminals get the essential columns only
-    columns = ["run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status"]
-    if not wide:
-        columns = ["run", "model", "steps", "BLEU", "EM", "status"]
-    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
-    for column in columns:
-        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
-    for r in found:
-        cells = {
+    rows = [
+        {
             "run": r.path.name,
-            "task": r.task,
-            "model": f"{r.task} {r.arch} {r.attention}" if not wide else f"{r.arch} {r.attention}",
+            "task": str(r.task),
+            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
             "steps": str(r.steps),
             "BLEU": _fmt(r.best_bleu, 1),
             "chrF": _fmt(r.best_chrf, 1),
             "EM": _fmt(r.best_exact_match, 2),
             "tok/s": _fmt(r.tokens_per_s, 0),
-            "status": r.status,
+            "status": str(r.status),
         }
+        for r in found
+    ]
+    columns, run_width = _runs_columns(rows, console.width)
+    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
+    for column in columns:
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for cells in rows:
+        cells["run"] = run_label(cells["run"], run_width)
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
+
+
+RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+# Most telling first; what does not fit the terminal is left out (the run name is cut in the
+# middle down to RUNS_MIN_NAME characters before any metric goes).
+RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "+run", "steps", "task",
+                 "params")  # "+run": the run name grows to RUNS_FULL_NAME before the rest
+RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+
+
+def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+    def need(column: str) -> int:  # content or header, plus padding and separator (3)
+        return max([len(column), *(len(r[column]) for r in rows)]) + 3
+
+    longest = need("run") - 3
+    run_width = min(longest, RUNS_MIN_NAME)
+    used = 1 + run_width + 3  # 1: the table's outer edge
+    chosen = ["run"]
+    for column in RUNS_PRIORITY[1:]:
+        if column == "+run":
+            grow = min(longest, RUNS_FULL_NAME) - run_width
+            run_width += max(min(grow, width - used), 0)
+            used += max(min(grow, width - used), 0)
+        elif used + need(column) <= width:
+            chosen.append(column)
+            used += need(column)
+    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
+    return [c for c in RUNS_ORDER if c in chosen], run_width
 
 
 @cli.command()

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,11 +65,8 @@ def stagger_labels(
         start = left + (cell - len(text)) // 2 if len(text) < cell else left
         if limit is not None and start + len(text) > limit:
             start = max(limit - len(text), 0)
-        for row, end in enumerate(ends):
-            if start >= end:
-                break
-        else:
-            row = len(ends)
+        row = next((r for r, end in enumerate(ends) if start >= end), len(ends))
+        if row == len(ends):
             if row >= max_rows:
                 return None
             ends.append(0)
@@ -136,3 +134,26 @@ def integer_ticks(low: float, high: float, max_ticks: int = 5) -> list[int]:
     first = math.ceil(lo / step) * step
     ticks = list(range(first, hi + 1, step))
     return ticks or [lo]
+
+
+_STAMP = re.compile(r"-(\d{8})-(\d{6})(-\d+)?$")
+
+
+def run_label(name: str, width: int) -> str:
+    """A run name shortened for a legend or a narrow column: the timestamp goes first.
+
+    ``reverse-rnn-bahdanau-20261129-101530`` becomes ``reverse-rnn-bahdanau-…1530`` or
+    ``reverse-rnn-bahdanau`` rather than losing its variant; what is still too long is cut in
+    the middle.
+    """
+    if len(name) <= width:
+        return name
+    match = _STAMP.search(name)
+    if match:
+        stem = name[: match.start()]
+        tail = match.group(2)[-4:]  # minutes and seconds tell runs of one day apart
+        for candidate in (f"{stem}-…{tail}", stem):
+            if len(candidate) <= width:
+                return candidate
+        name = stem
+    return middle_ellipsis(name, width)

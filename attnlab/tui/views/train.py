@@ -7,6 +7,7 @@ as an error with the last line of its stderr, and the app keeps running.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from attnlab.config import ExperimentConfig
 from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
 from attnlab.tui.launcher import TrainingProcess
 from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.viz.text import run_label
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
 CommandFactory = Callable[[Path, Path, str], Sequence[str]]
@@ -76,7 +78,7 @@ class TrainView(Vertical):
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
-        table.add_columns("src", "ref", "hyp", "ok")
+        table.add_columns("ok", "src", "ref", "hyp")  # "ok" first: long sentences never hide it
 
     # -- starting and following ---------------------------------------------------------------
 
@@ -184,7 +186,8 @@ class TrainView(Vertical):
     # -- drawing ------------------------------------------------------------------------------
 
     def log_line(self, text: str) -> None:
-        self.query_one("#event-log", Log).write_line(text)
+        log = self.query_one("#event-log", Log)
+        log.write_lines(wrap_log_line(text, log.scrollable_content_region.width))
 
     def _redraw(self) -> None:
         follower = self.follower
@@ -213,12 +216,13 @@ class TrainView(Vertical):
                 table.clear()
                 for sample in follower.samples:
                     table.add_row(
-                        " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp), "✓" if sample.correct else "✗"
+                        "✓" if sample.correct else "✗", " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp)
                     )
             if drawn[3] != previous[3]:
                 log = self.query_one("#event-log", Log)
                 start = max(previous[3], 0)
-                log.write_lines(follower.log[start:])
+                width = log.scrollable_content_region.width
+                log.write_lines([part for line in follower.log[start:] for part in wrap_log_line(line, width)])
 
     def _refresh_status(self) -> None:
         follower = self.follower
@@ -231,7 +235,7 @@ class TrainView(Vertical):
         if self.paused and state not in (FAILED,) and not follower.finished:
             state = PAUSED
         colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
-        name = follower.name or follower.run_dir.name
+        name = run_label(follower.name or follower.run_dir.name, 32)
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
@@ -263,6 +267,14 @@ class TrainView(Vertical):
         # Open the selected sample's attention in Inspect (the app switches tabs).
         if self.follower is not None and event.cursor_row < len(self.follower.samples):
             self.post_message(SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row]))
+
+
+def wrap_log_line(text: str, width: int) -> list[str]:
+    """One event-log line wrapped at word boundaries to ``width`` (continuations indented),
+    so that nothing is cut at the right edge of a narrow log."""
+    if width < 12 or len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True) or [text]
 
 
 class SampleChosen(Message):
