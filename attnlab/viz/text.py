@@ -126,7 +126,7 @@ def integer_ticks(low: float, high: float, max_ticks: int = 5) -> list[int]:
     for magnitude in (10**k for k in range(0, 12)):
         for mult in (1, 2, 5):
             step = mult * magnitude
-            if span / step <= max(max_ticks - 1, 1):
+            if span / step <= max(max_ticks, 1):
                 break
         else:
             continue

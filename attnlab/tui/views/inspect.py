@@ -30,6 +30,7 @@ KIND_AXES = {"cross": "target × source", "enc_self": "source × source", "dec_s
 _STEP = Binding.Group("Step", compact=True)
 _HYP = Binding.Group("Hyp", compact=True)
 HEAD_AVERAGE = -1
+RUN_LABEL = 18  # run names in the 24-column control panel: one line, variant kept
 
 
 @dataclass
@@ -121,7 +122,9 @@ class InspectView(Horizontal):
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
-            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths)
+            self._run_paths = refresh_run_select(
+                select, self.runs_dir, self._run_paths, label_width=RUN_LABEL
+            )
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []

@@ -74,7 +74,7 @@ class TrainView(Vertical):
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
             yield table
-            yield Log(id="event-log", max_lines=2000)
+            yield WrappedLog(id="event-log", max_lines=2000)
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
@@ -117,7 +117,7 @@ class TrainView(Vertical):
         self._failure_reported = False
         self._drawn = (-1, -1, -1, -1)
         self.query_one("#samples", DataTable).clear()
-        self.query_one("#event-log", Log).clear()
+        self.query_one("#event-log", WrappedLog).clear()
         if self._timer is None:
             self._timer = self.set_interval(self.poll_seconds, self.poll)
         self.poll()
@@ -186,8 +186,7 @@ class TrainView(Vertical):
     # -- drawing ------------------------------------------------------------------------------
 
     def log_line(self, text: str) -> None:
-        log = self.query_one("#event-log", Log)
-        log.write_lines(wrap_log_line(text, log.scrollable_content_region.width))
+        self.query_one("#event-log", WrappedLog).add_lines([text])
 
     def _redraw(self) -> None:
         follower = self.follower
@@ -219,10 +218,8 @@ class TrainView(Vertical):
                         "✓" if sample.correct else "✗", " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp)
                     )
             if drawn[3] != previous[3]:
-                log = self.query_one("#event-log", Log)
                 start = max(previous[3], 0)
-                width = log.scrollable_content_region.width
-                log.write_lines([part for line in follower.log[start:] for part in wrap_log_line(line, width)])
+                self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
 
     def _refresh_status(self) -> None:
         follower = self.follower
@@ -275,6 +272,33 @@ def wrap_log_line(text: str, width: int) -> list[str]:
     if width < 12 or len(text) <= width:
         return [text]
     return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True) or [text]
+
+
+class WrappedLog(Log):
+    """A Log that wraps its lines to its width (and re-wraps them when resized)."""
+
+    def __init__(self, *, max_lines: int | None = None, id: str | None = None) -> None:
+        super().__init__(max_lines=max_lines, id=id)
+        self.raw: list[str] = []
+        self._wrapped_at = 0
+
+    def add_lines(self, lines: Sequence[str]) -> None:
+        self.raw = (self.raw + list(lines))[-2000:]
+        width = self.scrollable_content_region.width
+        self.write_lines([part for line in lines for part in wrap_log_line(line, width)])
+
+    def clear(self) -> WrappedLog:
+        self.raw = []
+        super().clear()
+        return self
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._wrapped_at and self.raw:
+            self._wrapped_at = width
+            raw = self.raw
+            super().clear()
+            self.write_lines([part for line in raw for part in wrap_log_line(line, width)])
 
 
 class SampleChosen(Message):

@@ -46,13 +46,12 @@ def x_axis(xs: Sequence[float], max_ticks: int = 5) -> tuple[tuple[float, float]
 
 
 def y_limits(ys: Sequence[float]) -> tuple[float, float]:
-    """The data range with a little room, never empty (one value v gets v ± 5% or ± 1)."""
+    """The data range with a little room, never empty (one value v gets v ± 5% or ± 1);
+    never below 0 for data that is not (losses and metrics do not go negative)."""
     lo, hi = min(ys), max(ys)
-    if hi - lo < 1e-9:
-        pad = max(abs(lo) * 0.05, 1.0)
-        return lo - pad, hi + pad
-    pad = (hi - lo) * 0.05
-    return lo - pad, hi + pad
+    pad = max(abs(lo) * 0.05, 1.0) if hi - lo < 1e-9 else (hi - lo) * 0.05
+    bottom = lo - pad if lo < 0 else max(lo - pad, 0.0)
+    return bottom, hi + pad
 
 
 def legend_text(labels: Sequence[str], width: int = 0) -> Text:
