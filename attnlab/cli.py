@@ -587,8 +587,8 @@ def runs(directory: Path) -> None:
 RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
 # Most telling first; what does not fit the terminal is left out (the run name is cut in the
 # middle down to RUNS_MIN_NAME characters before any metric goes).
-RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "+run", "steps", "task",
-                 "params")  # "+run": the run name grows to RUNS_FULL_NAME before the rest
+RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "steps", "task", "params",
+                 "+run")  # "+run": then the run name grows to RUNS_FULL_NAME
 RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
 
 

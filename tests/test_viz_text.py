@@ -54,9 +54,11 @@ def _check_whole_and_apart(labels, placements, cell):
             assert p.column * cell <= p.start < (p.column + 1) * cell
         else:
             assert p.start == p.column * cell
-    for row, group in itertools.groupby(sorted(placements, key=lambda p: (p.row, p.start)), key=lambda p: p.row):
+    ordered = sorted(placements, key=lambda p: (p.row, p.start))
+    for row, group in itertools.groupby(ordered, key=lambda p: p.row):
         spans = [(p.start, p.start + len(p.text)) for p in group]
-        assert all(a_end < b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), (row, spans)
+        gaps = zip(spans, spans[1:], strict=False)
+        assert all(a_end < b_start for (_, a_end), (b_start, _) in gaps), (row, spans)
 
 
 def test_stagger_short_tokens_fit_one_row():
