@@ -469,18 +469,34 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
     console.print(buckets)
 
 
+ROLES = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}
+ROLE_AXES = {  # (rows, columns) of each role's map
+    "cross": ("target", "source"),
+    "enc-self": ("source", "source"),
+    "dec-self": ("target", "target"),
+}
+
+
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.argument("text", nargs=-1)
-@click.option("--show-attention", is_flag=True, help="print each hypothesis's alignment as a heatmap")
+@click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
+@click.option("--role", type=click.Choice(list(ROLES)), default="cross", show_default=True,
+              help="which attention --show-attention prints (Transformers have all three)")
+@click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
+@click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
-def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: str | None, **flags: Any) -> None:
+def translate(run: Path, text: tuple[str, ...], show_attention: bool, role: str, layer: int | None,
+              head: int | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
     from attnlab.config import apply_overrides
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
+    if role != "cross" and loaded.config.model.arch != "transformer":
+        raise AttnlabError(f"--role {role}: a {loaded.config.model.arch} model has only "
+                           "cross-attention; valid: --role cross")
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     results = _translate_lines(loaded, lines, config.decode, torch_device, show_attention)
     console = _console()
@@ -498,8 +514,12 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: st
             click.echo(texts[0])
         if show_attention:
             for rank, (hyp, tokens) in enumerate(nbest, start=1):
-                if hyp.attention is not None:
-                    console.print(_heatmap(hyp, tokens, source_tokens, rank if detailed else None))
+                maps = _role_maps(loaded, source_tokens, hyp, role, torch_device)
+                if maps is None:
+                    continue
+                matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, role, layer, head)
+                _print_heatmap(console, matrix, rows, cols,
+                               _map_title(role, layer, head, maps.shape[:2], rank if detailed else None))
 
 
 def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
@@ -521,17 +541,67 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     return results
 
 
-def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | None) -> Any:
-    from attnlab.viz.heatmap import render_heatmap
-    matrix = hyp.attention.float()
-    rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
-    title = "attention" if rank is None else f"attention, hypothesis {rank}"
-    # Without colours (output piped to a file) the cells would be blank: print the weights.
-    console = _console()
-    plain = not console.is_terminal or console.no_color
-    return render_heatmap(
-        matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
-    )
+def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
+    """[L, H, rows, cols] weights of ``role`` for one hypothesis (None when not kept).
+
+    Cross-attention comes from decoding itself; the self-attentions from one teacher-forced
+    pass over the hypothesis (the same maps the decoder computed, all at once)."""
+    if role == "cross":
+        return hyp.attention_layers.float() if hyp.attention_layers is not None else None
+    import torch
+
+    from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+    src = torch.tensor([loaded.src_vocab.encode(source_tokens)], device=device)
+    tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)
+    with torch.no_grad():
+        out = loaded.model(src, src != PAD_ID, tgt_in, need_weights=True)
+    weights = out.attentions.get(ROLES[role])
+    return weights[0].float().cpu() if weights is not None else None
+
+
+def _matrix_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
+               layer: int | None, head: int | None) -> tuple[Any, list[str], list[str]]:
+    """One [rows, cols] map chosen by --layer/--head, with its row and column tokens."""
+    n_layers, n_heads = maps.shape[:2]
+    for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
+        if value is not None and not 0 <= value < count:
+            raise AttnlabError(f"{flag} {value}: this model has {count} "
+                               f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+    per_layer = maps[n_layers - 1 if layer is None else layer]
+    matrix = per_layer.mean(dim=0) if head is None else per_layer[head]
+    targets = list(tokens) + (["</s>"] if hyp.finished else [])
+    inputs = ["<s>", *tokens]
+    rows, cols = {
+        "cross": (targets, list(source_tokens)),
+        "enc-self": (list(source_tokens), list(source_tokens)),
+        "dec-self": (inputs, inputs),
+    }[role]
+    rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
+    return matrix[: len(rows), : len(cols)], rows, cols
+
+
+def _map_title(role: str, layer: int | None, head: int | None, shape: tuple[int, int],
+               rank: int | None) -> str:
+    """e.g. ``decoder self-attention (target × target), layer 1/2, head 0/4``."""
+    name = {"cross": "cross-attention", "enc-self": "encoder self-attention",
+            "dec-self": "decoder self-attention"}[role]
+    rows, cols = ROLE_AXES[role]
+    n_layers, n_heads = int(shape[0]), int(shape[1])
+    where = f"layer {n_layers - 1 if layer is None else layer}/{n_layers}"
+    which = "head average" if head is None else f"head {head}/{n_heads}"
+    title = f"{name} ({rows} × {cols}), {where}, {which}"
+    return title if rank is None else f"hypothesis {rank}: {title}"
+
+
+def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
+    if not console.is_terminal or console.no_color:
+        click.echo(render_plain_heatmap(matrix, rows, cols, title=title))
+        return
+    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width))
 
 
 # -- registries and runs ----------------------------------------------------------------------------
@@ -584,37 +654,68 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
+    from attnlab.viz.text import run_label
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
     found = list_runs(directory)
     console = _console()
-    wide = console.width >= 110  # narrow terminals get the essential columns only
-    columns = ["run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status"]
-    if not wide:
-        columns = ["run", "model", "steps", "BLEU", "EM", "status"]
-    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
-    for column in columns:
-        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
-    for r in found:
-        cells = {
+    rows = [
+        {
             "run": r.path.name,
-            "task": r.task,
-            "model": f"{r.task} {r.arch} {r.attention}" if not wide else f"{r.arch} {r.attention}",
+            "task": str(r.task),
+            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
             "steps": str(r.steps),
             "BLEU": _fmt(r.best_bleu, 1),
             "chrF": _fmt(r.best_chrf, 1),
             "EM": _fmt(r.best_exact_match, 2),
             "tok/s": _fmt(r.tokens_per_s, 0),
-            "status": r.status,
+            "status": str(r.status),
         }
+        for r in found
+    ]
+    columns, run_width = _runs_columns(rows, console.width)
+    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
+    for column in columns:
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for cells in rows:
+        cells["run"] = run_label(cells["run"], run_width)
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
     for r in found:  # after the table: skipped log lines, an unreadable config.toml
         for warning in r.warnings:
             click.echo(f"warning: {warning}", err=True)
+
+
+RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+# Most telling first; what does not fit the terminal is left out (the run name is cut in the
+# middle down to RUNS_MIN_NAME characters before any metric goes).
+RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "steps", "task", "params",
+                 "+run")  # "+run": then the run name grows to RUNS_FULL_NAME
+RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+
+
+def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+    def need(column: str) -> int:  # content or header, plus padding and separator (3)
+        return max([len(column), *(len(r[column]) for r in rows)]) + 3
+
+    longest = need("run") - 3
+    run_width = min(longest, RUNS_MIN_NAME)
+    used = 1 + run_width + 3  # 1: the table's outer edge
+    chosen = ["run"]
+    for column in RUNS_PRIORITY[1:]:
+        if column == "+run":
+            grow = min(longest, RUNS_FULL_NAME) - run_width
+            run_width += max(min(grow, width - used), 0)
+            used += max(min(grow, width - used), 0)
+        elif used + need(column) <= width:
+            chosen.append(column)
+            used += need(column)
+    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
+    return [c for c in RUNS_ORDER if c in chosen], run_width
 
 
 @cli.command()

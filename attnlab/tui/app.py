@@ -140,6 +140,7 @@ class AttnLab(App[None]):
     def on_resize(self, event: events.Resize) -> None:
         # At 80 columns the side panels shrink (see app.tcss ".narrow").
         self.set_class(event.size.width < 90, "narrow")
+        self.set_class(event.size.height < 30, "short")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="registries")
     def load_registries(self) -> None:
