@@ -200,7 +200,9 @@ def _tensor_bytes(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -
     return safetensors_bytes(cpu, metadata=metadata)
 
 
-def save_tensors(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str] | None = None) -> None:
+def save_tensors(
+    path: Path, tensors: dict[str, Tensor], metadata: dict[str, str] | None = None
+) -> None:
     """safetensors file, atomically (tensors are made contiguous CPU copies)."""
     atomic_write_bytes(path, _tensor_bytes(tensors, metadata))
 
@@ -346,7 +348,8 @@ def save_checkpoint(
     final = checkpoint_dir(run_dir, tag)
     root = final.parent
     stamp = {"attnlab.step": str(int(step))}
-    files: list[tuple[str, Any]] = [(MODEL_FILE, lambda: _tensor_bytes(dict(model.state_dict()), stamp))]
+    weights = dict(model.state_dict())
+    files: list[tuple[str, Any]] = [(MODEL_FILE, lambda: _tensor_bytes(weights, stamp))]
     if trainer_state is not None:
         tensors, scalars = trainer_state
         files.append((STATE_TENSORS, lambda: _tensor_bytes(tensors, stamp)))
@@ -544,7 +547,9 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         return _read_checkpoint_dir(resolved)
     tensors, metadata = read_tensors(resolved)
     if "attnlab.config" not in metadata:
-        raise AttnlabError(f"{resolved}: a safetensors file without attnlab metadata (not an attnlab export)")
+        raise AttnlabError(
+            f"{resolved}: a safetensors file without attnlab metadata (not an attnlab export)"
+        )
     try:
         meta = {
             "format": metadata.get("attnlab.format", EXPORT_FORMAT),
@@ -574,7 +579,10 @@ def _shapes(model: Any) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def _build_shapes(config: ExperimentConfig, n_src: int, n_tgt: int) -> dict[str, tuple[int, ...]] | None:
+Shapes = dict[str, tuple[int, ...]]
+
+
+def _build_shapes(config: ExperimentConfig, n_src: int, n_tgt: int) -> Shapes | None:
     """Weight shapes the config builds (on the meta device: nothing is allocated)."""
     import torch
 
@@ -588,7 +596,7 @@ def _build_shapes(config: ExperimentConfig, n_src: int, n_tgt: int) -> dict[str,
 
 
 def _explain_mismatch(
-    config: ExperimentConfig, n_src: int, n_tgt: int, want: dict[str, tuple[int, ...]], have: dict[str, tuple[int, ...]]
+    config: ExperimentConfig, n_src: int, n_tgt: int, want: Shapes, have: Shapes
 ) -> str:
     """Name the meta.json value that the weights contradict, else the first differing tensor."""
     import dataclasses
@@ -596,14 +604,21 @@ def _explain_mismatch(
     dims = sorted({d for shape in want.values() for d in shape} | set(range(1, 9)))
     for key in _SHAPE_KEYS.get(config.model.arch, ()):
         current = getattr(config.model, key)
-        options = [not current] if isinstance(current, bool) else dims if isinstance(current, int) else []
+        if isinstance(current, bool):
+            options = [not current]
+        else:
+            options = dims if isinstance(current, int) else []
         for value in options:
             if value == current:
                 continue
-            candidate = dataclasses.replace(config, model=dataclasses.replace(config.model, **{key: value}))
+            model = dataclasses.replace(config.model, **{key: value})
+            candidate = dataclasses.replace(config, model=model)
             if _build_shapes(candidate, n_src, n_tgt) == want:
                 shown = json.dumps(current) if isinstance(current, bool) else current
-                return f"model.{key}={shown} in {META_FILE} does not match its weights ({json.dumps(value)})"
+                return (
+                    f"model.{key}={shown} in {META_FILE} does not match its weights "
+                    f"({json.dumps(value)})"
+                )
     for name, n, other in (("src_vocab", n_src, n_tgt), ("tgt_vocab", n_tgt, n_src)):
         for value in dims:
             sizes = (value, other) if name == "src_vocab" else (other, value)
@@ -613,7 +628,10 @@ def _explain_mismatch(
         if want.get(name) != have.get(name):
             got = "absent" if name not in want else f"shape {list(want[name])}"
             built = "absent" if name not in have else f"shape {list(have[name])}"
-            return f"tensor {name} is {got} in the weights but {built} in the model {META_FILE} builds"
+            return (
+                f"tensor {name} is {got} in the weights but {built} "
+                f"in the model {META_FILE} builds"
+            )
     return "weights do not match the model"  # pragma: no cover - the shapes differ somewhere
 
 
@@ -631,7 +649,8 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     have = _shapes(model)
     want = {k: tuple(v.shape) for k, v in tensors.items()}
     if want != have:
-        reason = _explain_mismatch(config, len(dataset.src_vocab), len(dataset.tgt_vocab), want, have)
+        sizes = len(dataset.src_vocab), len(dataset.tgt_vocab)
+        reason = _explain_mismatch(config, *sizes, want, have)
         raise AttnlabError(f"checkpoint {resolved}: {reason}")
     model.load_state_dict(tensors)
     model.to(device).eval()
@@ -648,7 +667,9 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     )
 
 
-def export_checkpoint(run_dir: Path, out_file: Path, which: str = "best", force: bool = False) -> Path:
+def export_checkpoint(
+    run_dir: Path, out_file: Path, which: str = "best", force: bool = False
+) -> Path:
     """One self-contained ``.safetensors`` file: weights + JSON metadata (config, vocabularies,
     tokenizers, metrics). ``which`` = best | last; ``best`` falls back to ``last`` if absent.
     An existing ``out_file`` is replaced only with ``force``; the file appears whole or not
@@ -742,11 +763,15 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     for key in _STATE_SECONDS:
         value = state.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise AttnlabError(f"{path}: field \"{key}\" {json.dumps(value)} is not a number of seconds")
+            raise AttnlabError(
+                f"{path}: field \"{key}\" {json.dumps(value)} is not a number of seconds"
+            )
     optimizer = state.get("optimizer")
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list):
         what = "is missing" if optimizer is None else "has no param_groups list"
-        raise AttnlabError(f"{path}: field \"optimizer\" (the optimiser state) {what}; cannot resume")
+        raise AttnlabError(
+            f"{path}: field \"optimizer\" (the optimiser state) {what}; cannot resume"
+        )
     if not isinstance(state.get("lr_schedule", {}), dict):
         raise AttnlabError(f"{path}: field \"lr_schedule\" must be a JSON object")
     return state
@@ -771,7 +796,9 @@ def read_trainer_state(run_dir: Path) -> tuple[dict[str, Tensor], dict[str, Any]
     return weights, state, state_tensors
 
 
-def check_resume_weights(run_dir: Path, model: Any, weights: dict[str, Tensor], config: ExperimentConfig) -> None:
+def check_resume_weights(
+    run_dir: Path, model: Any, weights: dict[str, Tensor], config: ExperimentConfig
+) -> None:
     """Refuse a resume whose config (config.toml, --set) builds other weight shapes than the
     checkpoint holds, naming the model keys that changed."""
     want = {k: tuple(v.shape) for k, v in weights.items()}
@@ -783,7 +810,9 @@ def check_resume_weights(run_dir: Path, model: Any, weights: dict[str, Tensor], 
     changed = [f"model.{k}={json.dumps(now.get(k))} (checkpoint: {json.dumps(saved.get(k))})"
                for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     what = "; ".join(changed) if changed else "the vocabularies differ"
-    raise AttnlabError(f"cannot resume {run_dir}: the architecture changed since its checkpoint: {what}")
+    raise AttnlabError(
+        f"cannot resume {run_dir}: the architecture changed since its checkpoint: {what}"
+    )
 
 
 # -- listing runs --------------------------------------------------------------------------------

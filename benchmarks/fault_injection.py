@@ -34,9 +34,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = (
-    "data.train_size=64", "data.dev_size=8", "data.test_size=8", "data.max_len=8",
-    "model.hidden=16", "model.emb=8", "train.batch_size=16", "train.eval_every=1",
-    "train.log_every=1", "train.samples=1", "train.eval_sentences=8", "train.threads=1",
+    "data.train_size=64",
+    "data.dev_size=8",
+    "data.test_size=8",
+    "data.max_len=8",
+    "model.hidden=16",
+    "model.emb=8",
+    "train.batch_size=16",
+    "train.eval_every=1",
+    "train.log_every=1",
+    "train.samples=1",
+    "train.eval_sentences=8",
+    "train.threads=1",
 )
 
 
@@ -60,8 +69,14 @@ def _losses(events: list[dict[str, Any]]) -> list[tuple[int, float]]:
     return [(int(e["step"]), float(e["loss"])) for e in events if e.get("type") == "step"]
 
 
-def _train(work: Path, name: str, steps: int, seed: int, env: dict[str, str] | None = None,
-           resume: bool = False) -> subprocess.Popen:
+def _train(
+    work: Path,
+    name: str,
+    steps: int,
+    seed: int,
+    env: dict[str, str] | None = None,
+    resume: bool = False,
+) -> subprocess.Popen:
     args = [sys.executable, "-m", "attnlab", "train", "--quiet", "--device", "cpu"]
     if resume:
         args += ["--resume", str(work / name)]
@@ -104,7 +119,9 @@ def _loadable(run_dir: Path) -> bool | None:
     return loaded.step == int(state["step"])
 
 
-def one_kill(work: Path, name: str, kind: str, rng: random.Random, args, reference) -> dict[str, Any]:
+def one_kill(
+    work: Path, name: str, kind: str, rng: random.Random, args, reference
+) -> dict[str, Any]:
     run_dir = work / name
     env = {"ATTNLAB_FAULT_SAVE_DELAY": str(args.delay)} if kind == "timed" else {}
     proc = _train(work, name, args.steps, args.seed, env)
@@ -116,12 +133,24 @@ def one_kill(work: Path, name: str, kind: str, rng: random.Random, args, referen
         skip = rng.randrange(0, max(args.steps - 2, 1))  # which save to hit
         root = run_dir / "checkpoints"
         for _ in range(skip + 1):
-            _wait_for(lambda: any(p.name.startswith(".last.") for p in root.glob(".*")) or proc.poll() is not None)
+            _wait_for(
+                lambda: (
+                    any(p.name.startswith(".last.") for p in root.glob(".*"))
+                    or proc.poll() is not None
+                )
+            )
             if _ == skip:
                 break
-            _wait_for(lambda: not any(p.name.startswith(".last.") for p in root.glob(".*")) or proc.poll() is not None)
+            _wait_for(
+                lambda: (
+                    not any(p.name.startswith(".last.") for p in root.glob(".*"))
+                    or proc.poll() is not None
+                )
+            )
         time.sleep(rng.uniform(0.0, 5 * args.delay))  # 4 files + 1 rename gap, each delayed
-        inside = any(p.name.startswith(".last.") for p in root.glob(".*")) if root.exists() else False
+        inside = (
+            any(p.name.startswith(".last.") for p in root.glob(".*")) if root.exists() else False
+        )
     finished_first = proc.poll() is not None
     if not finished_first:
         os.kill(proc.pid, signal.SIGKILL)
@@ -136,12 +165,20 @@ def one_kill(work: Path, name: str, kind: str, rng: random.Random, args, referen
         if resume_rc:
             print(f"  resume failed ({resume_rc}): {err.decode()[-500:]}", file=sys.stderr)
     losses = _losses(_events(run_dir))
-    same = resume_rc == 0 and bool(losses) and losses[-1][0] == args.steps and all(
-        reference["losses"].get(step) == loss for step, loss in losses
+    same = (
+        resume_rc == 0
+        and bool(losses)
+        and losses[-1][0] == args.steps
+        and all(reference["losses"].get(step) == loss for step, loss in losses)
     )
     return {
-        "kind": kind, "finished_first": finished_first, "inside_save": inside, "loadable": loadable,
-        "same_losses": same, "left_temporaries": bool(left), "clean_after_resume": not _scratch(run_dir),
+        "kind": kind,
+        "finished_first": finished_first,
+        "inside_save": inside,
+        "loadable": loadable,
+        "same_losses": same,
+        "left_temporaries": bool(left),
+        "clean_after_resume": not _scratch(run_dir),
         "temporaries": left,
     }
 
@@ -159,7 +196,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=12, help="kills of each kind")
     parser.add_argument("--random", type=int, default=None, help="random kills (default --n)")
     parser.add_argument("--timed", type=int, default=None, help="kills inside a save (default --n)")
@@ -168,10 +207,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="training steps of each run")
     parser.add_argument("--delay", type=float, default=0.1, help="ATTNLAB_FAULT_SAVE_DELAY (s)")
     parser.add_argument("--work", type=Path, default=None, help="where the runs go (default: temp)")
-    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", help="also print the figures as one JSON line"
+    )
     args = parser.parse_args()
     n = 3 if args.quick else args.n
-    counts = {"random": n if args.random is None else args.random, "timed": n if args.timed is None else args.timed}
+    counts = {
+        "random": n if args.random is None else args.random,
+        "timed": n if args.timed is None else args.timed,
+    }
     work = args.work or Path(tempfile.mkdtemp(prefix="attnlab-faults-"))
     rng = random.Random(args.seed)
 
@@ -183,31 +227,55 @@ def main() -> None:
     events = _events(work / "reference")
     times = [e["time"] for e in events if e.get("type") in ("start", "done")]
     reference = {"losses": dict(_losses(events)), "train_s": times[-1] - times[0]}
-    print(f"reference: {args.steps} steps in {reference['train_s']:.1f} s of training "
-          f"({time.perf_counter() - began:.1f} s with start-up); runs in {work}", file=sys.stderr)
+    print(
+        f"reference: {args.steps} steps in {reference['train_s']:.1f} s of training "
+        f"({time.perf_counter() - began:.1f} s with start-up); runs in {work}",
+        file=sys.stderr,
+    )
 
     figures: dict[str, Any] = {}
     for kind, count in counts.items():
         rows = []
         for i in range(count):
             rows.append(one_kill(work, f"{kind}-{i}", kind, rng, args, reference))
-            print(f"  {kind} {i}: {json.dumps({k: v for k, v in rows[-1].items() if k != 'kind'})}",
-                  file=sys.stderr)
+            print(
+                f"  {kind} {i}: {json.dumps({k: v for k, v in rows[-1].items() if k != 'kind'})}",
+                file=sys.stderr,
+            )
         figures[kind] = summarise(rows)
 
-    header = ("kill -9", "n", "inside a save", "no ckpt yet", "loadable", "same losses",
-              "left temporaries", "clean after resume")
+    header = (
+        "kill -9",
+        "n",
+        "inside a save",
+        "no ckpt yet",
+        "loadable",
+        "same losses",
+        "left temporaries",
+        "clean after resume",
+    )
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for kind, f in figures.items():
-        print(" | ".join(str(x) for x in (
-            "random moment" if kind == "random" else "inside a save", f["n"], f["inside_save"],
-            f["no_checkpoint_yet"], f"{f['loadable']}/{f['n'] - f['no_checkpoint_yet']}",
-            f"{f['same_losses']}/{f['n'] - f['no_checkpoint_yet']}", f["left_temporaries"],
-            f"{f['clean_after_resume']}/{f['n']}",
-        )))
-    print(f"({time.perf_counter() - began:.0f} s; --seed {args.seed}, {args.steps} steps, "
-          f"save delay {args.delay} s)")
+        print(
+            " | ".join(
+                str(x)
+                for x in (
+                    "random moment" if kind == "random" else "inside a save",
+                    f["n"],
+                    f["inside_save"],
+                    f["no_checkpoint_yet"],
+                    f"{f['loadable']}/{f['n'] - f['no_checkpoint_yet']}",
+                    f"{f['same_losses']}/{f['n'] - f['no_checkpoint_yet']}",
+                    f["left_temporaries"],
+                    f"{f['clean_after_resume']}/{f['n']}",
+                )
+            )
+        )
+    print(
+        f"({time.perf_counter() - began:.0f} s; --seed {args.seed}, {args.steps} steps, "
+        f"save delay {args.delay} s)"
+    )
     if args.json:
         print(json.dumps(figures))
 

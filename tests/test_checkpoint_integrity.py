@@ -51,10 +51,21 @@ def _save(run_dir, config, model, meta, params, step, tag="last"):
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(float(step))
-    state = ({"opt.0.exp_avg": torch.full((3,), float(step))},
-             {"step": step, "optimizer": {"param_groups": [], "scalars": {}}})
-    return save_checkpoint(run_dir, tag, model, config, meta, step, {"bleu": float(step)}, params,
-                           trainer_state=state if tag == "last" else None)
+    state = (
+        {"opt.0.exp_avg": torch.full((3,), float(step))},
+        {"step": step, "optimizer": {"param_groups": [], "scalars": {}}},
+    )
+    return save_checkpoint(
+        run_dir,
+        tag,
+        model,
+        config,
+        meta,
+        step,
+        {"bleu": float(step)},
+        params,
+        trainer_state=state if tag == "last" else None,
+    )
 
 
 def _loaded_step(run_dir):
@@ -69,7 +80,9 @@ def _loaded_step(run_dir):
 
 
 def _scratch(run_dir):
-    return sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name not in ("best", "last"))
+    return sorted(
+        p.name for p in (run_dir / "checkpoints").iterdir() if p.name not in ("best", "last")
+    )
 
 
 class Crash(BaseException):
@@ -91,6 +104,7 @@ def _crash_at(monkeypatch, k):
                 raise Crash
             calls["n"] += 1
             return real[name](*args, **kwargs)
+
         return op
 
     monkeypatch.setattr(runs.os, "rename", guarded("rename"))
@@ -99,8 +113,9 @@ def _crash_at(monkeypatch, k):
     return calls
 
 
-def test_a_crash_at_any_point_of_a_save_leaves_the_old_or_the_new_checkpoint(tmp_path, tiny_config,
-                                                                            monkeypatch):
+def test_a_crash_at_any_point_of_a_save_leaves_the_old_or_the_new_checkpoint(
+    tmp_path, tiny_config, monkeypatch
+):
     model, meta, params = _model_and_meta(tiny_config)
     outcomes = set()
     for k in range(20):
@@ -147,8 +162,10 @@ def test_a_mixed_checkpoint_is_refused_on_load_and_resume(tmp_path, tiny_config)
     model, meta, params = _model_and_meta(tiny_config)
     run_dir = tmp_path / "run"
     _save(run_dir, tiny_config, model, meta, params, 1)
-    old = {name: (run_dir / "checkpoints" / "last" / name).read_bytes()
-           for name in ("meta.json", "trainer_state.json", "trainer_state.safetensors")}
+    old = {
+        name: (run_dir / "checkpoints" / "last" / name).read_bytes()
+        for name in ("meta.json", "trainer_state.json", "trainer_state.safetensors")
+    }
     _save(run_dir, tiny_config, model, meta, params, 2)
     last = run_dir / "checkpoints" / "last"
     for name, data in old.items():  # what the old per-file saves could leave after a kill
@@ -177,8 +194,9 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint(tmp_path, tiny_confi
     assert _loaded_step(run_dir) == 1 and _scratch(run_dir) == []
 
 
-def test_enospc_during_training_ends_the_run_with_an_io_error_event(tmp_path, tiny_config,
-                                                                   monkeypatch):
+def test_enospc_during_training_ends_the_run_with_an_io_error_event(
+    tmp_path, tiny_config, monkeypatch
+):
     run_dir = tmp_path / "run"
     real, full = runs._write_fd, {"now": False}
 
@@ -206,8 +224,9 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(tmp_path, ti
 
 def test_enospc_in_the_cli_is_one_line_and_exit_2(tmp_path, tiny_sets, monkeypatch):
     monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
-    result = CliRunner().invoke(cli, ["train", "--out", str(tmp_path), "--run-name", "r",
-                                      "--quiet", *tiny_sets])
+    result = CliRunner().invoke(
+        cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0]
@@ -230,8 +249,13 @@ def test_every_run_file_follows_the_umask(tmp_path, tiny_config, umask):
         out = export_checkpoint(run_dir, tmp_path / "bundle" / "m.safetensors")
     finally:
         os.umask(old)
-    files = [run_dir / "config.toml", run_dir / "events.jsonl", out,
-             *(run_dir / "checkpoints" / "last").iterdir(), *(run_dir / "checkpoints" / "best").iterdir()]
+    files = [
+        run_dir / "config.toml",
+        run_dir / "events.jsonl",
+        out,
+        *(run_dir / "checkpoints" / "last").iterdir(),
+        *(run_dir / "checkpoints" / "best").iterdir(),
+    ]
     dirs = [run_dir / "checkpoints", run_dir / "checkpoints" / "last", out.parent]
     assert len(files) == 9
     for path in files:
@@ -260,31 +284,56 @@ def test_meta_config_that_disagrees_with_the_weights_names_the_key(tiny_run, tin
     _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=12))
     with pytest.raises(AttnlabError) as err:
         load_checkpoint(last)
-    assert str(err.value) == f"checkpoint {last}: model.hidden=12 in meta.json does not match its weights (16)"
+    assert (
+        str(err.value)
+        == f"checkpoint {last}: model.hidden=12 in meta.json does not match its weights (16)"
+    )
     _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=16, emb=4))
-    with pytest.raises(AttnlabError, match=r"model\.emb=4 in meta\.json does not match its weights \(8\)"):
+    with pytest.raises(
+        AttnlabError, match=r"model\.emb=4 in meta\.json does not match its weights \(8\)"
+    ):
         load_checkpoint(last)
     _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(emb=8, layers=2))
-    with pytest.raises(AttnlabError, match=r"model\.layers=2 in meta\.json does not match its weights \(1\)"):
+    with pytest.raises(
+        AttnlabError, match=r"model\.layers=2 in meta\.json does not match its weights \(1\)"
+    ):
         load_checkpoint(last)
-    _edit_json(last / "meta.json", lambda m: (m["config"]["model"].update(layers=1),
-                                              m["dataset"]["tgt_vocab"].append("extra")))
-    with pytest.raises(AttnlabError, match=r"dataset\.tgt_vocab in meta\.json has \d+ entries but its weights have"):
+    _edit_json(
+        last / "meta.json",
+        lambda m: (
+            m["config"]["model"].update(layers=1),
+            m["dataset"]["tgt_vocab"].append("extra"),
+        ),
+    )
+    with pytest.raises(
+        AttnlabError, match=r"dataset\.tgt_vocab in meta\.json has \d+ entries but its weights have"
+    ):
         load_checkpoint(last)
 
 
 def test_two_changed_keys_name_the_tensor_and_both_shapes(tiny_run):
     last = tiny_run / "checkpoints" / "last"
     _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=12, emb=4))
-    with pytest.raises(AttnlabError, match=r"tensor \S+ is shape \[\d+(, \d+)*\] in the weights but shape"):
+    with pytest.raises(
+        AttnlabError, match=r"tensor \S+ is shape \[\d+(, \d+)*\] in the weights but shape"
+    ):
         load_checkpoint(last)
 
 
-@pytest.mark.parametrize(("edit", "needle"), [
-    (lambda m: m.update(config=[1, 2]), 'meta.json: field "config" must be a table (JSON object), got a list'),
-    (lambda m: m.pop("dataset"), 'meta.json: field "dataset" must be a table (JSON object), got missing'),
-    (lambda m: m.update(step="abc"), 'meta.json: field "step" "abc" is not a step count'),
-])
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (
+            lambda m: m.update(config=[1, 2]),
+            'meta.json: field "config" must be a table (JSON object), got a list',
+        ),
+        (
+            lambda m: m.pop("dataset"),
+            'meta.json: field "dataset" must be a table (JSON object), got missing',
+        ),
+        (lambda m: m.update(step="abc"), 'meta.json: field "step" "abc" is not a step count'),
+    ],
+)
 def test_a_malformed_meta_json_is_one_line(tiny_run, edit, needle):
     last = tiny_run / "checkpoints" / "last"
     _edit_json(last / "meta.json", edit)
@@ -293,11 +342,14 @@ def test_a_malformed_meta_json_is_one_line(tiny_run, edit, needle):
     assert str(err.value) == f"{last}/{needle}" or str(err.value).startswith(f"{last}/{needle}")
 
 
-@pytest.mark.parametrize(("edit", "needle"), [
-    (lambda s: s.pop("optimizer"), 'field "optimizer" (the optimiser state) is missing'),
-    (lambda s: s.update(step="abc"), 'field "step" "abc" is not a step count'),
-    (lambda s: s.update(epoch=1.5), 'field "epoch" 1.5 is not a step count'),
-])
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda s: s.pop("optimizer"), 'field "optimizer" (the optimiser state) is missing'),
+        (lambda s: s.update(step="abc"), 'field "step" "abc" is not a step count'),
+        (lambda s: s.update(epoch=1.5), 'field "epoch" 1.5 is not a step count'),
+    ],
+)
 def test_a_malformed_trainer_state_is_one_line(tiny_run, edit, needle):
     path = tiny_run / "checkpoints" / "last" / "trainer_state.json"
     _edit_json(path, edit)
@@ -309,9 +361,14 @@ def test_a_malformed_trainer_state_is_one_line(tiny_run, edit, needle):
 def test_resume_after_an_architecture_change_names_the_key(tmp_path, tiny_config):
     run_dir = tmp_path / "run"
     Trainer(tiny_config, run_dir, device="cpu").run()
-    wider = replace(tiny_config, model=replace(tiny_config.model, hidden=24),
-                    train=replace(tiny_config.train, max_steps=9))
-    with pytest.raises(AttnlabError, match=r"architecture changed .*model\.hidden=24 \(checkpoint: 16\)"):
+    wider = replace(
+        tiny_config,
+        model=replace(tiny_config.model, hidden=24),
+        train=replace(tiny_config.train, max_steps=9),
+    )
+    with pytest.raises(
+        AttnlabError, match=r"architecture changed .*model\.hidden=24 \(checkpoint: 16\)"
+    ):
         Trainer(wider, run_dir, device="cpu", resume=True).run()
     faster = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, lr=1e-3))
     assert Trainer(faster, run_dir, device="cpu", resume=True).run()["step"] == 9  # not shapes
@@ -323,7 +380,9 @@ def _invoke(*args):
 
 def _one_error(result):
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
+        result.output
+    )
     return lines[0]
 
 
@@ -382,7 +441,11 @@ def test_stale_checkpoint_temporaries_are_removed_at_the_next_start(tmp_path, ti
     Trainer(more, run_dir, device="cpu", resume=True).run()
     assert _scratch(run_dir) == []
     assert sorted(p.name for p in (root / "last").iterdir()) == [
-        "meta.json", "model.safetensors", "trainer_state.json", "trainer_state.safetensors"]
+        "meta.json",
+        "model.safetensors",
+        "trainer_state.json",
+        "trainer_state.safetensors",
+    ]
     assert not any(p.name.endswith(".tmp") for p in run_dir.iterdir())
 
 
@@ -394,9 +457,23 @@ def test_kill_9_inside_checkpoint_saves_always_leaves_a_resumable_checkpoint(tmp
     root = Path(__file__).resolve().parents[1]
     script = root / "benchmarks" / "fault_injection.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--timed", "3", "--random", "0", "--seed", "3", "--json",
-         "--work", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            str(script),
+            "--timed",
+            "3",
+            "--random",
+            "0",
+            "--seed",
+            "3",
+            "--json",
+            "--work",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
