@@ -126,31 +126,21 @@ def one_kill(
     env = {"ATTNLAB_FAULT_SAVE_DELAY": str(args.delay)} if kind == "timed" else {}
     proc = _train(work, name, args.steps, args.seed, env)
     started = _wait_for(lambda: any(e.get("type") == "start" for e in _events(run_dir)))
-    inside = False
+    root = run_dir / "checkpoints"
+
+    def saving() -> bool:  # a save's scratch directory exists: the trainer is inside a save
+        return root.exists() and any(p.name.startswith(".last.") for p in root.glob(".*"))
+
     if kind == "random":
         time.sleep(rng.uniform(0.0, reference["train_s"]) if started else 0.0)
     else:
         skip = rng.randrange(0, max(args.steps - 2, 1))  # which save to hit
-        root = run_dir / "checkpoints"
-        for _ in range(skip + 1):
-            _wait_for(
-                lambda: (
-                    any(p.name.startswith(".last.") for p in root.glob(".*"))
-                    or proc.poll() is not None
-                )
-            )
-            if _ == skip:
-                break
-            _wait_for(
-                lambda: (
-                    not any(p.name.startswith(".last.") for p in root.glob(".*"))
-                    or proc.poll() is not None
-                )
-            )
+        for index in range(skip + 1):
+            _wait_for(lambda: saving() or proc.poll() is not None)
+            if index < skip:
+                _wait_for(lambda: not saving() or proc.poll() is not None)
         time.sleep(rng.uniform(0.0, 5 * args.delay))  # 4 files + 1 rename gap, each delayed
-        inside = (
-            any(p.name.startswith(".last.") for p in root.glob(".*")) if root.exists() else False
-        )
+    inside = saving()
     finished_first = proc.poll() is not None
     if not finished_first:
         os.kill(proc.pid, signal.SIGKILL)
