@@ -722,13 +722,14 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the .safetensors file to write")
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
-def export(run: Path, out_file: Path, which: str) -> None:
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+def export(run: Path, out_file: Path, which: str, force: bool) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import export_checkpoint
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
-    path = export_checkpoint(run, out_file, which)
+    path = export_checkpoint(run, out_file, which, force=force)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 

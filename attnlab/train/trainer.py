@@ -40,11 +40,14 @@ from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.runs import (
     CONTROL_FILE,
+    WriteError,
+    check_resume_weights,
     checkpoint_dir,
     jsonable,
     lock_run_dir,
     optimizer_from_tensors,
     optimizer_to_tensors,
+    prepare_checkpoints,
     read_trainer_state,
     require_run_dir,
     save_checkpoint,
@@ -159,6 +162,7 @@ class Trainer:
         self.total_tokens = 0
         self.train_time = 0.0  # seconds spent stepping (tokens/s over the run)
         self._last_saved_step = -1
+        prepare_checkpoints(self.run_dir)  # finish or clear what a killed save left behind
         if self.resume:
             self._load_resume_state()
         if self._signalled:  # Ctrl+C during set-up: stop before writing anything
@@ -170,6 +174,7 @@ class Trainer:
 
     def _load_resume_state(self) -> None:
         weights, state, tensors = read_trainer_state(self.run_dir)
+        check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
@@ -238,11 +243,12 @@ class Trainer:
                 reason = "error"
             except Exception as err:
                 oom = is_out_of_memory(err)
+                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
                 self.events.emit(
                     "error",
                     self.step,
-                    message=f"{type(err).__name__}: {err}",
-                    kind="oom" if oom else "exception",
+                    message=str(err) if io else f"{type(err).__name__}: {err}",
+                    kind="oom" if oom else "io" if io else "exception",
                 )
                 self._done("error")
                 raise
