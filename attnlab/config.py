@@ -9,6 +9,8 @@ here. Every user mistake raises AttnlabError naming the key, the value and what 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -52,7 +54,9 @@ class DataConfig:
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
     max_pairs: int = 0  # corpora: keep only the first N pairs of each split (0 = all)
-    train_max_tokens: int = 0  # corpora: drop training pairs longer than N tokens (0 = keep all)
+    # corpora: drop training pairs longer than N tokens (0 = keep all). On by default: one
+    # stray 100k-token line would otherwise ask for gigabytes in its batch.
+    train_max_tokens: int = 250
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,31 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
+# A run name (and a config's ``name``, the default run-name prefix) is one path component:
+# it can never point outside ``--out`` ("..", "/", an absolute path) or hide (".").
+NAME_MAX = 128
+NAME_RULE = (
+    'one path component of letters, digits, ".", "_" and "-", not "." or "..", '
+    f"at most {NAME_MAX} characters"
+)
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` when it is a valid run name, else AttnlabError naming ``what`` and the rule."""
+    text = str(value)
+    if _NAME.fullmatch(text) is None or text in (".", "..") or len(text) > NAME_MAX:
+        raise AttnlabError(f"{what}: {text!r} is not a valid run name; a run name is {NAME_RULE}")
+    return text
+
+
+def safe_name(text: str) -> str:
+    """A valid name made from free text (a file stem, registry names): runs of other
+    characters become "-"; never empty, "." or ".."."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:NAME_MAX].strip("-")
+    return name if name.strip(".") else "experiment"
+
+
 def _attention_hparams() -> dict[str, Any]:
     """All hyper-parameters declared by registered attention variants: name -> HParam."""
     from attnlab.nn.attention import ATTENTION  # registry import registers the variants
@@ -258,9 +287,12 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, str):
             value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
         try:
-            return tuple(float(v) for v in value)
+            numbers = tuple(float(v) for v in value)
         except (TypeError, ValueError):
             raise AttnlabError(f"{key} must be a list of numbers, got {value!r}") from None
+        if not all(math.isfinite(v) for v in numbers):
+            raise AttnlabError(f"{key} must be a list of finite numbers, got {value!r}")
+        return numbers
     if kind is int:
         if isinstance(value, bool):
             raise AttnlabError(f"{key} must be an integer, got {value!r}")
@@ -275,15 +307,29 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool):
             raise AttnlabError(f"{key} must be a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise AttnlabError(f"{key} must be a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise AttnlabError(f"{key}={value} must be a finite number")
+        return number
     if kind is str:
         return str(value)
     return value
 
 
+# Fixed-length lists: key -> (length, low, high), every element in [low, high).
+TUPLES: dict[str, tuple[int, float, float]] = {
+    "train.betas": (2, 0.0, 1.0),  # Adam's decay rates: each in [0, 1)
+}
+
+
 def _check_value(key: str, value: Any) -> None:
+    if key in TUPLES:
+        length, low, high = TUPLES[key]
+        if len(value) != length or not all(low <= v < high for v in value):
+            shown = ",".join(f"{v:g}" for v in value)
+            raise AttnlabError(f"{key}={shown} must be {length} numbers, each in [{low:g}, {high:g})")
     if key in CHOICES and value not in CHOICES[key]:
         raise unknown_choice(key, str(value), CHOICES[key])
     if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -299,18 +345,23 @@ def _set_in(section_name: str, values: dict[str, Any], key: str, raw: Any, sourc
     cls = SECTIONS[section_name]
     defaults = {f.name: f.default for f in fields(cls) if f.name != "attn_params"}
     full = f"{section_name}.{key}"
-    if key in defaults:
-        value = _coerce(full, raw, defaults[key])
-        _check_value(full, value)
-        values[key] = value
-        return
-    if section_name == "model":
-        hparams = _attention_hparams()
+    try:
+        if key in defaults:
+            value = _coerce(full, raw, defaults[key])
+            _check_value(full, value)
+            values[key] = value
+            return
+        hparams = _attention_hparams() if section_name == "model" else {}
         if key in hparams:
             values.setdefault("attn_params", {})[key] = hparams[key].validate(
                 _coerce(full, raw, hparams[key].default)
             )
             return
+    except AttnlabError as err:
+        if source in ("--set", "config"):
+            raise
+        raise AttnlabError(f"{source}: {err}") from None  # name the preset / file it came from
+    if section_name == "model":
         valid = list(defaults) + [k for k in hparams if k not in defaults]
     else:
         valid = list(defaults)
@@ -360,7 +411,7 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, 
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
         path, value = (part.strip() for part in item.split("=", 1))
         if path in ("name", "description"):
-            raw[path] = value
+            raw[path] = check_name(value, f"--set {item!r}") if path == "name" else value
             continue
         if "." not in path:
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
@@ -407,7 +458,10 @@ def resolve_preset(name_or_file: str) -> Path:
 def load_preset(name_or_file: str) -> ExperimentConfig:
     path = resolve_preset(name_or_file)
     raw = load_toml(path)
-    raw.setdefault("name", path.stem)
+    if "name" in raw:  # a shared preset must not place run directories anywhere
+        check_name(raw["name"], f"{path}: name")
+    else:
+        raw["name"] = safe_name(path.stem)
     return validate(from_dict(raw, source=str(path)))
 
 
@@ -459,3 +513,28 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+# What a resumed run must keep: every model.* key builds the weights (dropout aside, it has
+# none), and these data keys build the vocabularies the embeddings are indexed by.
+RESUME_FREE_MODEL_KEYS = ("dropout",)
+VOCABULARY_KEYS = (
+    "task", "vocab_size", "tokenizer", "subword_vocab", "lowercase", "min_freq", "max_vocab",
+    "shared_vocab",
+)
+
+
+def shaping_change(
+    saved: dict[str, Any], config: ExperimentConfig, source: str
+) -> tuple[str, Any, Any] | None:
+    """The first ``(key, saved value, new value)`` where ``config`` builds a different model or
+    vocabulary than ``saved`` (a checkpoint's config table), or None."""
+    before = to_dict(from_dict(saved, source=source))  # fills keys an older version did not write
+    after = to_dict(config)
+    model_keys = sorted(set(before["model"]) | set(after["model"]))
+    checked = [("model", k) for k in model_keys if k not in RESUME_FREE_MODEL_KEYS]
+    for section, key in [*checked, *(("data", k) for k in VOCABULARY_KEYS)]:
+        old, new = before[section].get(key), after[section].get(key)
+        if old != new:
+            return f"{section}.{key}", old, new
+    return None

@@ -9,14 +9,14 @@ else ``<enc-self>_<dec-self>_<cross>``. Names are one path component of ``[A-Za-
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
-from attnlab.config import ExperimentConfig, ModelConfig
+from attnlab.config import NAME_MAX, ExperimentConfig, ModelConfig, safe_name
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
+# Room for "-YYYYmmdd-HHMMSS" and the lab's "-N" collision suffix within NAME_MAX.
+EXPERIMENT_NAME_MAX = NAME_MAX - 24
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,11 @@ def variants_text(model: ModelConfig, sep: str = "_") -> str:
     return roles_text(attention_roles(model), sep)
 
 
-def safe_component(text: str) -> str:
-    """``text`` as one path component of ``[A-Za-z0-9._-]`` (runs of other characters -> ``-``)."""
-    cleaned = _UNSAFE.sub("-", text).strip("-")
-    return cleaned.lstrip(".") or "run"
-
-
 def experiment_name(config: ExperimentConfig) -> str:
-    """``<task>-<arch>-<variants>``: what the experiment is, without a time stamp."""
-    return safe_component(f"{config.data.task}-{config.model.arch}-{variants_text(config.model)}")
+    """``<task>-<arch>-<variants>``: what the experiment is, without a time stamp; a valid run
+    name (``attnlab.config.safe_name``, the run-name rule) short enough for a stamp and suffix."""
+    text = f"{config.data.task}-{config.model.arch}-{variants_text(config.model)}"
+    return safe_name(text)[:EXPERIMENT_NAME_MAX].rstrip("-")
 
 
 def run_name_for(config: ExperimentConfig, now: float | None = None) -> str:

@@ -179,3 +179,15 @@ def test_exit_codes_in_a_real_process(tmp_path):
 
     missing = _run("translate", str(tmp_path / "no-such-run"), "1 2 3")
     assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+
+
+def test_quiet_training_still_prints_why_it_stopped_on_a_nan(tmp_path, tiny_sets, monkeypatch):
+    import attnlab.train.trainer as trainer_module
+
+    real = trainer_module.token_loss_sum
+    monkeypatch.setattr(trainer_module, "token_loss_sum", lambda *a, **k: real(*a, **k) * float("nan"))
+    result = CliRunner().invoke(
+        cli, ["train", "--out", str(tmp_path), "--run-name", "nan", "--quiet", *tiny_sets]
+    )
+    assert result.exit_code == 1
+    assert "error: loss became nan between steps 1 and 1; no checkpoint was written" in result.output

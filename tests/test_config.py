@@ -151,3 +151,44 @@ def test_set_name_and_an_attention_parameter_together() -> None:
     # overriding again keeps the earlier explicit parameter
     again = apply_overrides(cfg, ["train.max_steps=7"])
     assert again.model.attn_params == {"window": 3} and again.train.max_steps == 7
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("train.lr=nan", r"train.lr=nan must be a finite number"),
+        ("train.lr=inf", r"train.lr=inf must be a finite number"),
+        ("model.dropout=nan", r"model.dropout=nan must be a finite number"),
+        ("decode.alpha=-inf", r"decode.alpha=-inf must be a finite number"),
+        ("train.betas=2,3", r"train.betas=2,3 must be 2 numbers, each in \[0, 1\)"),
+        ("train.betas=0.9", r"train.betas=0.9 must be 2 numbers, each in \[0, 1\)"),
+        ("train.betas=0.9,nan", r"train.betas must be a list of finite numbers"),
+        ("model.window=nan", r"must be"),  # an attention hyper-parameter (an int)
+    ],
+)
+def test_non_finite_numbers_and_malformed_betas_are_refused(override, pattern):
+    with pytest.raises(AttnlabError, match=pattern) as err:
+        apply_overrides(ExperimentConfig(), [override])
+    assert "\n" not in str(err.value)
+
+
+def test_a_float_attention_hyper_parameter_must_be_finite():
+    from attnlab.nn.attention.base import HParam
+
+    scale = HParam("scale", 1.0, "a float hyper-parameter", low=0.0, high=10.0)
+    assert scale.validate("2.5") == 2.5
+    for bad in ("nan", float("inf"), "-inf"):
+        with pytest.raises(AttnlabError, match="model.scale=.* must be a finite number"):
+            scale.validate(bad)
+
+
+def test_a_type_error_in_a_preset_file_names_the_file(tmp_path):
+    from attnlab.config import load_preset
+
+    preset = tmp_path / "mine.toml"
+    preset.write_text('[model]\nhidden = "big"\n', encoding="utf-8")
+    with pytest.raises(AttnlabError, match=r"mine\.toml: model\.hidden must be an integer"):
+        load_preset(str(preset))
+    preset.write_text("[train]\nlr = nan\n", encoding="utf-8")
+    with pytest.raises(AttnlabError, match=r"mine\.toml: train\.lr=nan must be a finite number"):
+        load_preset(str(preset))

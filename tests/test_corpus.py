@@ -161,6 +161,18 @@ def test_max_pairs_and_train_max_tokens(tmp_path):
     assert len(ds.splits.test) == 3  # only training pairs are filtered
 
 
+def test_a_stray_huge_training_line_is_dropped_by_the_default_cap_and_reported(tmp_path):
+    """One 100k-token line would ask for gigabytes in its batch; the default cap drops it."""
+    folder = make_folder(tmp_path / "m")
+    huge = " ".join(["wort"] * 100_000)
+    write(folder / "train.de", [*(f"{s} train" for s in DE), huge])
+    write(folder / "train.en", [*(f"{s} train" for s in EN), "a b c"])
+    ds = load(DataConfig(task="corpus", path=str(folder)), tmp_path)
+    assert DataConfig().train_max_tokens == 250
+    assert len(ds.splits.train) == 4 and max(len(e.src_tokens) for e in ds.splits.train) == 7
+    assert ds.stats["train_too_long_dropped"] == 1
+
+
 # --- errors name the file and the line ---------------------------------------------------
 
 

@@ -81,7 +81,7 @@ def test_cli_train_names_the_run_by_the_shared_rule(tmp_path: Path, monkeypatch)
     class Stop(Exception):
         pass
 
-    def fake_new_run_dir(out, name):
+    def fake_new_run_dir(out, name, what="run name"):  # (out, name, what) since fix-rundir
         seen["name"] = name
         raise Stop
 
@@ -90,6 +90,20 @@ def test_cli_train_names_the_run_by_the_shared_rule(tmp_path: Path, monkeypatch)
                                           "model.attention=luong-general", "--out", str(tmp_path)])
     assert isinstance(result.exception, Stop)
     assert re.fullmatch(r"reverse-rnn-luong-general-\d{8}-\d{6}", seen["name"])
+
+
+def test_run_names_obey_the_run_name_rule_with_room_for_a_suffix(tmp_path: Path) -> None:
+    import dataclasses
+
+    from attnlab.config import NAME_MAX, check_name
+
+    config = tiny_config()
+    long = config.replace(data=dataclasses.replace(config.data, task="t/ä " * 60))
+    name = lab_run_name(long, tmp_path, now=0)
+    assert check_name(name, "name") == name and len(name) <= NAME_MAX - 8  # "-NN" still fits
+    assert name.startswith("t-") and "/" not in name and " " not in name
+    (tmp_path / name).mkdir()
+    assert check_name(lab_run_name(long, tmp_path, now=0), "name").endswith("-2")
 
 
 async def test_setup_names_a_changed_experiment_and_save_writes_it(tmp_path: Path, monkeypatch) -> None:
@@ -190,8 +204,14 @@ def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
 # -- 1. export ------------------------------------------------------------------------------
 
 
-def _fake_export(monkeypatch, written: list) -> None:
-    def export_checkpoint(run_dir: Path, out: Path, which: str = "best") -> Path:
+def _fake_export(monkeypatch, written: list, forced: list | None = None) -> None:
+    from attnlab.errors import AttnlabError
+
+    def export_checkpoint(run_dir: Path, out: Path, which: str = "best", force: bool = False) -> Path:
+        if out.exists() and not force:  # as the real exporter (fix-ckpt): never silently
+            raise AttnlabError(f"{out}: already exists; pass --force to replace it")
+        if forced is not None:
+            forced.append(force)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(f"{run_dir.name}:{which}")
         written.append((run_dir.name, out))
@@ -203,7 +223,8 @@ def _fake_export(monkeypatch, written: list) -> None:
 async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     written: list = []
-    _fake_export(monkeypatch, written)
+    forced: list = []
+    _fake_export(monkeypatch, written, forced)
     write_run(Path("runs"), "reverse-rnn-bahdanau-a")
     write_run(Path("runs"), "copy-transformer-scaled-dot-b")
     app = make_app(Path("runs"), config=tiny_config())
@@ -235,6 +256,7 @@ async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, 
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await until(pilot, lambda: len(written) == 2)
+        assert forced == [False, True]  # only the confirmed overwrite replaces the file
 
         # A path the user typed is theirs: choosing another run keeps it.
         path.value = "mine.safetensors"

@@ -130,3 +130,20 @@ def test_plateau_on_loss_treats_lower_as_better():
     assert schedule.lr(0) == 1.0
     schedule.on_eval(1.6)
     assert schedule.lr(0) == 0.5
+
+
+def test_a_tie_in_the_best_metric_goes_to_the_lower_dev_loss_then_higher_bleu():
+    from attnlab.train.schedules import best_eval_decision
+
+    best = {"exact_match": 0.0, "loss": 3.35, "bleu": 0.03}
+    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 2.72, "bleu": 2.51}, best) == "loss"
+    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.5, "bleu": 9.0}, best) is None
+    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.35, "bleu": 0.5}, best) == "bleu"
+    assert best_eval_decision("exact_match", dict(best), best) is None  # an equal eval is not better
+    assert best_eval_decision("exact_match", {"exact_match": 0.1, "loss": 9.0, "bleu": 0.0}, best) == "exact_match"
+    assert best_eval_decision("bleu", {"bleu": 0.03, "loss": 1.0}, best) == "loss"
+    # loss is the metric: lower wins; a tie goes to BLEU, then chrF
+    assert best_eval_decision("loss", {"loss": 3.0}, best) == "loss"
+    assert best_eval_decision("loss", {"loss": 3.35, "bleu": 1.0}, best) == "bleu"
+    assert best_eval_decision("loss", {"loss": 3.35, "bleu": 0.03, "chrf": 1.0}, {**best, "chrf": 0.5}) == "chrf"
+    assert best_eval_decision("bleu", {"bleu": 1.0}, {}) == "bleu"  # the first eval is best

@@ -160,15 +160,18 @@ def test_scheduled_sampling_ratio_is_logged(tmp_path, tiny_config):
 
 def test_early_stopping_after_patience_evals_without_improvement(tmp_path, tiny_config):
     # After a handful of steps the tiny model reverses nothing exactly: exact match stays 0.0,
-    # so the second eval brings no improvement and patience 1 stops the run there.
+    # so the second eval brings no improvement in train.metric and patience 1 stops the run
+    # there. The best checkpoint still follows the tie-breaker (the lower dev loss).
     config = replace(tiny_config, train=replace(tiny_config.train, max_steps=30, eval_every=3, patience=1, metric="exact_match"))
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
     assert [e["exact_match"] for e in evals] == [0.0, 0.0]
-    assert [e["best"] for e in evals] == [True, False]
     assert summary["reason"] == "early-stop" and summary["step"] == 6 and summary["exit_code"] == 0
+    assert evals[1]["loss"] < evals[0]["loss"]  # training lowers the dev loss
+    assert [e["best"] for e in evals] == [True, True]
     best = [e["step"] for e in iter_events(tmp_path / "run") if e["type"] == "checkpoint" and e["tag"] == "best"]
-    assert best == [3]
+    assert best == [3, 6]
+    assert summary["best"]["chosen_by"] == "loss (tie in exact_match)"
 
 
 def test_a_stop_written_during_set_up_is_honoured_and_a_stale_one_ignored(tmp_path, tiny_config):
@@ -204,3 +207,94 @@ def test_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     assert device_module.resolve_device("auto").type == "mps"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert device_module.resolve_device("auto").type == "cuda"
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_step(tmp_path, arch):
+    """The trainer's real optimizer (fused AdamW on CPU) between evals; each eval event must be
+    what a fresh ``attnlab eval`` of the checkpoint written at that step reports, exactly."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.config import ExperimentConfig, apply_overrides
+
+    overrides = [
+        "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",
+        "model.emb=16", "train.max_steps=40", "train.batch_size=32", "train.eval_every=10",
+        "train.lr=0.01", "train.samples=0", "train.eval_sentences=30", f"model.arch={arch}",
+    ]
+    if arch == "transformer":
+        overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
+    config = apply_overrides(ExperimentConfig(name="evalcheck"), overrides)
+    run_dir = tmp_path / "run"
+    snapshots: dict[int, object] = {}
+
+    def on_event(event):
+        if event["type"] == "checkpoint" and event["tag"] == "last":
+            snapshots[event["step"]] = shutil.copytree(event["path"], tmp_path / f"step-{event['step']}")
+
+    Trainer(config, run_dir, on_event=on_event, device="cpu").run()
+    evals = [e for e in iter_events(run_dir) if e["type"] == "eval"]
+    assert [e["step"] for e in evals] == [10, 20, 30, 40]
+    assert len({e["bleu"] for e in evals}) > 1  # the model changed between evals
+    for event in evals:
+        assert event["n"] == 30  # train.eval_sentences of the 40 dev sentences
+        snapshot = str(snapshots[event["step"]])
+        result = CliRunner().invoke(cli, ["eval", snapshot, "--max-sentences", "30", "--json"])
+        assert result.exit_code == 0, result.output
+        fresh = json.loads(result.output)
+        assert fresh["step"] == event["step"]
+        for key in ("bleu", "chrf", "exact_match", "loss"):
+            assert fresh[key] == event[key], (event["step"], key, fresh[key], event[key])
+
+
+def test_weights_that_turn_non_finite_in_the_last_update_before_an_eval_are_never_saved(
+    tmp_path, tiny_config, monkeypatch
+):
+    """The loss of steps 4–6 is finite (computed before each update), but step 6's update
+    leaves inf in the weights: the step-6 eval must not overwrite the good step-3 checkpoints."""
+    import attnlab.train.trainer as trainer_module
+
+    real_make = trainer_module.make_optimizer
+
+    def make_optimizer(model, cfg):
+        optimizer = real_make(model, cfg)
+        real_step, count = optimizer.step, {"n": 0}
+
+        def step(*args, **kwargs):
+            out = real_step(*args, **kwargs)
+            count["n"] += 1
+            if count["n"] == 6:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(float("inf"))
+            return out
+
+        optimizer.step = step
+        return optimizer
+
+    monkeypatch.setattr(trainer_module, "make_optimizer", make_optimizer)
+    run_dir = tmp_path / "run"
+    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, eval_every=3, log_every=3))
+    summary = Trainer(config, run_dir, device="cpu").run()
+    assert summary["reason"] == "error" and summary["exit_code"] == 1
+    errors = [e for e in iter_events(run_dir) if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "nan" and "step 3" in errors[0]["message"]
+    for tag in ("last", "best"):
+        assert read_json(run_dir / "checkpoints" / tag / "meta.json")["step"] == 3
+        weights, _ = read_tensors(run_dir / "checkpoints" / tag / "model.safetensors")
+        assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_cpu_and_cuda_out_of_memory_are_both_kind_oom():
+    from attnlab.train.trainer import is_out_of_memory
+
+    try:
+        torch.empty(10**15)  # the CPU allocator's own error (a RuntimeError)
+    except RuntimeError as err:
+        assert is_out_of_memory(err)
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))

@@ -32,6 +32,7 @@ from attnlab.config import DecodeConfig
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
 from attnlab.decode.penalties import coverage_from_totals, length_penalty, step_log_probs
 from attnlab.decode.topk import search_topk
+from attnlab.nn.output_layer import search_with_folded_output
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
 
 NEG_INF = float("-inf")
@@ -85,6 +86,7 @@ class Pool:
             getattr(self, n)[sentences] = joined[n].gather(1, order)
 
 
+@search_with_folded_output
 @torch.no_grad()
 def beam_search(
     model: Seq2Seq,

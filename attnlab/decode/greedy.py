@@ -16,6 +16,7 @@ from torch import Tensor
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
 from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.topk import row_argmax
+from attnlab.nn.output_layer import search_with_folded_output
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
 
 
@@ -65,6 +66,7 @@ def greedy_decode(
     )
 
 
+@search_with_folded_output
 @torch.no_grad()
 def decode_one_path(
     model: Seq2Seq,

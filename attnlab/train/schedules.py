@@ -116,6 +116,28 @@ def metric_improved(metric: str, value: float, best: float | None) -> bool:
     return value < best if metric == "loss" else value > best
 
 
+# What breaks a tie in the chosen metric (exact match often stays at 0 for many evals):
+# the dev loss, then BLEU; for ``loss`` itself, BLEU then chrF.
+TIE_BREAKERS = {"loss": ("bleu", "chrf")}
+DEFAULT_TIE_BREAKERS = ("loss", "bleu")
+
+
+def best_eval_decision(metric: str, result: dict[str, Any], best: dict[str, Any]) -> str | None:
+    """Whether the eval ``result`` beats ``best`` (the metrics of the best eval so far).
+
+    Returns the metric that decided (``metric``, or the tie-breaker that did) or None when
+    ``result`` is not better. The first eval is always best.
+    """
+    if not best or best.get(metric) is None:
+        return metric
+    for key in (metric, *TIE_BREAKERS.get(metric, DEFAULT_TIE_BREAKERS)):
+        new, old = result.get(key), best.get(key)
+        if new is None or old is None or new == old:
+            continue
+        return key if metric_improved(key, float(new), float(old)) else None
+    return None
+
+
 @dataclass
 class LRSchedule:
     """The learning rate per step, with reduce-on-plateau state (JSON-serialisable)."""

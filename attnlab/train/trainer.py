@@ -9,7 +9,11 @@ checks its ``os.stat`` signature every step): ``pause`` (stop stepping, keep pol
 ``resume``, ``save`` (write ``last`` now), ``stop`` (save ``last``, ``done`` reason
 "stopped"). In-process callers can use ``Trainer.control(command)`` instead. SIGINT/SIGTERM
 (when ``run`` is called from the main thread) finish the current step, save ``last`` and end
-with ``done`` reason "interrupted"; a second signal aborts at once.
+with ``done`` reason "interrupted"; a second signal aborts at once. A signal during set-up
+(before the ``start`` event) raises KeyboardInterrupt once set-up is over, with nothing written.
+
+``run`` holds the run directory's lock (attnlab.runs.lock_run_dir) from set-up to the end, or
+uses the one its caller took (``lock=``).
 """
 
 from __future__ import annotations
@@ -37,16 +41,26 @@ from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.naming import attention_roles
 from attnlab.runs import (
     CONTROL_FILE,
+    WriteError,
+    check_resume_weights,
     checkpoint_dir,
     jsonable,
+    lock_run_dir,
     optimizer_from_tensors,
     optimizer_to_tensors,
+    prepare_checkpoints,
     read_trainer_state,
+    require_run_dir,
     save_checkpoint,
     write_config,
 )
 from attnlab.train.events import EventLog
-from attnlab.train.schedules import LRSchedule, metric_improved, teacher_forcing_ratio
+from attnlab.train.schedules import (
+    LRSchedule,
+    best_eval_decision,
+    metric_improved,
+    teacher_forcing_ratio,
+)
 
 PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
@@ -89,6 +103,7 @@ class Trainer:
         resume: bool = False,
         dataset: Any = None,
         install_signals: bool = True,
+        lock: Any = None,
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -97,6 +112,8 @@ class Trainer:
         self.resume = resume
         self.dataset = dataset
         self.install_signals = install_signals
+        self.lock = lock  # a RunLock the caller holds on run_dir; None: run() takes one
+        self.started = False  # True once the "start" event is written
         self._pending: str | None = None  # a command from control() (another thread)
         self._signalled = False
         self._control_sig: tuple[int, int, int] | None = None
@@ -113,6 +130,10 @@ class Trainer:
         if command not in ("pause", "resume", "save", "stop"):
             raise ValueError(f"unknown control command {command!r}")
         self._pending = command
+
+    def interrupt(self) -> None:
+        """What a first SIGINT does: stop at the next step (or right after set-up)."""
+        self._signalled = True
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -142,9 +163,11 @@ class Trainer:
         self.total_tokens = 0
         self.train_time = 0.0  # seconds spent stepping (tokens/s over the run)
         self._last_saved_step = -1
+        prepare_checkpoints(self.run_dir)  # finish or clear what a killed save left behind
         if self.resume:
             self._load_resume_state()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self._signalled:  # Ctrl+C during set-up: stop before writing anything
+            raise KeyboardInterrupt
         write_config(self.run_dir, self.config)
         self.events = EventLog(self.run_dir, self.on_event)
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
@@ -152,12 +175,14 @@ class Trainer:
 
     def _load_resume_state(self) -> None:
         weights, state, tensors = read_trainer_state(self.run_dir)
+        check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
             group["initial_lr"] = self.config.train.lr
         self.lr_schedule.load_state_dict(state.get("lr_schedule", {}))
         self.step = int(state["step"])
+        self._last_saved_step = self.step  # resuming from it: it is the last good checkpoint
         self.epoch = int(state.get("epoch", 0))
         self.batch_in_epoch = int(state.get("batch_in_epoch", 0))
         self.best_value = state.get("best_value")
@@ -180,9 +205,21 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until max_steps, early stop, stop or interrupt; return a summary dict."""
-        self._setup()
-        self._start_time = time.perf_counter()
+        # Handlers first: a signal during set-up becomes a flag, not a KeyboardInterrupt that
+        # an import or a library's bare ``except`` could swallow.
         restore = self._install_signal_handlers()
+        lock = self.lock
+        try:
+            if lock is None:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                lock = lock_run_dir(self.run_dir)
+            self._setup()
+        except BaseException:
+            restore()
+            if lock is not None and lock is not self.lock:
+                lock.release()
+            raise
+        self._start_time = time.perf_counter()
         reason = "error"
         try:
             self.events.emit(
@@ -199,19 +236,22 @@ class Trainer:
                 roles=asdict(attention_roles(self.config.model)),
                 pid=os.getpid(),
                 host=socket.gethostname(),
+                dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
             )
+            self.started = True
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
                 self.events.emit("error", self.step, message=str(err), kind="nan")
                 reason = "error"
             except Exception as err:
-                oom = isinstance(err, getattr(torch, "OutOfMemoryError", MemoryError))
+                oom = is_out_of_memory(err)
+                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
                 self.events.emit(
                     "error",
                     self.step,
-                    message=f"{type(err).__name__}: {err}",
-                    kind="oom" if oom else "exception",
+                    message=str(err) if io else f"{type(err).__name__}: {err}",
+                    kind="oom" if oom else "io" if io else "exception",
                 )
                 self._done("error")
                 raise
@@ -221,6 +261,8 @@ class Trainer:
             self.events.close()
             with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
                 (self.run_dir / CONTROL_FILE).unlink()
+            if lock is not self.lock:
+                lock.release()
         return self.summary(reason)
 
     def _loop(self) -> str:
@@ -285,7 +327,7 @@ class Trainer:
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(
                         f"loss became {loss_value} between steps {self.step - window_steps + 1} "
-                        f"and {self.step}; kept the last good checkpoint"
+                        f"and {self.step}; {self._kept()}"
                     )
                 seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
                 self.total_tokens += window_tokens
@@ -351,14 +393,21 @@ class Trainer:
             )
         self.model.train()
         samples = result.pop("samples", [])
+        if not math.isfinite(float(result["loss"])):
+            raise NonFiniteLoss(f"dev loss became {result['loss']} at step {self.step}; {self._kept()}")
         value = float(result[cfg.metric])
-        improved = metric_improved(cfg.metric, value, self.best_value)
-        if improved:
+        # Patience counts evals without a strict gain in train.metric; the best checkpoint
+        # also moves on a tie in it that the dev loss (then BLEU) breaks.
+        if metric_improved(cfg.metric, value, self.best_value):
             self.best_value = value
-            self.best_metrics = {**result, "step": self.step}
             self.bad_evals = 0
         else:
             self.bad_evals += 1
+        decided_by = best_eval_decision(cfg.metric, result, self.best_metrics)
+        improved = decided_by is not None
+        if improved:
+            chosen_by = decided_by if decided_by == cfg.metric else f"{decided_by} (tie in {cfg.metric})"
+            self.best_metrics = {**result, "step": self.step, "chosen_by": chosen_by}
         self.lr_schedule.on_eval(value)
         self.last_metrics = {**result, "step": self.step}
         self.events.emit("eval", self.step, **jsonable(result), best=improved, elapsed_s=round(self.elapsed(), 3))
@@ -370,6 +419,10 @@ class Trainer:
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
 
     def _save(self, tag: str) -> None:
+        """Write a checkpoint, only of finite weights (else the last good one stays)."""
+        require_run_dir(self.run_dir)  # deleted under us: fail with one line, do not re-create it
+        if not self._weights_finite():
+            raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
         directory = save_checkpoint(
             self.run_dir,
@@ -412,7 +465,16 @@ class Trainer:
     def _check_finite(self, window_loss: torch.Tensor) -> None:
         """Never save weights that a non-finite loss may already have corrupted."""
         if not math.isfinite(float(window_loss)):
-            raise NonFiniteLoss(f"loss became {float(window_loss)} before step {self.step}; kept the last good checkpoint")
+            raise NonFiniteLoss(f"loss became {float(window_loss)} before step {self.step}; {self._kept()}")
+
+    def _weights_finite(self) -> bool:
+        flags = [torch.isfinite(p).all() for p in self.model.parameters()]
+        return bool(torch.stack(flags).all()) if flags else True
+
+    def _kept(self) -> str:
+        if self._last_saved_step < 0:
+            return "no checkpoint was written"
+        return f"kept the last good checkpoint (step {self._last_saved_step})"
 
     # -- control and signals ------------------------------------------------------------------
 
@@ -510,6 +572,13 @@ class Trainer:
             "tokens_per_s": self.total_tokens / self.train_time if self.train_time else None,
             "best_checkpoint": str(checkpoint_dir(self.run_dir, "best")),
         }
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    if isinstance(err, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
+        return True
+    return isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
 
 
 def _finite_or_none(value: float) -> float | None:

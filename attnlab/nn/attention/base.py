@@ -15,6 +15,7 @@ j <= Tk - Tq + i, which is what incremental decoding with a key/value cache need
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -59,6 +60,8 @@ class HParam:
             raise AttnlabError(
                 f"model.{self.name} must be {kind.__name__}, got {value!r}"
             ) from None
+        if isinstance(coerced, float) and not math.isfinite(coerced):
+            raise AttnlabError(f"model.{self.name}={value} must be a finite number")
         if self.choices and coerced not in self.choices:
             raise AttnlabError(
                 f"model.{self.name}={coerced!r} is not valid; valid: {', '.join(self.choices)}"

@@ -40,6 +40,7 @@ class ExportView(Vertical):
         self._run_paths: list[str] = []
         self.last_export: Path | None = None
         self._auto_path = ""  # the path this view filled in; a user's own path is kept
+        self.command = ""
 
     def compose(self) -> ComposeResult:
         yield Static("Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
@@ -55,9 +56,15 @@ class ExportView(Vertical):
             yield Input(placeholder="model.safetensors", id="export-path", compact=True)
         yield Button("Export", id="export-go", variant="primary", compact=True)
         yield Static("", id="export-result")
+        # The command on one line (scrolls sideways rather than wrapping, so it copy-pastes),
+        # and a button that puts it on the clipboard.
+        with Horizontal(id="export-use"):
+            yield Static("", id="export-command", markup=False)
+            yield Button("Copy", id="export-copy", compact=True)
 
     def on_mount(self) -> None:
         self.refresh_runs()
+        self.query_one("#export-use").display = False
 
     def on_show(self) -> None:
         self.refresh_runs()
@@ -93,25 +100,26 @@ class ExportView(Vertical):
             return
 
         def decide(overwrite: bool | None) -> None:
-            if overwrite:
-                self._start(Path(str(run)), target, which)
+            if overwrite:  # the user said yes: the engine may replace the file (export --force)
+                self._start(Path(str(run)), target, which, force=True)
             else:
                 self.query_one("#export-result", Static).update(f"[dim]kept {_escape(str(target))}[/]")
 
         self.app.push_screen(ConfirmScreen(f"[b]{_escape(str(target))}[/b] exists. Overwrite it with "
                                            f"[b]{_escape(Path(str(run)).name)}[/b] ({which})?"), decide)
 
-    def _start(self, run_dir: Path, out: Path, which: str) -> None:
+    def _start(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         self.query_one("#export-result", Static).update("exporting …")
-        self.write_bundle(run_dir, out, which)
+        self.write_bundle(run_dir, out, which, force)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export")
-    def write_bundle(self, run_dir: Path, out: Path, which: str) -> None:
+    def write_bundle(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         from attnlab.errors import AttnlabError
         from attnlab.runs import export_checkpoint
 
         try:
-            path = export_checkpoint(run_dir, out, which)
+            # Without force the engine refuses a file that appeared since the check above.
+            path = export_checkpoint(run_dir, out, which, force=force)
         except AttnlabError as err:
             self.post_message(ExportFailed(str(err)))
             return
@@ -123,10 +131,18 @@ class ExportView(Vertical):
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:
         self.last_export = message.path
-        self.query_one("#export-result", Static).update(
-            f"[b $success]✓[/] wrote {message.path}\n\nUse it:\n  [b]{_escape(message.command)}[/]"
-        )
+        self.query_one("#export-result", Static).update(f"[b $success]✓[/] wrote {message.path}\n\nUse it:")
+        self.command = message.command
+        self.query_one("#export-command", Static).update(message.command)
+        self.query_one("#export-use").display = True
         self.app.notify(f"exported {message.path}")
+
+    @on(Button.Pressed, "#export-copy")
+    def copy_command(self) -> None:
+        """Put the ``attnlab translate`` line on the clipboard (OSC 52, via Textual)."""
+        if self.command:
+            self.app.copy_to_clipboard(self.command)
+            self.app.notify("command copied to the clipboard")
 
     @on(ExportFailed)
     def _failed(self, message: ExportFailed) -> None:

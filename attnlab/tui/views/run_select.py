@@ -7,6 +7,8 @@ from pathlib import Path
 
 from textual.widgets import Select
 
+from attnlab.viz.text import run_label
+
 CHECKPOINT_TAGS = ("best", "last")  # as in attnlab.runs (not imported: it would load torch)
 
 
@@ -16,11 +18,17 @@ def has_checkpoint(run_dir: Path | str) -> bool:
 
 
 def refresh_run_select(
-    select: Select, runs_dir: Path, shown: list[str], prefer: Callable[[str], bool] | None = None
+    select: Select,
+    runs_dir: Path,
+    shown: list[str],
+    prefer: Callable[[str], bool] | None = None,
+    label_width: int | None = None,
 ) -> list[str]:
     """Fill ``select`` with the runs in ``runs_dir`` (keeping the current choice when it is still
     there; else the newest run ``prefer`` accepts, else the newest) and return their paths;
-    returns ``shown`` untouched when nothing changed, so a timer can call this cheaply."""
+    returns ``shown`` untouched when nothing changed, so a timer can call this cheaply.
+    ``label_width`` shortens the names shown (stamp first, then the middle) so that a narrow
+    panel does not wrap them."""
     try:
         from attnlab.runs import list_runs
 
@@ -31,9 +39,11 @@ def refresh_run_select(
     if paths == shown:
         return shown
     current = select.value
+    names = [Path(p).name for p in paths]
+    labels = [run_label(n, label_width) if label_width else n for n in names]
     # The blank entry (the "(no runs)" prompt) is listed only while there is no run to choose.
     select._allow_blank = not paths  # Select has no public setter; set_options reads it
-    select.set_options([(Path(p).name, p) for p in paths])
+    select.set_options(list(zip(labels, paths, strict=True)))
     if current in paths:
         select.value = current
     elif paths:
