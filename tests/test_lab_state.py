@@ -274,6 +274,28 @@ def _with_checkpoint(run_dir: Path) -> Path:
     return run_dir
 
 
+async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(tmp_path: Path, monkeypatch) -> None:
+    calls: list = []
+    monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: calls.append(request))
+    empty = make_app(tmp_path / "none", config=tiny_config())
+    notes: list = []
+    monkeypatch.setattr(empty, "notify", lambda message, *a, **k: notes.append(message))
+    async with empty.run_test(size=SIZE) as pilot:
+        await ready(empty, pilot)
+        await pilot.press("3")
+        await pilot.pause(0.3)
+        assert notes == [] and calls == []  # the menus' first values are no request to decode
+    _with_checkpoint(write_run(tmp_path / "runs", "reverse-rnn-bahdanau-a"))
+    app = make_app(tmp_path / "runs", config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.pause(0.3)
+        assert calls == []  # Setup is showing: no model is loaded behind it
+        await pilot.press("3")
+        await until(pilot, lambda: len(calls) == 1)
+        assert calls[0].run_dir.name == "reverse-rnn-bahdanau-a"
+
+
 async def test_inspect_prefers_a_run_with_a_checkpoint_and_is_calm_without_one(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     older = _with_checkpoint(write_run(Path("runs"), "older"))

@@ -116,7 +116,10 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-split")
     def _source_changed(self) -> None:
         # A new choice replaces whatever the title said (an error names the previous run).
-        if self.is_mounted and self.display:
+        # No run yet: the checkpoint/split menus' first values are not a request to decode.
+        # A hidden tab decodes nothing (on_show opens it on the newest run).
+        run = self.query_one("#insp-run", Select).value if self.is_mounted else Select.NULL
+        if run is not Select.NULL and all(node.display for node in self.ancestors_with_self):
             self._decode_if_new()
 
     def _decode_if_new(self) -> None:
