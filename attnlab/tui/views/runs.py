@@ -146,9 +146,12 @@ class RunsView(Vertical):
             return
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
-        warned = [w for run in runs for w in run.warnings]  # the event reader's (skipped lines)
+        # The event reader's warnings (skipped lines): the first, by run name (its text starts
+        # with the file's path), so that it fits the line.
+        warned = [(run.path.name, w.split(": ", 1)[-1]) for run in runs for w in run.warnings]
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
-        note = f"  [$warning]⚠ {escape(warned[0])}{more}[/]" if warned else ""
+        first = f"{run_label(warned[0][0], 28)}: {warned[0][1]}" if warned else ""
+        note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
         self.query_one("#runs-status", Static).update(
             f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  [dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
