@@ -207,7 +207,8 @@ def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
 def _fake_export(monkeypatch, written: list, forced: list | None = None) -> None:
     from attnlab.errors import AttnlabError
 
-    def export_checkpoint(run_dir: Path, out: Path, which: str = "best", force: bool = False) -> Path:
+    def export_checkpoint(run_dir: Path, out: Path, which: str = "best",
+                          force: bool = False) -> Path:
         if out.exists() and not force:  # as the real exporter (fix-ckpt): never silently
             raise AttnlabError(f"{out}: already exists; pass --force to replace it")
         if forced is not None:
@@ -274,7 +275,9 @@ def _with_checkpoint(run_dir: Path) -> Path:
     return run_dir
 
 
-async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(tmp_path: Path, monkeypatch) -> None:
+async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(
+    tmp_path: Path, monkeypatch
+) -> None:
     calls: list = []
     monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: calls.append(request))
     empty = make_app(tmp_path / "none", config=tiny_config())

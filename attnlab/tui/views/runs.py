@@ -153,7 +153,8 @@ class RunsView(Vertical):
         first = f"{run_label(warned[0][0], 28)}: {warned[0][1]}" if warned else ""
         note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
         self.query_one("#runs-status", Static).update(
-            f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  [dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
+            f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "
+            "[dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
         if rows != self._rows or self._layout != self._fit():
             self._rows = rows
