@@ -10,6 +10,7 @@ an error (e.g. a non-finite loss). torch and the engine are imported inside the 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,12 @@ from attnlab import __version__
 from attnlab.errors import AttnlabError
 
 DEFAULT_PRESET = "reverse-bahdanau"
+
+
+def _say(line: str) -> None:
+    """A line on stderr; under torchrun only rank 0 speaks (the others say the same)."""
+    if os.environ.get("RANK", "0") in ("", "0"):
+        click.echo(line, err=True)
 
 
 def _one_line(message: str) -> str:
@@ -41,17 +48,21 @@ class AttnlabGroup(click.Group):
             code = 0
         except click.UsageError as err:
             hint = f" (see {err.ctx.command_path} --help)" if err.ctx is not None else ""
-            click.echo(f"error: {_one_line(err.format_message())}{hint}", err=True)
+            _say(f"error: {_one_line(err.format_message())}{hint}")
             code = 2
         except click.ClickException as err:
-            click.echo(f"error: {_one_line(err.format_message())}", err=True)
+            _say(f"error: {_one_line(err.format_message())}")
             code = err.exit_code
         except AttnlabError as err:
-            click.echo(f"error: {_one_line(str(err))}", err=True)
+            _say(f"error: {_one_line(str(err))}")
             code = 2
         except (click.Abort, KeyboardInterrupt):
-            click.echo("interrupted", err=True)
+            _say("interrupted")
             code = 130
+        if os.environ.get("WORLD_SIZE"):  # a data-parallel rank (torchrun)
+            from attnlab.train.distributed import report_exit
+
+            code = report_exit(code)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -255,18 +266,26 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
 @click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change e.g. train.max_steps)")
+@click.option("--nproc", type=click.IntRange(1, 1024), default=None, help="data-parallel processes (torchrun + DDP; train.nproc): up to the GPUs, or the CPU cores")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
-    """Train a model and write a run directory (config, events, checkpoints)."""
+          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None, nproc: int | None) -> None:
+    """Train a model and write a run directory (config, events, checkpoints).
+
+    With --nproc N (or train.nproc) the same training runs in N processes under torchrun
+    (DistributedDataParallel); ``torchrun ... -m attnlab train ...`` works directly too.
+    """
     from attnlab.config import apply_overrides, load_preset
-    from attnlab.runs import new_run_dir, read_config
+    from attnlab.runs import read_config
+    from attnlab.train import distributed
 
     extra = list(overrides)
     if seed is not None:
         extra.append(f"train.seed={seed}")
     if device is not None:
         extra.append(f"train.device={device}")
+    if nproc is not None:
+        extra.append(f"train.nproc={nproc}")
     if resume_dir is not None:
         if preset is not None or run_name is not None:
             raise AttnlabError("--resume continues an existing run; it takes no --preset or --run-name (use --set)")
@@ -275,11 +294,59 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
         config = load_preset(preset or DEFAULT_PRESET)
     if extra:
         config = apply_overrides(config, extra)
+    under_torchrun = distributed.launched_by_torchrun()
+    if config.train.nproc > 1 and not under_torchrun:
+        ctx.exit(_launch_parallel(config, resume_dir, out, run_name, extra, quiet))
+        return
+    # Under torchrun: join the job; rank 0 makes the run directory and tells the others.
+    info = distributed.init(config.train.device) if under_torchrun else distributed.current()
+    try:
+        _train_here(ctx, config, resume_dir, out, run_name, quiet, info)
+    finally:
+        distributed.teardown()
+
+
+def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                     extra: list[str], quiet: bool) -> int:
+    """``attnlab train`` again in train.nproc processes under torchrun (see distributed)."""
+    import tempfile
+
+    from attnlab.config import dumps_toml
+    from attnlab.runs import new_run_dir
+    from attnlab.train import distributed
+
+    distributed.check_nproc(config.train.nproc, config.train.device)
+    if resume_dir is not None:
+        run_dir = resume_dir
+        args = ["train", "--resume", str(resume_dir), *[a for item in extra for a in ("--set", item)]]
+    else:
+        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        args = ["train", "--out", str(run_dir.parent), "--run-name", run_dir.name]
+    click.echo(f"run directory: {run_dir} ({config.train.nproc} processes)")
+    if quiet:
+        args.append("--quiet")
+    with tempfile.TemporaryDirectory(prefix="attnlab-preset-") as scratch:
+        if resume_dir is None:  # the resolved experiment, overrides included
+            preset = Path(scratch) / f"{config.name}.toml"
+            preset.write_text(dumps_toml(config), encoding="utf-8")
+            args += ["--preset", str(preset)]
+        return distributed.launch(config.train.nproc, args, run_dir)
+
+
+def _train_here(ctx: click.Context, config: Any, resume_dir: Path | None, out: Path,
+                run_name: str | None, quiet: bool, info: Any) -> None:
+    from attnlab.runs import new_run_dir
+    from attnlab.train.distributed import EXIT_FILE_ENV
+
     if resume_dir is not None:
         run_dir = resume_dir
     else:
-        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    click.echo(f"run directory: {run_dir}")
+        run_dir = info.primary_value(
+            lambda: new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        )
+    quiet = quiet or not info.is_primary  # ranks other than 0 print nothing
+    if info.is_primary and not os.environ.get(EXIT_FILE_ENV):  # the launcher said it already
+        click.echo(f"run directory: {run_dir}")
 
     from attnlab.train.trainer import Trainer
 
@@ -294,7 +361,9 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
         if resume_dir is None and run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()
         raise
-    if quiet:
+    if not info.is_primary:
+        pass
+    elif quiet:
         best = summary.get("best") or {}
         click.echo(
             f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "

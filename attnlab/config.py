@@ -119,7 +119,10 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: bool = True  # bf16 autocast on CUDA
-    threads: int = 0  # torch CPU threads (0 = torch default)
+    threads: int = 0  # torch CPU threads (0 = torch default; under --nproc N: cores // N)
+    # Data-parallel processes (torchrun + DistributedDataParallel); 1 = this process only.
+    nproc: int = 1
+    compile: bool = False  # torch.compile the model (falls back to eager when it cannot)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.eval_every": (1, None),
     "train.log_every": (1, None),
     "train.patience": (0, None),
+    "train.nproc": (1, 1024),
     "decode.beam": (1, 1000),
     "decode.alpha": (0.0, 10.0),
     "decode.beta": (0.0, 10.0),

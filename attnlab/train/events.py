@@ -15,9 +15,11 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | error      | message, kind ("nan" | "exception" | "oom")                                             |
 | done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
 | control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
+| note       | message: a one-line notice (e.g. torch.compile failed, training continues eagerly)    |
 
 Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
-also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s.
+also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s; ``start``
+and ``step`` also world_size (data-parallel processes; loss and tokens_per_s are global).
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline; ``read_events`` skips a trailing partial line.
@@ -32,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done", "control")
+EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done", "control", "note")
 EVENTS_FILE = "events.jsonl"
 
 
@@ -62,6 +64,20 @@ class EventLog:
         except OSError:
             pass
         self._handle.close()
+
+
+class NullEventLog:
+    """The event log of a data-parallel rank other than 0: rank 0 is the one writer."""
+
+    on_event: Any = None
+
+    def emit(self, type_: str, step: int, **fields: Any) -> dict[str, Any]:
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type_!r}")
+        return {"type": type_, "step": int(step), **fields}
+
+    def close(self) -> None:
+        pass
 
 
 def read_events(run_dir: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

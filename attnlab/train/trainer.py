@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from attnlab.config import ExperimentConfig, to_dict
-from attnlab.data.batching import iterate_batches, make_batch
+from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
@@ -44,7 +45,9 @@ from attnlab.runs import (
     save_checkpoint,
     write_config,
 )
-from attnlab.train.events import EventLog
+from attnlab.train import distributed
+from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS, PeerFailed, shard_plan
+from attnlab.train.events import EventLog, NullEventLog
 from attnlab.train.schedules import (
     LRSchedule,
     best_eval_decision,
@@ -103,6 +106,7 @@ class Trainer:
         self.install_signals = install_signals
         self._pending: str | None = None  # a command from control() (another thread)
         self._signalled = False
+        self._signal_at: float | None = None  # when this process got its first signal
         self._control_sig: tuple[int, int, int] | None = None
         # A control file written after this moment is for us (even during set-up); an older
         # one is left over from an earlier session of the run and is ignored. The slack covers
@@ -126,11 +130,12 @@ class Trainer:
 
         cfg = self.config.train
         seed_everything(cfg.seed)
+        self.dist = distributed.init(self.device_name)  # one process: rank 0 of 1, no-op
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
-        self.device = resolve_device(self.device_name)
-        if self.dataset is None:
-            self.dataset = load_dataset(self.config.data)
+        self.device = self.dist.device if self.dist.active else resolve_device(self.device_name)
+        if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
+            self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
         self.dataset_meta = self.dataset.meta()
         self.model = build_model(self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab))
         self.model.to(self.device)
@@ -148,9 +153,11 @@ class Trainer:
         self._last_saved_step = -1
         if self.resume:
             self._load_resume_state()
+        self._prepare_parallel()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.run_dir, self.config)
-        self.events = EventLog(self.run_dir, self.on_event)
+        if self.dist.is_primary:  # one writer: rank 0
+            write_config(self.run_dir, self.config)
+        self.events = EventLog(self.run_dir, self.on_event) if self.dist.is_primary else NullEventLog()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
         self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
 
@@ -181,6 +188,60 @@ class Trainer:
             if len(cuda_states) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(cuda_states)
 
+    def _prepare_parallel(self) -> None:
+        """DDP (broadcasts rank 0's weights), per-rank dropout seeds and opt-in torch.compile.
+        ``self.model`` stays the plain module: evaluation and checkpoints use it."""
+        cfg = self.config.train
+        self._eager_model = distributed.wrap_model(self.model, self.dist)
+        self.train_model = self._eager_model
+        if self.dist.active:
+            distributed.share_redraw_generator(self.model, cfg.seed)  # features agree
+            if not (self.resume and self.dist.is_primary):  # a resumed rank 0 keeps its RNG
+                torch.manual_seed(cfg.seed + self.dist.rank + 7919 * self.step)
+                random.seed(cfg.seed + self.dist.rank + 7919 * self.step)
+        if cfg.compile:
+            try:
+                self.train_model = torch.compile(self._eager_model)
+            except Exception as err:  # e.g. no compiler on this platform
+                self._compile_failed(err)
+
+    def _compile_failed(self, err: BaseException) -> None:
+        """One line on stderr and in the events; training goes on eagerly."""
+        self.train_model = self._eager_model
+        message = f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); training eagerly"
+        if self.dist.is_primary:
+            print(f"note: {message}", file=sys.stderr, flush=True)
+        if hasattr(self, "events"):
+            self.events.emit("note", self.step, message=message)
+        else:
+            self._compile_note = message
+
+    def _forward(self, batch: Any, ratio: float) -> Any:
+        args = (batch.src, batch.src_mask, batch.tgt_in)
+        with autocast(self.device, self.config.train.amp):
+            if self.train_model is self._eager_model:
+                return self.train_model(*args, teacher_forcing=ratio)
+            try:
+                return self.train_model(*args, teacher_forcing=ratio)
+            except Exception as err:  # compilation happens at the call (and on new shapes)
+                if is_out_of_memory(err):
+                    raise
+                self._compile_failed(err)
+                return self.train_model(*args, teacher_forcing=ratio)
+
+    def _sync_control(self, tokens: int) -> tuple[str | None, int]:
+        """Rank 0's control word and any rank's signal, agreed by every rank (plus the global
+        token count of this step) in one collective; alone: the local word, as is."""
+        word = self._poll_control() if self.dist.is_primary else None
+        if word == "interrupt":  # written by `attnlab train --nproc` on Ctrl+C / SIGTERM
+            word, self._signalled = None, True
+        code, signalled, total = self.dist.sync_step(CONTROL_CODES[word], self._signalled, tokens)
+        self._signalled = self._signalled or signalled  # a signal may land meanwhile
+        return CONTROL_WORDS[code], total
+
+    def _global_loss(self, window_loss: torch.Tensor) -> torch.Tensor:
+        return self.dist.all_reduce_sum(window_loss)
+
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -203,11 +264,16 @@ class Trainer:
                 pid=os.getpid(),
                 host=socket.gethostname(),
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
+                world_size=self.dist.world_size,
             )
+            if getattr(self, "_compile_note", None):
+                self.events.emit("note", self.step, message=self._compile_note)
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
                 self.events.emit("error", self.step, message=str(err), kind="nan")
+                reason = "error"
+            except PeerFailed:  # rank 0 stopped on an error and reports it; this rank ends
                 reason = "error"
             except Exception as err:
                 oom = is_out_of_memory(err)
@@ -223,8 +289,9 @@ class Trainer:
         finally:
             restore()
             self.events.close()
-            with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
-                (self.run_dir / CONTROL_FILE).unlink()
+            if self.dist.is_primary:
+                with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
+                    (self.run_dir / CONTROL_FILE).unlink()
         return self.summary(reason)
 
     def _loop(self) -> str:
@@ -241,42 +308,46 @@ class Trainer:
         grad_norm: torch.Tensor | None = None
         last_ratio, last_lr = 1.0, cfg.lr
         model.train()
+        world = self.dist.world_size
         while self.step < cfg.max_steps:
-            command = self._poll_control()
+            examples = next(batches)  # this rank's share of the step (see _batches)
+            cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
+            if self.device.type == "cuda":
+                cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
+            # Counted on the CPU copy (no device sync); summed over ranks with the control word.
+            command, n_tokens = self._sync_control(cpu_batch.n_tokens)
             if command == "pause":
                 window_busy_s += time.perf_counter() - window_start
                 command = self._paused()
                 window_start = time.perf_counter()
             if command == "stop":
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
                 return "stopped"
             if command == "save":
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
             if self._signalled:
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
                 return "interrupted"
 
-            examples = next(batches)
-            cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
-            n_tokens = cpu_batch.n_tokens  # counted on the CPU copy: no device sync
             batch = cpu_batch.to(self.device)
             last_ratio = teacher_forcing_ratio(cfg, self.step)
             last_lr = self.lr_schedule.lr(self.step)
             for group in optimizer.param_groups:
                 group["lr"] = last_lr
-            with autocast(self.device, cfg.amp):
-                out = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=last_ratio)
+            out = self._forward(batch, last_ratio)
             loss_sum = token_loss_sum(out.logits, batch.tgt_out, cfg.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            (loss_sum / n_tokens).backward()
+            # Normalised by the global token count; DDP averages gradients over the N ranks,
+            # hence × N: the update equals one process's on the merged batches.
+            ((loss_sum * world) / n_tokens).backward()
             if cfg.clip > 0:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip)
             optimizer.step()
             self.step += 1
-            self.batch_in_epoch += 1
+            self.batch_in_epoch += world  # plan batches consumed (by all ranks together)
             window_loss += loss_sum.detach()
             window_tokens += n_tokens
             window_padding += cpu_batch.padding_fraction
@@ -284,7 +355,8 @@ class Trainer:
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
             if self.step % cfg.log_every == 0 or at_eval:
-                loss_value = float(window_loss) / max(window_tokens, 1)  # the one sync per window
+                # The one sync per window (all ranks: the global loss).
+                loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(
                         f"loss became {loss_value} between steps {self.step - window_steps + 1} "
@@ -304,13 +376,14 @@ class Trainer:
                     elapsed_s=round(self.elapsed(), 3),
                     tokens=self.total_tokens,
                     padding=round(window_padding / max(window_steps, 1), 4),
+                    world_size=world,
                 )
                 window_loss.zero_()
                 window_padding = 0.0
                 window_tokens, window_steps, window_busy_s = 0, 0, 0.0
                 window_start = time.perf_counter()
             if at_eval:
-                stop_early = self._evaluate()
+                stop_early = self._evaluate_on_primary()
                 window_start = time.perf_counter()  # eval time does not count as training
                 if stop_early:
                     return "early-stop"  # _evaluate saved last at this step
@@ -319,24 +392,32 @@ class Trainer:
         return "finished"
 
     def _batches(self) -> Iterator[list[Example]]:
-        """Endless shuffled epochs; resumes at (epoch, batch_in_epoch)."""
+        """Endless shuffled epochs; resumes at (epoch, batch_in_epoch). Every rank computes the
+        same seeded plan and takes its share (``shard_plan``); ``batch_in_epoch`` counts plan
+        batches, so a run resumes with any number of processes."""
         cfg = self.config.train
         train = self.dataset.splits.train
-        skip = self.batch_in_epoch
         while True:
-            iterator = iterate_batches(
+            plan = plan_batches(
                 train, cfg.batch_size, cfg.batch_tokens, shuffle=True, seed=cfg.seed + self.epoch,
                 bucket=cfg.bucket,
             )
-            for index, examples in enumerate(iterator):
-                if index < skip:
-                    continue
-                yield examples
-            skip = 0
+            share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
+            for index in share:
+                yield [train[i] for i in plan[index]]
             self.epoch += 1
             self.batch_in_epoch = 0
 
     # -- evaluation and checkpoints -----------------------------------------------------------
+
+    def _evaluate_on_primary(self) -> bool:
+        """Rank 0 evaluates (and saves) while the others wait; all learn whether to stop
+        early, and take rank 0's LR schedule state (a plateau schedule reacts to the eval)."""
+        stop_early = bool(self.dist.primary_only(lambda: int(self._evaluate())))
+        if self.dist.active:
+            state = self.dist.broadcast_object(self.lr_schedule.state_dict())
+            self.lr_schedule.load_state_dict(state)
+        return stop_early
 
     def _evaluate(self) -> bool:
         """Score dev, log eval + samples, save best/last; True when early stopping says stop."""
@@ -383,6 +464,10 @@ class Trainer:
         """Write a checkpoint, only of finite weights (else the last good one stays)."""
         if not self._weights_finite():
             raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
+        if not self.dist.is_primary:  # one writer; the weights are the same on every rank
+            if tag == "last":
+                self._last_saved_step = self.step
+            return
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
         directory = save_checkpoint(
             self.run_dir,
@@ -462,7 +547,7 @@ class Trainer:
             word = path.read_text(encoding="utf-8").strip().lower()
         except OSError:
             return None
-        return word if word in ("pause", "resume", "save", "stop") else None
+        return word if word in ("pause", "resume", "save", "stop", "interrupt") else None
 
     def _paused(self) -> str | None:
         """Wait while paused; returns the command that ended the pause (resume/stop/save)."""
@@ -470,7 +555,7 @@ class Trainer:
         self.events.emit("control", self.step, command="pause")
         try:
             while not self._signalled:
-                command = self._poll_control()
+                command, _ = self._sync_control(0)  # every rank pauses and wakes together
                 if command == "save":
                     self._save("last")
                 elif command in ("resume", "stop"):
@@ -487,11 +572,19 @@ class Trainer:
             return lambda: None
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
+        # Under torchrun a terminal's Ctrl+C reaches a rank twice (directly and forwarded by
+        # torchrun): a repeat within this grace is the same request.
+        grace = 2.0 if distributed.launched_by_torchrun() else 0.0
+
         def handler(signum: int, frame: Any) -> None:
-            if self._signalled:  # second signal: abort now
+            now = time.monotonic()
+            if self._signal_at is not None and now - self._signal_at >= grace:
+                # second signal: abort now
                 for sig, old in previous.items():
                     signal.signal(sig, old)
                 raise KeyboardInterrupt
+            if self._signal_at is None:
+                self._signal_at = now
             self._signalled = True
 
         for sig in previous:
@@ -539,6 +632,11 @@ def is_out_of_memory(err: BaseException) -> bool:
     if isinstance(err, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
         return True
     return isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else ""
 
 
 def _finite_or_none(value: float) -> float | None:
