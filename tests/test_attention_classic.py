@@ -110,11 +110,14 @@ def reference(name: str, module, query, keys, mask, query_pos=None):
 
 
 @pytest.mark.parametrize("name", SCORED)
-def test_variant_matches_float64_reference(name):
+def test_variant_matches_float64_reference(name, device):
     module = make(name)
     query, keys, mask = inputs(name)
-    out = module(query, keys, keys, mask, need_weights=True)
     want_weights, want_context = reference(name, module, query, keys, mask)
+    module, query, keys, mask = module.to(device), query.to(device), keys.to(device), mask.to(device)
+    out = module(query, keys, keys, mask, need_weights=True)
+    assert out.context.device.type == device.type
+    out.weights, out.context = out.weights.cpu(), out.context.cpu()
     assert out.weights.shape == (B, 1, TQ, TK)
     assert out.context.shape == (B, TQ, module.out_dim)
     torch.testing.assert_close(out.weights[:, 0], want_weights, rtol=1e-9, atol=1e-12)

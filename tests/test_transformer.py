@@ -76,12 +76,12 @@ def _model_kwargs(case):
 
 
 @pytest.mark.parametrize("case", CACHE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
-def test_cached_step_decoding_equals_full_forward(case):
+def test_cached_step_decoding_equals_full_forward(case, device):
     kwargs = _model_kwargs(case)
     if kwargs.get("cross_attention", "scaled-dot") not in ATTENTION:
         pytest.skip("variant not registered")
-    model = make_model(**kwargs)
-    src, src_mask, tgt_in = batch()
+    model = make_model(**kwargs).to(device)
+    src, src_mask, tgt_in = (t.to(device) for t in batch())
     with torch.no_grad():
         full = model(src, src_mask, tgt_in).logits
         cached, _ = decode_with_cache(model, src, src_mask, tgt_in)
