@@ -266,10 +266,12 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
 @click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change e.g. train.max_steps)")
-@click.option("--nproc", type=click.IntRange(1, 1024), default=None, help="data-parallel processes (torchrun + DDP; train.nproc): up to the GPUs, or the CPU cores")
+@click.option("--nproc", type=click.IntRange(1, 1024), default=None,
+              help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None, nproc: int | None) -> None:
+          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+          nproc: int | None) -> None:
     """Train a model and write a run directory (config, events, checkpoints).
 
     With --nproc N (or train.nproc) the same training runs in N processes under torchrun
@@ -318,7 +320,8 @@ def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: 
     distributed.check_nproc(config.train.nproc, config.train.device)
     if resume_dir is not None:
         run_dir = resume_dir
-        args = ["train", "--resume", str(resume_dir), *[a for item in extra for a in ("--set", item)]]
+        sets = [arg for item in extra for arg in ("--set", item)]
+        args = ["train", "--resume", str(resume_dir), *sets]
     else:
         run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         args = ["train", "--out", str(run_dir.parent), "--run-name", run_dir.name]

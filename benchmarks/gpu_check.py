@@ -78,8 +78,12 @@ def model_flops(model: Any, src_lens: list[int], tgt_lens: list[int]) -> float:
         )
         dense += 6.0 * module.weight.numel() * (n_src if on_source else n_tgt)
     names = [name for name, _ in model.named_modules()]
-    enc = sum(1 for n in names if n.startswith("encoder_layers.") and n.endswith("self_attn.attn.q_proj"))
-    dec = sum(1 for n in names if n.startswith("decoder_layers.") and n.endswith("self_attn.attn.q_proj"))
+    enc = sum(
+        1 for n in names if n.startswith("encoder_layers.") and n.endswith("self_attn.attn.q_proj")
+    )
+    dec = sum(
+        1 for n in names if n.startswith("decoder_layers.") and n.endswith("self_attn.attn.q_proj")
+    )
     d = model.get_submodule(next(n for n in names if n.endswith("q_proj"))).weight.shape[0]
     attention = 0.0
     for s, t in zip(src_lens, tgt_lens, strict=True):
@@ -90,15 +94,30 @@ def model_flops(model: Any, src_lens: list[int], tgt_lens: list[int]) -> float:
 
 
 def run_cuda_tests(timeout_s: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-k", "cuda", "-p", "no:cacheprovider", "tests"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-m",
+        "not slow",
+        "-k",
+        "cuda",
+        "-p",
+        "no:cacheprovider",
+        "tests",
+    ]
     start = time.perf_counter()
     try:
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"ok": False, "summary": f"timed out after {timeout_s} s"}
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return {"ok": done.returncode == 0, "summary": lines[-1] if lines else done.stderr[-300:],
-            "seconds": round(time.perf_counter() - start, 1)}
+    return {
+        "ok": done.returncode == 0,
+        "summary": lines[-1] if lines else done.stderr[-300:],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def train_presets(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -107,10 +126,15 @@ def train_presets(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for name in args.presets:
         bench = argparse.Namespace(
-            set=["train.device=cuda", *args.set], steps=args.quick_steps if args.quick else 0,
-            max_pairs=0, eval_sentences=200 if args.quick else 0,
-            test_sentences=args.test_sentences, device="cuda", out=str(Path(args.runs) / "presets"),
-            resume=False, device_resolved=args.device,
+            set=["train.device=cuda", *args.set],
+            steps=args.quick_steps if args.quick else 0,
+            max_pairs=0,
+            eval_sentences=200 if args.quick else 0,
+            test_sentences=args.test_sentences,
+            device="cuda",
+            out=str(Path(args.runs) / "presets"),
+            resume=False,
+            device_resolved=args.device,
         )
         print(f"== training {name}", file=sys.stderr, flush=True)
         try:
@@ -160,8 +184,11 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     name = torch.cuda.get_device_name(args.device)
     peak = peak_flops(name, args.peak_tflops)
     return {
-        "device": name, "batch": f"{b} x {n} tokens", "step_ms": round(seconds * 1e3, 2),
-        "model_tflops_per_step": round(flops / 1e12, 4), "achieved_tflops": round(flops / seconds / 1e12, 1),
+        "device": name,
+        "batch": f"{b} x {n} tokens",
+        "step_ms": round(seconds * 1e3, 2),
+        "model_tflops_per_step": round(flops / 1e12, 4),
+        "achieved_tflops": round(flops / seconds / 1e12, 1),
         "peak_tflops": None if peak is None else round(peak / 1e12, 1),
         "mfu": None if peak is None else round(flops / seconds / peak, 4),
         "tokens_per_s": round(2 * b * n / seconds, 0),
@@ -178,7 +205,9 @@ def measure_decoding(args: argparse.Namespace, trained: list[dict[str, Any]]) ->
 
     run = Path(args.runs) / "presets" / "multi30k-transformer"
     if not (run / "checkpoints").is_dir():
-        return {"skipped": "no trained multi30k-transformer run (train it first: drop --skip-train)"}
+        return {
+            "skipped": "no trained multi30k-transformer run (train it first: drop --skip-train)"
+        }
     loaded = load_checkpoint(run, device=args.device)
     data = load_dataset(loaded.config.data)
     test = data.splits.test[: args.test_sentences or None]
@@ -204,18 +233,43 @@ def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
     nproc = 2 if torch.cuda.device_count() >= 2 else 1
     runs = Path(args.runs) / "ddp"
     name = f"transformer-nproc{nproc}-{time.strftime('%H%M%S')}"
-    argv = [sys.executable, "-m", "attnlab", "train", "--preset", "multi30k-transformer", "--nproc", str(nproc),
-            "--device", "cuda", "--out", str(runs), "--run-name", name, "--quiet",
-            "--set", f"train.max_steps={args.ddp_steps}", "--set", f"train.eval_every={args.ddp_steps}",
-            "--set", "train.eval_sentences=200"]
+    argv = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "--preset",
+        "multi30k-transformer",
+        "--nproc",
+        str(nproc),
+        "--device",
+        "cuda",
+        "--out",
+        str(runs),
+        "--run-name",
+        name,
+        "--quiet",
+        "--set",
+        f"train.max_steps={args.ddp_steps}",
+        "--set",
+        f"train.eval_every={args.ddp_steps}",
+        "--set",
+        "train.eval_sentences=200",
+    ]
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=args.ddp_timeout)
     wall = time.perf_counter() - start
     events = list(iter_events(runs / name))
     final = next((e for e in reversed(events) if e["type"] == "done"), {})
-    return {"nproc": nproc, "exit_code": done.returncode, "steps": final.get("step"), "wall_s": round(wall, 1),
-            "tokens_per_s": final.get("tokens_per_s"), "reason": final.get("reason"),
-            "stderr_tail": done.stderr.strip().splitlines()[-1:] if done.returncode else []}
+    return {
+        "nproc": nproc,
+        "exit_code": done.returncode,
+        "steps": final.get("step"),
+        "wall_s": round(wall, 1),
+        "tokens_per_s": final.get("tokens_per_s"),
+        "reason": final.get("reason"),
+        "stderr_tail": done.stderr.strip().splitlines()[-1:] if done.returncode else [],
+    }
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -226,24 +280,39 @@ def print_table(report: dict[str, Any]) -> None:
     table.add_column("check", style="bold")
     table.add_column("result")
     tests = report.get("cuda_tests") or {}
-    table.add_row("CUDA tests", f"{'ok' if tests.get('ok') else 'FAILED'}: {tests.get('summary', 'skipped')}")
+    table.add_row(
+        "CUDA tests", f"{'ok' if tests.get('ok') else 'FAILED'}: {tests.get('summary', 'skipped')}"
+    )
     for r in report.get("presets", []):
         if "error" in r:
             table.add_row(r["preset"], f"error: {r['error']}")
             continue
-        table.add_row(r["preset"], f"test BLEU {r['test_bleu']:.2f} (lc {r['test_bleu_lc']:.2f}), "
-                      f"{r['steps']} steps in {r['wall_s']:.0f} s, {r['tokens_per_s']:,.0f} tok/s")
+        table.add_row(
+            r["preset"],
+            f"test BLEU {r['test_bleu']:.2f} (lc {r['test_bleu_lc']:.2f}), "
+            f"{r['steps']} steps in {r['wall_s']:.0f} s, {r['tokens_per_s']:,.0f} tok/s",
+        )
     mfu = report.get("mfu") or {}
     if "mfu" in mfu:
-        shown = "unknown peak (use --peak-tflops)" if mfu["mfu"] is None else f"{100 * mfu['mfu']:.1f} %"
-        table.add_row("Transformer MFU (bf16)", f"{shown}: {mfu['achieved_tflops']} TFLOP/s at "
-                      f"{mfu['batch']}, {mfu['step_ms']} ms/step")
+        shown = (
+            "unknown peak (use --peak-tflops)"
+            if mfu["mfu"] is None
+            else f"{100 * mfu['mfu']:.1f} %"
+        )
+        table.add_row(
+            "Transformer MFU (bf16)",
+            f"{shown}: {mfu['achieved_tflops']} TFLOP/s at "
+            f"{mfu['batch']}, {mfu['step_ms']} ms/step",
+        )
     dec = report.get("decoding") or {}
     table.add_row("decoding", ", ".join(f"{k} {v}" for k, v in dec.items()) or "skipped")
     ddp = report.get("ddp") or {}
     if ddp:
-        table.add_row(f"train --nproc {ddp['nproc']}", f"exit {ddp['exit_code']}, {ddp['steps']} steps in "
-                      f"{ddp['wall_s']} s, {ddp['tokens_per_s']} tok/s")
+        table.add_row(
+            f"train --nproc {ddp['nproc']}",
+            f"exit {ddp['exit_code']}, {ddp['steps']} steps in "
+            f"{ddp['wall_s']} s, {ddp['tokens_per_s']} tok/s",
+        )
     Console().print(table)
 
 
@@ -251,18 +320,39 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="gpu-check.json", help="JSON file for every figure")
     parser.add_argument("--runs", default="runs/gpu-check", help="where the run directories go")
-    parser.add_argument("--quick", action="store_true", help="presets to --quick-steps steps (fits ~8 min on an H200)")
-    parser.add_argument("--quick-steps", type=int, default=600, help="train.max_steps per preset under --quick")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="presets to --quick-steps steps (fits ~8 min on an H200)",
+    )
+    parser.add_argument(
+        "--quick-steps", type=int, default=600, help="train.max_steps per preset under --quick"
+    )
     parser.add_argument("--presets", nargs="+", default=list(PRESETS))
-    parser.add_argument("--test-sentences", type=int, default=0, help="score/decode the first N test sentences (0 = all)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="extra config override")
+    parser.add_argument(
+        "--test-sentences",
+        type=int,
+        default=0,
+        help="score/decode the first N test sentences (0 = all)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="extra config override",
+    )
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--tests-timeout", type=int, default=240)
     parser.add_argument("--mfu-batch", type=int, default=256, help="sentences per MFU step")
-    parser.add_argument("--mfu-len", type=int, default=32, help="source and target tokens per sentence")
+    parser.add_argument(
+        "--mfu-len", type=int, default=32, help="source and target tokens per sentence"
+    )
     parser.add_argument("--mfu-steps", type=int, default=30)
-    parser.add_argument("--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)"
+    )
     parser.add_argument("--ddp-steps", type=int, default=300)
     parser.add_argument("--ddp-timeout", type=int, default=240)
     args = parser.parse_args(argv)
@@ -274,8 +364,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.device = torch.device("cuda")
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
-                              "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "quick": args.quick}
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "quick": args.quick,
+    }
     start = time.perf_counter()
     if not args.skip_tests:
         report["cuda_tests"] = run_cuda_tests(args.tests_timeout)

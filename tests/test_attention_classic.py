@@ -114,7 +114,7 @@ def test_variant_matches_float64_reference(name, device):
     module = make(name)
     query, keys, mask = inputs(name)
     want_weights, want_context = reference(name, module, query, keys, mask)
-    module, query, keys, mask = module.to(device), query.to(device), keys.to(device), mask.to(device)
+    module, query, keys, mask = (x.to(device) for x in (module, query, keys, mask))
     out = module(query, keys, keys, mask, need_weights=True)
     assert out.context.device.type == device.type
     out.weights, out.context = out.weights.cpu(), out.context.cpu()

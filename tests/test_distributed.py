@@ -47,7 +47,11 @@ def test_shard_plan_global_step_is_n_consecutive_plan_batches():
     world = 3
     shares = [shard_plan(10, world, rank) for rank in range(world)]
     for step in range(3):
-        assert [shares[rank][step] for rank in range(world)] == [3 * step, 3 * step + 1, 3 * step + 2]
+        assert [shares[rank][step] for rank in range(world)] == [
+            3 * step,
+            3 * step + 1,
+            3 * step + 2,
+        ]
 
 
 def test_shard_plan_resumes_mid_epoch_with_another_world_size():
@@ -78,7 +82,9 @@ def test_one_process_dist_is_a_no_op():
 def test_nproc_beyond_the_cores_is_one_error_line():
     cores = len(os.sched_getaffinity(0))
     check_nproc(cores, "cpu")
-    with pytest.raises(AttnlabError, match=rf"train.nproc={cores + 1} exceeds the {cores} CPU cores"):
+    with pytest.raises(
+        AttnlabError, match=rf"train.nproc={cores + 1} exceeds the {cores} CPU cores"
+    ):
         check_nproc(cores + 1, "cpu")
 
 
@@ -92,8 +98,10 @@ def test_torchrun_command_has_no_fixed_port():
 def test_nproc_too_large_on_the_cli_exits_2(tmp_path):
     from attnlab.cli import cli
 
-    code = cli.main(["train", "--nproc", "1024", "--device", "cpu", "--out", str(tmp_path)],
-                    standalone_mode=False)
+    code = cli.main(
+        ["train", "--nproc", "1024", "--device", "cpu", "--out", str(tmp_path)],
+        standalone_mode=False,
+    )
     assert code == 2
     assert not any(tmp_path.iterdir())  # refused before any run directory was made
 
@@ -102,9 +110,17 @@ def test_nproc_too_large_on_the_cli_exits_2(tmp_path):
 
 # A tiny GRU + Bahdanau experiment: 64 pairs, 16 sentences a batch (4 plan batches an epoch).
 TINY = (
-    "data.train_size=64", "data.dev_size=8", "data.test_size=8", "data.max_len=8",
-    "model.hidden=16", "model.emb=8", "train.batch_size=16", "train.samples=0",
-    "train.eval_sentences=8", "train.log_every=1", "train.device=cpu",
+    "data.train_size=64",
+    "data.dev_size=8",
+    "data.test_size=8",
+    "data.max_len=8",
+    "model.hidden=16",
+    "model.emb=8",
+    "train.batch_size=16",
+    "train.samples=0",
+    "train.eval_sentences=8",
+    "train.log_every=1",
+    "train.device=cpu",
 )
 
 
@@ -113,7 +129,11 @@ def _sets(*items: str) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
 
 
 def _events(run_dir: Path, kind: str) -> list[dict]:
@@ -125,8 +145,9 @@ def _run(argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[s
 
 
 def _reference(config, steps: int, world: int) -> tuple[dict[str, torch.Tensor], list, list, list]:
-    """(weights, then tokens, loss and gradient norm per step) of one process, no DDP: each step trains on the concatenation of ``world`` consecutive
-    plan batches, loss normalised by their token count (the update DDP must reproduce)."""
+    """(weights, then tokens, loss and gradient norm per step) of one process, no DDP: each
+    step trains on the concatenation of ``world`` consecutive plan batches, the loss
+    normalised by their token count (the update DDP must reproduce)."""
     from attnlab.data.batching import make_batch, plan_batches
     from attnlab.data.dataset import load_dataset
     from attnlab.evaluate import token_loss_sum
@@ -141,7 +162,9 @@ def _reference(config, steps: int, world: int) -> tuple[dict[str, torch.Tensor],
     train = data.splits.train
     merged_batches = []
     for epoch in range(steps):
-        plan = plan_batches(train, cfg.batch_size, cfg.batch_tokens, True, cfg.seed + epoch, cfg.bucket)
+        plan = plan_batches(
+            train, cfg.batch_size, cfg.batch_tokens, True, cfg.seed + epoch, cfg.bucket
+        )
         for start in range(0, len(plan) - world + 1, world):
             merged_batches.append([train[i] for idx in plan[start : start + world] for i in idx])
     model.train()
@@ -167,7 +190,9 @@ def test_two_ranks_update_like_one_process_on_the_merged_batches(tmp_path):
     from attnlab.runs import read_checkpoint
 
     extra = ("model.dropout=0", "train.max_steps=5", "train.eval_every=1000", "train.lr=0.001")
-    argv = torchrun_argv(2, ["train", "--out", str(tmp_path), "--run-name", "ddp", "--quiet", *_sets(*extra)])
+    argv = torchrun_argv(
+        2, ["train", "--out", str(tmp_path), "--run-name", "ddp", "--quiet", *_sets(*extra)]
+    )
     done = _run(argv)
     assert done.returncode == 0, done.stderr[-2000:]
     run_dir = tmp_path / "ddp"
@@ -200,9 +225,23 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
 
 
 def _start_long_run(tmp_path: Path, name: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "attnlab", "train", "--nproc", "2", "--out", str(tmp_path),
-            "--run-name", name, "--quiet", *_sets("train.max_steps=100000", "train.eval_every=100000")]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    argv = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "--nproc",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        name,
+        "--quiet",
+        *_sets("train.max_steps=100000", "train.eval_every=100000"),
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
 
 
 def _ends_once(run_dir: Path, reason: str) -> dict:
@@ -245,19 +284,47 @@ def test_uneven_shards_finish_and_resume_continues_with_one_process(tmp_path):
     """48 pairs = 3 plan batches an epoch for 2 ranks: one step, the odd batch dropped (no
     hang); then ``--resume`` of the 2-process run in 1 process goes on from its step."""
     run_dir = tmp_path / "uneven"
-    argv = [sys.executable, "-m", "attnlab", "train", "--nproc", "2", "--out", str(tmp_path),
-            "--run-name", "uneven", "--quiet",
-            *_sets("data.train_size=48", "train.max_steps=5", "train.eval_every=5")]
+    argv = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "--nproc",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "uneven",
+        "--quiet",
+        *_sets("data.train_size=48", "train.max_steps=5", "train.eval_every=5"),
+    ]
     first = _run(argv)
     assert first.returncode == 0, first.stderr[-2000:]
     assert _events(run_dir, "done")[-1]["reason"] == "finished"
     assert _events(run_dir, "done")[-1]["step"] == 5
 
-    again = _run([sys.executable, "-m", "attnlab", "train", "--resume", str(run_dir), "--nproc", "1",
-                  "--quiet", "--set", "train.max_steps=7"])
+    again = _run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "train",
+            "--resume",
+            str(run_dir),
+            "--nproc",
+            "1",
+            "--quiet",
+            "--set",
+            "train.max_steps=7",
+        ]
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     starts = _events(run_dir, "start")
     assert [s["world_size"] for s in starts] == [2, 1] and starts[1]["resumed"]
     steps = [e["step"] for e in _events(run_dir, "step")]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
-    assert _events(run_dir, "done")[-1] == {**_events(run_dir, "done")[-1], "reason": "finished", "step": 7}
+    assert _events(run_dir, "done")[-1] == {
+        **_events(run_dir, "done")[-1],
+        "reason": "finished",
+        "step": 7,
+    }

@@ -18,8 +18,16 @@ import gpu_check  # noqa: E402
 def test_without_cuda_it_says_so_and_exits_0(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "x.json")],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "no CUDA device" in done.stdout
@@ -41,8 +49,13 @@ def test_model_flops_by_hand_for_a_one_layer_transformer():
 
     d, ff, vocab = 8, 16, 10
     model = build_model(
-        ExperimentConfig(model=ModelConfig(arch="transformer", d_model=d, heads=2, ff=ff, enc_layers=1, dec_layers=1)),
-        vocab, vocab,
+        ExperimentConfig(
+            model=ModelConfig(
+                arch="transformer", d_model=d, heads=2, ff=ff, enc_layers=1, dec_layers=1
+            )
+        ),
+        vocab,
+        vocab,
     )
     src, tgt = [3, 5], [4, 2]
     s_tok, t_tok = sum(src), sum(tgt)

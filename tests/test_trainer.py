@@ -313,7 +313,9 @@ def test_a_tiny_run_trains_on_each_device(tmp_path, tiny_config, device):
     assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
 
 
-def test_compile_failure_falls_back_to_eager_with_one_note(tmp_path, tiny_config, monkeypatch, capsys):
+def test_compile_failure_falls_back_to_eager_with_one_note(
+    tmp_path, tiny_config, monkeypatch, capsys
+):
     """train.compile: a model torch.compile cannot handle trains eagerly, said once."""
     calls = []
 
@@ -335,7 +337,9 @@ def test_compile_failure_falls_back_to_eager_with_one_note(tmp_path, tiny_config
     assert err.count("note: torch.compile failed") == 1
 
 
-def test_compiled_training_equals_eager_when_compile_is_the_identity(tmp_path, tiny_config, monkeypatch):
+def test_compiled_training_equals_eager_when_compile_is_the_identity(
+    tmp_path, tiny_config, monkeypatch
+):
     """With compile on, the trainer steps through the compiled callable (here the module
     itself): the same weights as compile off."""
     monkeypatch.setattr(torch, "compile", lambda module, *a, **k: module)

@@ -107,7 +107,9 @@ def max_processes(device: str) -> tuple[int, str]:
 def check_nproc(nproc: int, device: str) -> None:
     limit, what = max_processes(device)
     if nproc > max(limit, 1):
-        raise AttnlabError(f"train.nproc={nproc} exceeds the {limit} {what} here; use 1..{max(limit, 1)}")
+        raise AttnlabError(
+            f"train.nproc={nproc} exceeds the {limit} {what} here; use 1..{max(limit, 1)}"
+        )
 
 
 @dataclass
@@ -344,6 +346,12 @@ def torchrun_argv(nproc: int, cli_args: list[str]) -> list[str]:
     import sys
 
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={nproc}", "-m", "attnlab", *cli_args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "attnlab",
+        *cli_args,
     ]

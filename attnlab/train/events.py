@@ -15,7 +15,7 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | error      | message, kind ("nan" | "exception" | "oom")                                             |
 | done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
 | control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
-| note       | message: a one-line notice (e.g. torch.compile failed, training continues eagerly)    |
+| note       | message: a one-line notice (torch.compile failed: training goes on eagerly)            |
 
 Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
 also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s; ``start``

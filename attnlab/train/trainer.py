@@ -157,7 +157,8 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_primary:  # one writer: rank 0
             write_config(self.run_dir, self.config)
-        self.events = EventLog(self.run_dir, self.on_event) if self.dist.is_primary else NullEventLog()
+        primary = self.dist.is_primary
+        self.events = EventLog(self.run_dir, self.on_event) if primary else NullEventLog()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
         self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
 
@@ -208,7 +209,8 @@ class Trainer:
     def _compile_failed(self, err: BaseException) -> None:
         """One line on stderr and in the events; training goes on eagerly."""
         self.train_model = self._eager_model
-        message = f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); training eagerly"
+        cause = f"{type(err).__name__}: {_first_line(err)}"
+        message = f"torch.compile failed ({cause}); training eagerly"
         if self.dist.is_primary:
             print(f"note: {message}", file=sys.stderr, flush=True)
         if hasattr(self, "events"):
