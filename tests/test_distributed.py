@@ -328,3 +328,25 @@ def test_uneven_shards_finish_and_resume_continues_with_one_process(tmp_path):
         "reason": "finished",
         "step": 7,
     }
+
+
+def test_the_lab_passes_processes_through_its_preset(tmp_path):
+    """Setup's "processes" is train.nproc: the preset the lab writes for its child carries
+    it, and `attnlab train --preset FILE` then launches that many processes."""
+    from dataclasses import replace
+
+    from attnlab.config import ExperimentConfig, load_preset
+    from attnlab.tui.launcher import TrainingProcess
+    from attnlab.tui.views.setup import FIELDS
+
+    assert "train.nproc" in {field.key for field in FIELDS}
+    base = ExperimentConfig()
+    config = replace(base, train=replace(base.train, nproc=2))
+    seen = tmp_path / "seen.toml"
+
+    def copy_preset(preset: Path, runs: Path, name: str) -> list[str]:
+        return [sys.executable, "-c", f"import shutil; shutil.copy({str(preset)!r}, {str(seen)!r})"]
+
+    child = TrainingProcess.start(config, tmp_path / "runs", "r", command=copy_preset)
+    assert child.wait(60) == 0
+    assert load_preset(str(seen)).train.nproc == 2
