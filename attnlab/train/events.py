@@ -12,7 +12,7 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 |            | bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s                             |
 | sample     | index, src (tokens), ref (tokens), hyp (tokens), attention (hyp_len x src_len floats)   |
 | checkpoint | tag ("best" or "last"), path                                                           |
-| error      | message, kind ("nan" | "exception" | "oom")                                             |
+| error      | message, kind ("nan" | "exception" | "oom" | "io")                                      |
 | done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
 | control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
 
