@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +27,25 @@ from attnlab.errors import AttnlabError
 DEFAULT_PRESET = "reverse-bahdanau"
 
 
+# A torchrun worker's view of its job, from torchrun's environment (no torch import: these
+# decide things before the seconds-long imports).
+TORCHRUN_SIGNAL_GRACE_S = 2.0  # = attnlab.train.distributed.SIGNAL_GRACE_S
+
+
+def _primary_process() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _torchrun_worker() -> bool:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    except ValueError:
+        return False
+
+
 def _say(line: str) -> None:
     """A line on stderr; under torchrun only rank 0 speaks (the others say the same)."""
-    if os.environ.get("RANK", "0") in ("", "0"):
+    if _primary_process():
         click.echo(line, err=True)
 
 
@@ -212,9 +230,9 @@ class TrainProgress:
                 f"note: dropped {event['dropped_pairs']} training pairs longer than "
                 "data.train_max_tokens tokens", err=True,
             )
-        if kind == "error" and self.quiet:  # quiet still says why a run stopped
-            click.echo(f"error: {_one_line(event.get('message', ''))}", err=True)
         if self.progress is None:
+            if event["type"] == "error":  # --quiet still says why training stopped
+                click.echo(f"error: {_one_line(str(event.get('message')))}", err=True)
             return
         if kind == "step":
             self.progress.update(
@@ -257,15 +275,63 @@ def _summary_table(summary: dict[str, Any]) -> Any:
     return table
 
 
+class DeferredSignals:
+    """SIGINT/SIGTERM while ``train`` starts up: remembered as a flag, never lost.
+
+    Python's default handler raises KeyboardInterrupt wherever the main thread is, and in
+    the start-up imports that can be inside code that swallows it: Cython's memoryview
+    set-up, run when lxml.etree is imported (sacrebleu imports it), registers its types with
+    ``collections.abc`` under a bare ``try: ... except: pass``. A Ctrl+C that arrived while
+    lxml loaded was dropped there and the run trained to the end (1 start in 5). The flag is
+    checked between start-up stages and handed to the Trainer, whose handlers take over.
+    A second signal raises at once, unless it comes within ``grace`` seconds of the first
+    (a torchrun worker gets each Ctrl+C twice).
+    """
+
+    def __init__(self, grace: float = 0.0) -> None:
+        self.hit = False
+        self.trainer: Any = None
+        self.grace = grace
+        self._first_at: float | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        again, self.hit = self.hit, True
+        if self._first_at is None:
+            self._first_at = now
+        if self.trainer is not None:
+            self.trainer.interrupt()
+        if again and now - self._first_at >= self.grace:
+            raise KeyboardInterrupt  # a second Ctrl+C: do not wait for the next check
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        for sig, old in self._previous.items():
+            signal.signal(sig, old)
+
+
 @cli.command()
 @click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None, help="run directory name (default PRESET-YYYYmmdd-HHMMSS)")
+@click.option("--run-name", default=None,
+              help="run directory name: letters, digits, . _ - (default PRESET-YYYYmmdd-HHMMSS)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
-@click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change e.g. train.max_steps)")
+@click.option("--resume", "resume_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
+              "train.* and decode.* keys, e.g. train.max_steps)")
 @click.option("--nproc", type=click.IntRange(1, 1024), default=None,
               help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores")
 @click.pass_context
@@ -274,12 +340,43 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
           nproc: int | None) -> None:
     """Train a model and write a run directory (config, events, checkpoints).
 
-    With --nproc N (or train.nproc) the same training runs in N processes under torchrun
-    (DistributedDataParallel); ``torchrun ... -m attnlab train ...`` works directly too.
+    One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
+    before its first step leaves no directory behind. With --nproc N (or train.nproc) the same
+    training runs in N processes under torchrun (DistributedDataParallel); ``torchrun ... -m
+    attnlab train ...`` works directly too.
     """
+    # First: start-up imports take seconds. A torchrun worker gets a terminal's Ctrl+C twice
+    # (directly and forwarded by torchrun): a repeat within the grace is the same request.
+    signals = DeferredSignals(grace=TORCHRUN_SIGNAL_GRACE_S if _torchrun_worker() else 0.0)
+    signals.install()
+    try:
+        result = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, nproc,
+                        signals)
+    finally:
+        signals.restore()
+    if isinstance(result, int):  # the --nproc launcher: rank 0's exit code
+        ctx.exit(result)
+    summary = result
+    if not _primary_process():  # ranks other than 0 print nothing
+        pass
+    elif quiet:
+        best = summary.get("best") or {}
+        click.echo(
+            f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
+            f"exact match {_fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
+        )
+    else:
+        _console().print(_summary_table(summary))
+    if summary["exit_code"]:
+        ctx.exit(summary["exit_code"])
+
+
+def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
+           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+           nproc: int | None, signals: DeferredSignals) -> dict[str, Any] | int:
+    """The trainer's summary; with train.nproc > 1 outside torchrun, the launcher's exit code."""
     from attnlab.config import apply_overrides, load_preset
     from attnlab.runs import read_config
-    from attnlab.train import distributed
 
     extra = list(overrides)
     if seed is not None:
@@ -296,93 +393,132 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
         config = load_preset(preset or DEFAULT_PRESET)
     if extra:
         config = apply_overrides(config, extra)
-    under_torchrun = distributed.launched_by_torchrun()
-    if config.train.nproc > 1 and not under_torchrun:
-        ctx.exit(_launch_parallel(config, resume_dir, out, run_name, extra, quiet))
-        return
-    # Under torchrun: join the job; rank 0 makes the run directory and tells the others.
-    info = distributed.init(config.train.device) if under_torchrun else distributed.current()
+    if config.train.nproc > 1 and not _torchrun_worker():
+        return _launch_parallel(config, resume_dir, out, run_name, extra, quiet, signals)
+    from attnlab.train import distributed  # torch: seconds
+
+    signals.check()
+    # Under torchrun: join the job; rank 0 makes (and locks) the run directory.
+    info = distributed.init(config.train.device) if _torchrun_worker() else distributed.current()
     try:
-        _train_here(ctx, config, resume_dir, out, run_name, quiet, info)
+        return _train_here(config, resume_dir, out, run_name, quiet, signals, info)
     finally:
         distributed.teardown()
 
 
+def _run_name(config: Any, run_name: str | None) -> tuple[str, str]:
+    """The new run's name (not yet checked) and what to call it in an error."""
+    if run_name is not None:
+        return run_name, "--run-name"
+    return f"{config.name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}", "run name"
+
+
 def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
-                     extra: list[str], quiet: bool) -> int:
-    """``attnlab train`` again in train.nproc processes under torchrun (see distributed)."""
+                     extra: list[str], quiet: bool, signals: DeferredSignals) -> int:
+    """``attnlab train`` again in train.nproc processes under torchrun (see distributed).
+    Mistakes are refused here, in one line; rank 0 of the job makes and locks the run
+    directory (and removes it again if the run never starts)."""
     import tempfile
 
     from attnlab.config import dumps_toml
-    from attnlab.runs import new_run_dir
+    from attnlab.runs import check_new_run_dir, check_run_dir_free
     from attnlab.train import distributed
 
     distributed.check_nproc(config.train.nproc, config.train.device)
     if resume_dir is not None:
         run_dir = resume_dir
+        check_run_dir_free(run_dir)
+        _check_resume(run_dir, config)
         sets = [arg for item in extra for arg in ("--set", item)]
         args = ["train", "--resume", str(resume_dir), *sets]
     else:
-        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        args = ["train", "--out", str(run_dir.parent), "--run-name", run_dir.name]
+        run_dir = check_new_run_dir(out, *_run_name(config, run_name))
+        args = ["train", "--out", str(out), "--run-name", run_dir.name]
     click.echo(f"run directory: {run_dir} ({config.train.nproc} processes)")
     if quiet:
         args.append("--quiet")
+    signals.check()
     with tempfile.TemporaryDirectory(prefix="attnlab-preset-") as scratch:
         if resume_dir is None:  # the resolved experiment, overrides included
             preset = Path(scratch) / f"{config.name}.toml"
             preset.write_text(dumps_toml(config), encoding="utf-8")
             args += ["--preset", str(preset)]
-        return distributed.launch(config.train.nproc, args, run_dir)
+        return distributed.launch(
+            config.train.nproc, args, run_dir, new_run=resume_dir is None,
+            interrupted=lambda: signals.hit,
+        )
 
 
-def _train_here(ctx: click.Context, config: Any, resume_dir: Path | None, out: Path,
-                run_name: str | None, quiet: bool, info: Any) -> None:
-    from attnlab.runs import new_run_dir
+def _train_here(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                quiet: bool, signals: DeferredSignals, info: Any) -> dict[str, Any]:
+    """Set up (the locked run directory: rank 0's under DDP), train, return the summary."""
+    from attnlab.runs import lock_run_dir, new_run_dir, remove_unstarted_run
     from attnlab.train.distributed import EXIT_FILE_ENV
 
-    if resume_dir is not None:
-        run_dir = resume_dir
-    else:
-        run_dir = info.primary_value(
-            lambda: new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        )
-    quiet = quiet or not info.is_primary  # ranks other than 0 print nothing
-    if info.is_primary and not os.environ.get(EXIT_FILE_ENV):  # the launcher said it already
-        click.echo(f"run directory: {run_dir}")
+    lock: Any = None  # rank 0's alone: the other ranks would wait on it
 
-    from attnlab.train.trainer import Trainer
+    def make_run_dir() -> Path:  # on rank 0; the others learn the path from it
+        nonlocal lock
+        if resume_dir is not None:
+            lock = lock_run_dir(resume_dir)
+            return resume_dir
+        path, lock = new_run_dir(out, *_run_name(config, run_name))
+        return path
 
-    start_step = _resume_step(run_dir) if resume_dir is not None else 0
-    trainer = Trainer(config, run_dir, resume=resume_dir is not None)
+    run_dir = info.primary_value(make_run_dir)
+    trainer: Any = None
     try:
+        start_step = 0
+        if resume_dir is not None:
+            start_step = info.primary_value(lambda: _check_resume(run_dir, config))
+        quiet = quiet or not info.is_primary  # ranks other than 0 print nothing
+        if info.is_primary and not os.environ.get(EXIT_FILE_ENV):  # the launcher said it already
+            click.echo(f"run directory: {run_dir}")
+        signals.check()
+        from attnlab.train.trainer import Trainer  # torch, sacrebleu: seconds
+
+        signals.check()
+        trainer = Trainer(config, run_dir, resume=resume_dir is not None, lock=lock)
+        signals.trainer = trainer
+        if signals.hit:
+            trainer.interrupt()
         with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
             trainer.on_event = progress.on_event
-            summary = trainer.run()
-    except AttnlabError:
-        # A user mistake found while setting up (e.g. a missing corpus): leave no empty run behind.
-        if resume_dir is None and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+            return trainer.run()
+    except BaseException:
+        # Failed or interrupted before its first step (a missing corpus, Ctrl+C during the
+        # imports): a new run leaves nothing behind, never a directory that looks alive.
+        started = trainer is not None and trainer.started
+        if lock is not None and resume_dir is None and not started:
+            remove_unstarted_run(run_dir, lock)
         raise
-    if not info.is_primary:
-        pass
-    elif quiet:
-        best = summary.get("best") or {}
-        click.echo(
-            f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
-            f"exact match {_fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
-        )
-    else:
-        _console().print(_summary_table(summary))
-    if summary["exit_code"]:
-        ctx.exit(summary["exit_code"])
+    finally:
+        if lock is not None:
+            lock.release()
 
 
-def _resume_step(run_dir: Path) -> int:
+def _check_resume(run_dir: Path, config: Any) -> int:
+    """The step ``--resume`` continues from; refuses a config whose architecture or
+    vocabularies differ from the checkpoint's (its weights would not fit)."""
+    from attnlab.config import shaping_change
     from attnlab.runs import META_FILE, checkpoint_dir, read_json
 
-    meta = checkpoint_dir(run_dir, "last") / META_FILE
-    return int(read_json(meta).get("step", 0)) if meta.is_file() else 0
+    path = checkpoint_dir(run_dir, "last") / META_FILE
+    if not path.is_file():
+        return 0  # the trainer reports a run without a resumable checkpoint
+    meta = read_json(path)
+    saved = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(saved, dict):
+        raise AttnlabError(f"{path}: config is not a table")
+    change = shaping_change(saved, config, source=str(path))
+    if change is not None:
+        key, old, new = change
+        raise AttnlabError(
+            f"--resume {run_dir}: {key} is {new!r} but the checkpoint was trained with {old!r} "
+            "(changed in config.toml or by --set); a resumed run keeps its model.* and "
+            "vocabulary keys (train.* and decode.* may change)"
+        )
+    return int(meta.get("step", 0))
 
 
 # -- eval / translate -----------------------------------------------------------------------------
@@ -401,8 +537,13 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@click.option(
+    "--max-sentences", type=click.IntRange(min=0), default=0, show_default=True,
+    help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
+)
 @decode_options
-def eval_command(run: Path, split: str, as_json: bool, device: str | None, **flags: Any) -> None:
+def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
+                 **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
     import dataclasses
 
@@ -421,7 +562,9 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
         src_tokenizer=loaded.dataset.src_tokenizer,
         tgt_tokenizer=loaded.dataset.tgt_tokenizer,
     )
-    result = evaluate_split(loaded.model, dataset, split, config.decode, device=torch_device)
+    result = evaluate_split(
+        loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
+    )
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
@@ -447,18 +590,34 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
     console.print(buckets)
 
 
+ROLES = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}
+ROLE_AXES = {  # (rows, columns) of each role's map
+    "cross": ("target", "source"),
+    "enc-self": ("source", "source"),
+    "dec-self": ("target", "target"),
+}
+
+
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.argument("text", nargs=-1)
-@click.option("--show-attention", is_flag=True, help="print each hypothesis's alignment as a heatmap")
+@click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
+@click.option("--role", type=click.Choice(list(ROLES)), default="cross", show_default=True,
+              help="which attention --show-attention prints (Transformers have all three)")
+@click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
+@click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
-def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: str | None, **flags: Any) -> None:
+def translate(run: Path, text: tuple[str, ...], show_attention: bool, role: str, layer: int | None,
+              head: int | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
     from attnlab.config import apply_overrides
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
+    if role != "cross" and loaded.config.model.arch != "transformer":
+        raise AttnlabError(f"--role {role}: a {loaded.config.model.arch} model has only "
+                           "cross-attention; valid: --role cross")
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     results = _translate_lines(loaded, lines, config.decode, torch_device, show_attention)
     console = _console()
@@ -476,8 +635,12 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: st
             click.echo(texts[0])
         if show_attention:
             for rank, (hyp, tokens) in enumerate(nbest, start=1):
-                if hyp.attention is not None:
-                    console.print(_heatmap(hyp, tokens, source_tokens, rank if detailed else None))
+                maps = _role_maps(loaded, source_tokens, hyp, role, torch_device)
+                if maps is None:
+                    continue
+                matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, role, layer, head)
+                _print_heatmap(console, matrix, rows, cols,
+                               _map_title(role, layer, head, maps.shape[:2], rank if detailed else None))
 
 
 def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
@@ -499,17 +662,67 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     return results
 
 
-def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | None) -> Any:
-    from attnlab.viz.heatmap import render_heatmap
-    matrix = hyp.attention.float()
-    rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
-    title = "attention" if rank is None else f"attention, hypothesis {rank}"
-    # Without colours (output piped to a file) the cells would be blank: print the weights.
-    console = _console()
-    plain = not console.is_terminal or console.no_color
-    return render_heatmap(
-        matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
-    )
+def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
+    """[L, H, rows, cols] weights of ``role`` for one hypothesis (None when not kept).
+
+    Cross-attention comes from decoding itself; the self-attentions from one teacher-forced
+    pass over the hypothesis (the same maps the decoder computed, all at once)."""
+    if role == "cross":
+        return hyp.attention_layers.float() if hyp.attention_layers is not None else None
+    import torch
+
+    from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+    src = torch.tensor([loaded.src_vocab.encode(source_tokens)], device=device)
+    tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)
+    with torch.no_grad():
+        out = loaded.model(src, src != PAD_ID, tgt_in, need_weights=True)
+    weights = out.attentions.get(ROLES[role])
+    return weights[0].float().cpu() if weights is not None else None
+
+
+def _matrix_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
+               layer: int | None, head: int | None) -> tuple[Any, list[str], list[str]]:
+    """One [rows, cols] map chosen by --layer/--head, with its row and column tokens."""
+    n_layers, n_heads = maps.shape[:2]
+    for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
+        if value is not None and not 0 <= value < count:
+            raise AttnlabError(f"{flag} {value}: this model has {count} "
+                               f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+    per_layer = maps[n_layers - 1 if layer is None else layer]
+    matrix = per_layer.mean(dim=0) if head is None else per_layer[head]
+    targets = list(tokens) + (["</s>"] if hyp.finished else [])
+    inputs = ["<s>", *tokens]
+    rows, cols = {
+        "cross": (targets, list(source_tokens)),
+        "enc-self": (list(source_tokens), list(source_tokens)),
+        "dec-self": (inputs, inputs),
+    }[role]
+    rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
+    return matrix[: len(rows), : len(cols)], rows, cols
+
+
+def _map_title(role: str, layer: int | None, head: int | None, shape: tuple[int, int],
+               rank: int | None) -> str:
+    """e.g. ``decoder self-attention (target × target), layer 1/2, head 0/4``."""
+    name = {"cross": "cross-attention", "enc-self": "encoder self-attention",
+            "dec-self": "decoder self-attention"}[role]
+    rows, cols = ROLE_AXES[role]
+    n_layers, n_heads = int(shape[0]), int(shape[1])
+    where = f"layer {n_layers - 1 if layer is None else layer}/{n_layers}"
+    which = "head average" if head is None else f"head {head}/{n_heads}"
+    title = f"{name} ({rows} × {cols}), {where}, {which}"
+    return title if rank is None else f"hypothesis {rank}: {title}"
+
+
+def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
+    if not console.is_terminal or console.no_color:
+        click.echo(render_plain_heatmap(matrix, rows, cols, title=title))
+        return
+    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width))
 
 
 # -- registries and runs ----------------------------------------------------------------------------
@@ -562,47 +775,82 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
+    from attnlab.viz.text import run_label
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
     found = list_runs(directory)
     console = _console()
-    wide = console.width >= 110  # narrow terminals get the essential columns only
-    columns = ["run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status"]
-    if not wide:
-        columns = ["run", "model", "steps", "BLEU", "EM", "status"]
-    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
-    for column in columns:
-        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
-    for r in found:
-        cells = {
+    rows = [
+        {
             "run": r.path.name,
-            "task": r.task,
-            "model": f"{r.task} {r.arch} {r.attention}" if not wide else f"{r.arch} {r.attention}",
+            "task": str(r.task),
+            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
             "steps": str(r.steps),
             "BLEU": _fmt(r.best_bleu, 1),
             "chrF": _fmt(r.best_chrf, 1),
             "EM": _fmt(r.best_exact_match, 2),
             "tok/s": _fmt(r.tokens_per_s, 0),
-            "status": r.status,
+            "status": str(r.status),
         }
+        for r in found
+    ]
+    columns, run_width = _runs_columns(rows, console.width)
+    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
+    for column in columns:
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for cells in rows:
+        cells["run"] = run_label(cells["run"], run_width)
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
+    for r in found:  # after the table: skipped log lines, an unreadable config.toml
+        for warning in r.warnings:
+            click.echo(f"warning: {warning}", err=True)
+
+
+RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+# Most telling first; what does not fit the terminal is left out (the run name is cut in the
+# middle down to RUNS_MIN_NAME characters before any metric goes).
+RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "steps", "task", "params",
+                 "+run")  # "+run": then the run name grows to RUNS_FULL_NAME
+RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+
+
+def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+    def need(column: str) -> int:  # content or header, plus padding and separator (3)
+        return max([len(column), *(len(r[column]) for r in rows)]) + 3
+
+    longest = need("run") - 3
+    run_width = min(longest, RUNS_MIN_NAME)
+    used = 1 + run_width + 3  # 1: the table's outer edge
+    chosen = ["run"]
+    for column in RUNS_PRIORITY[1:]:
+        if column == "+run":
+            grow = min(longest, RUNS_FULL_NAME) - run_width
+            run_width += max(min(grow, width - used), 0)
+            used += max(min(grow, width - used), 0)
+        elif used + need(column) <= width:
+            chosen.append(column)
+            used += need(column)
+    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
+    return [c for c in RUNS_ORDER if c in chosen], run_width
 
 
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the .safetensors file to write")
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
-def export(run: Path, out_file: Path, which: str) -> None:
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+def export(run: Path, out_file: Path, which: str, force: bool) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import export_checkpoint
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
-    path = export_checkpoint(run, out_file, which)
+    path = export_checkpoint(run, out_file, which, force=force)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -241,6 +242,31 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
+# A run name (and a config's ``name``, the default run-name prefix) is one path component:
+# it can never point outside ``--out`` ("..", "/", an absolute path) or hide (".").
+NAME_MAX = 128
+NAME_RULE = (
+    'one path component of letters, digits, ".", "_" and "-", not "." or "..", '
+    f"at most {NAME_MAX} characters"
+)
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` when it is a valid run name, else AttnlabError naming ``what`` and the rule."""
+    text = str(value)
+    if _NAME.fullmatch(text) is None or text in (".", "..") or len(text) > NAME_MAX:
+        raise AttnlabError(f"{what}: {text!r} is not a valid run name; a run name is {NAME_RULE}")
+    return text
+
+
+def safe_name(text: str) -> str:
+    """A valid name made from free text (a file stem, registry names): runs of other
+    characters become "-"; never empty, "." or ".."."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:NAME_MAX].strip("-")
+    return name if name.strip(".") else "experiment"
+
+
 def _attention_hparams() -> dict[str, Any]:
     """All hyper-parameters declared by registered attention variants: name -> HParam."""
     from attnlab.nn.attention import ATTENTION  # registry import registers the variants
@@ -389,7 +415,7 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, 
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
         path, value = (part.strip() for part in item.split("=", 1))
         if path in ("name", "description"):
-            raw[path] = value
+            raw[path] = check_name(value, f"--set {item!r}") if path == "name" else value
             continue
         if "." not in path:
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
@@ -436,7 +462,10 @@ def resolve_preset(name_or_file: str) -> Path:
 def load_preset(name_or_file: str) -> ExperimentConfig:
     path = resolve_preset(name_or_file)
     raw = load_toml(path)
-    raw.setdefault("name", path.stem)
+    if "name" in raw:  # a shared preset must not place run directories anywhere
+        check_name(raw["name"], f"{path}: name")
+    else:
+        raw["name"] = safe_name(path.stem)
     return validate(from_dict(raw, source=str(path)))
 
 
@@ -488,3 +517,28 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+# What a resumed run must keep: every model.* key builds the weights (dropout aside, it has
+# none), and these data keys build the vocabularies the embeddings are indexed by.
+RESUME_FREE_MODEL_KEYS = ("dropout",)
+VOCABULARY_KEYS = (
+    "task", "vocab_size", "tokenizer", "subword_vocab", "lowercase", "min_freq", "max_vocab",
+    "shared_vocab",
+)
+
+
+def shaping_change(
+    saved: dict[str, Any], config: ExperimentConfig, source: str
+) -> tuple[str, Any, Any] | None:
+    """The first ``(key, saved value, new value)`` where ``config`` builds a different model or
+    vocabulary than ``saved`` (a checkpoint's config table), or None."""
+    before = to_dict(from_dict(saved, source=source))  # fills keys an older version did not write
+    after = to_dict(config)
+    model_keys = sorted(set(before["model"]) | set(after["model"]))
+    checked = [("model", k) for k in model_keys if k not in RESUME_FREE_MODEL_KEYS]
+    for section, key in [*checked, *(("data", k) for k in VOCABULARY_KEYS)]:
+        old, new = before[section].get(key), after[section].get(key)
+        if old != new:
+            return f"{section}.{key}", old, new
+    return None

@@ -350,3 +350,174 @@ def test_the_lab_passes_processes_through_its_preset(tmp_path):
     child = TrainingProcess.start(config, tmp_path / "runs", "r", command=copy_preset)
     assert child.wait(60) == 0
     assert load_preset(str(seen)).train.nproc == 2
+
+
+# -- rank 0 decides, every rank follows (merged with the trainer's eval rules) ----------------
+
+
+class _ScriptedDist(Dist):
+    """A rank of a 2-process job whose collectives return what rank 0 would send."""
+
+    def __init__(self, rank: int, outcome: int | None = None, state: dict | None = None):
+        super().__init__(rank=rank, world_size=2)
+        self.outcome, self.state, self.sent = outcome, state, []
+
+    def primary_only(self, work):
+        if self.is_primary:
+            self.sent.append(work())  # what rank 0 broadcasts
+            return self.sent[-1]
+        return self.outcome
+
+    def broadcast_object(self, obj):
+        if self.is_primary:
+            self.sent.append(obj)
+            return obj
+        return self.state
+
+
+def _trainer_at_step(tiny_config, tmp_path, dist: Dist, step: int = 4):
+    from attnlab.train.schedules import LRSchedule
+    from attnlab.train.trainer import Trainer
+
+    trainer = Trainer(tiny_config, tmp_path / "run", install_signals=False)
+    trainer.dist, trainer.step = dist, step
+    trainer.lr_schedule = LRSchedule(tiny_config.train)
+    trainer.best_value, trainer.best_metrics, trainer.last_metrics = None, {}, {}
+    trainer.bad_evals, trainer._last_saved_step = 0, 0
+    return trainer
+
+
+RANK0_STATE = {
+    "best_value": 12.5,
+    "best_metrics": {"bleu": 12.5, "loss": 1.25, "step": 4, "chosen_by": "bleu"},
+    "last_metrics": {"bleu": 12.5, "loss": 1.25, "step": 4},
+    "bad_evals": 0,
+    "lr_schedule": {"plateau_best": 12.5, "plateau_bad": 0, "plateau_scale": 0.5},
+    "last_saved_step": 4,
+}
+
+
+def test_a_rank_takes_rank_0s_best_checkpoint_decision_and_early_stop(tiny_config, tmp_path):
+    from attnlab.train.trainer import EVAL_STOP_EARLY
+
+    dist = _ScriptedDist(1, EVAL_STOP_EARLY, RANK0_STATE)
+    trainer = _trainer_at_step(tiny_config, tmp_path, dist)
+    assert trainer._evaluate_on_primary() is True
+    assert trainer.best_value == 12.5 and trainer.bad_evals == 0
+    assert trainer.best_metrics == RANK0_STATE["best_metrics"]
+    assert trainer.last_metrics == RANK0_STATE["last_metrics"]
+    assert trainer._last_saved_step == 4  # rank 0 saved `last` at this step
+    assert trainer.lr_schedule.state_dict()["plateau_scale"] == 0.5
+
+
+def test_a_non_finite_dev_loss_on_rank_0_stops_every_rank(tiny_config, tmp_path, monkeypatch):
+    """Rank 0's NonFiniteLoss is an outcome it broadcasts (2), not a failure (-1): the
+    other ranks raise NonFiniteLoss too and end with reason "error" on the same step."""
+    from attnlab.train.trainer import EVAL_NON_FINITE, NonFiniteLoss
+
+    other = _trainer_at_step(tiny_config, tmp_path, _ScriptedDist(1, EVAL_NON_FINITE, RANK0_STATE))
+    with pytest.raises(NonFiniteLoss, match="step 4"):
+        other._evaluate_on_primary()
+
+    primary = _trainer_at_step(tiny_config, tmp_path, _ScriptedDist(0))
+
+    def nan_dev() -> bool:
+        raise NonFiniteLoss("dev loss became nan at step 4; no checkpoint was written")
+
+    monkeypatch.setattr(primary, "_evaluate", nan_dev)
+    with pytest.raises(NonFiniteLoss, match="dev loss became nan at step 4"):
+        primary._evaluate_on_primary()
+    assert primary.dist.sent[0] == EVAL_NON_FINITE  # then its bookkeeping for the others
+    assert primary.dist.sent[1]["last_saved_step"] == 0
+
+
+def test_a_torchrun_worker_takes_a_repeat_within_the_grace_as_the_same_ctrl_c(monkeypatch):
+    from attnlab import cli
+
+    clock = iter([100.0, 101.5, 102.5])
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    signals = cli.DeferredSignals(grace=2.0)
+    signals._handle(signal.SIGINT, None)
+    signals._handle(signal.SIGINT, None)  # torchrun's forwarded copy, 1.5 s later
+    assert signals.hit
+    with pytest.raises(KeyboardInterrupt):  # a real second Ctrl+C, 2.5 s after the first
+        signals._handle(signal.SIGINT, None)
+
+
+def test_the_launcher_checks_a_new_run_dir_without_making_it(tmp_path):
+    from attnlab.runs import check_new_run_dir, lock_run_dir, write_config
+
+    assert check_new_run_dir(tmp_path, "fresh") == tmp_path / "fresh"
+    with pytest.raises(AttnlabError, match="not a valid run name"):
+        check_new_run_dir(tmp_path, "../x", "--run-name")
+    (tmp_path / "busy").mkdir()
+    lock = lock_run_dir(tmp_path / "busy")
+    try:
+        with pytest.raises(AttnlabError, match=f"being trained by pid {os.getpid()}"):
+            check_new_run_dir(tmp_path, "busy")
+    finally:
+        lock.release()
+    (tmp_path / "done").mkdir()
+    from attnlab.config import ExperimentConfig
+
+    write_config(tmp_path / "done", ExperimentConfig(name="done"))
+    with pytest.raises(AttnlabError, match="already holds a run"):
+        check_new_run_dir(tmp_path, "done")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "done"]  # made nothing
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_ranks_start_leaves_no_run_directory(tmp_path):
+    """Ctrl+C to ``attnlab train --nproc 2`` once rank 0 has made RUN (the ranks are still
+    importing / setting up): every rank stops before the first step, exit 130, no RUN."""
+    run_dir = tmp_path / "early"
+    child = _start_long_run(tmp_path, "early")
+    try:
+        _wait_for(run_dir.is_dir, 120, "rank 0 to make the run directory")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err, err[-2000:]
+    assert not run_dir.exists()
+
+
+NAN_DEV = """\
+import sys
+
+import attnlab.train.trainer as trainer
+
+real = trainer.evaluate_split
+
+
+def nan_dev(*args, **kwargs):  # rank 0's dev loss turns non-finite; training stays finite
+    return {**real(*args, **kwargs), "loss": float("nan")}
+
+
+trainer.evaluate_split = nan_dev
+from attnlab.cli import main
+
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_a_nan_dev_loss_on_rank_0_ends_both_ranks_with_one_error(tmp_path):
+    script = tmp_path / "nan_dev.py"
+    script.write_text(NAN_DEV)
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(script), "train", "--out", str(tmp_path), "--run-name", "nan", "--quiet",
+        *_sets("train.max_steps=100000", "train.eval_every=2"),
+    ]
+    done = _run(argv)
+    assert done.returncode != 0  # torchrun: rank 0 exited 1
+    run_dir = tmp_path / "nan"
+    (error,) = _events(run_dir, "error")
+    assert error["kind"] == "nan" and error["step"] == 2
+    assert error["message"].startswith("dev loss became nan at step 2")
+    (end,) = _events(run_dir, "done")
+    assert (end["reason"], end["step"]) == ("error", 2)
+    assert [e["step"] for e in _events(run_dir, "step")] == [1, 2]

@@ -224,7 +224,7 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     overrides = [
         "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",
         "model.emb=16", "train.max_steps=40", "train.batch_size=32", "train.eval_every=10",
-        "train.lr=0.01", "train.samples=0", f"model.arch={arch}",
+        "train.lr=0.01", "train.samples=0", "train.eval_sentences=30", f"model.arch={arch}",
     ]
     if arch == "transformer":
         overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
@@ -241,7 +241,9 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     assert [e["step"] for e in evals] == [10, 20, 30, 40]
     assert len({e["bleu"] for e in evals}) > 1  # the model changed between evals
     for event in evals:
-        result = CliRunner().invoke(cli, ["eval", str(snapshots[event["step"]]), "--json"])
+        assert event["n"] == 30  # train.eval_sentences of the 40 dev sentences
+        snapshot = str(snapshots[event["step"]])
+        result = CliRunner().invoke(cli, ["eval", snapshot, "--max-sentences", "30", "--json"])
         assert result.exit_code == 0, result.output
         fresh = json.loads(result.output)
         assert fresh["step"] == event["step"]

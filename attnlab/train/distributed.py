@@ -41,8 +41,14 @@ CONTROL_CODES = {None: 0, "resume": 1, "save": 2, "pause": 3, "stop": 4}
 CONTROL_WORDS = {code: word for word, code in CONTROL_CODES.items()}
 
 
+# Under torchrun a terminal's Ctrl+C reaches a worker twice (directly and forwarded by
+# torchrun): a repeat within this many seconds is the same request.
+SIGNAL_GRACE_S = 2.0
+
 # Set by `attnlab train --nproc N` for its workers: rank 0 writes its exit code there.
 EXIT_FILE_ENV = "ATTNLAB_EXIT_FILE"
+# ... and the launch time (ns since the epoch): a control word written after it is for us.
+LAUNCH_TIME_ENV = "ATTNLAB_LAUNCH_NS"
 
 
 class PeerFailed(AttnlabError):
@@ -56,6 +62,16 @@ def env_world() -> tuple[int, int, int, int]:
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
     return rank, local_rank, world, local_world
+
+
+def launch_time_ns() -> int | None:
+    """When ``attnlab train --nproc`` started this job (None when it did not)."""
+    if not launched_by_torchrun():
+        return None
+    try:
+        return int(os.environ[LAUNCH_TIME_ENV])
+    except (KeyError, ValueError):
+        return None
 
 
 def launched_by_torchrun() -> bool:
@@ -284,48 +300,94 @@ def share_redraw_generator(model: torch.nn.Module, seed: int) -> None:
             module.redraw_generator = generator
 
 
-def launch(nproc: int, cli_args: list[str], run_dir: Path) -> int:
+# How often the launcher looks whether its child ended or an interrupt can be delivered.
+LAUNCH_POLL_S = 0.2
+
+
+def launch(nproc: int, cli_args: list[str], run_dir: Path, *, new_run: bool = False,
+           interrupted: Callable[[], bool] = lambda: False) -> int:
     """Run ``attnlab <cli_args>`` in ``nproc`` processes under torchrun; its exit code.
 
     torchrun and its workers get a session of their own, so a terminal's Ctrl+C reaches only
-    this process: the first SIGINT/SIGTERM writes ``interrupt`` to ``RUN/control`` (rank 0
-    reads it, every rank saves-and-stops on the same step, like Ctrl+C in one process); a
-    second one kills them all at once. The exit code is rank 0's (130 when interrupted).
+    this process: the first SIGINT/SIGTERM writes ``interrupt`` to ``RUN/control`` (as soon as
+    rank 0 has made RUN; rank 0 reads it and every rank stops on the same step — during set-up
+    before anything is written, later with a ``last`` checkpoint, like Ctrl+C in one process);
+    a second one kills them all at once. ``interrupted()`` is a Ctrl+C that came before this
+    took over the signals. The exit code is rank 0's (130 when interrupted). A ``new_run``
+    that never started (its rank 0 killed in set-up) leaves no directory.
     """
     import signal
     import subprocess
     import tempfile
-
-    from attnlab.runs import CONTROL_FILE, atomic_write_text
+    import time
 
     with tempfile.TemporaryDirectory(prefix="attnlab-ddp-") as scratch:
         exit_file = Path(scratch) / "exit-code"
         env = dict(os.environ)
         env[EXIT_FILE_ENV] = str(exit_file)
+        env[LAUNCH_TIME_ENV] = str(time.time_ns())
         # torchrun sets 1 (with a warning) when unset; each rank sets its own count anyway.
         env.setdefault("OMP_NUM_THREADS", str(cpu_threads_per_rank(nproc)))
         proc = subprocess.Popen(torchrun_argv(nproc, cli_args), env=env, start_new_session=True)
-        received = 0
+        received, delivered = 0, False
 
         def handler(signum: int, frame: Any) -> None:
-            nonlocal received
+            nonlocal received, delivered
             received += 1
             if received == 1:
-                atomic_write_text(run_dir / CONTROL_FILE, "interrupt\n")
+                delivered = _deliver_interrupt(run_dir)
             else:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            returncode = proc.wait()
+            if interrupted():
+                received = 1
+            while True:
+                if received and not delivered:  # RUN may not exist yet: rank 0 makes it
+                    delivered = _deliver_interrupt(run_dir)
+                try:
+                    returncode = proc.wait(timeout=LAUNCH_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+        if new_run:
+            _remove_if_unstarted(run_dir)
         try:
             return int(exit_file.read_text().strip())
         except (OSError, ValueError):  # rank 0 never got to say (killed, crashed)
             return 130 if received else (1 if returncode else 0)
+
+
+def _deliver_interrupt(run_dir: Path) -> bool:
+    """``interrupt`` into RUN/control, once RUN exists (never creating it)."""
+    from attnlab.runs import CONTROL_FILE, atomic_write_text
+
+    if not Path(run_dir).is_dir():
+        return False
+    try:
+        atomic_write_text(Path(run_dir) / CONTROL_FILE, "interrupt\n")
+    except (OSError, AttnlabError):  # removed meanwhile (its rank 0 gave up)
+        return False
+    return True
+
+
+def _remove_if_unstarted(run_dir: Path) -> None:
+    """After the job: a new run whose rank 0 never wrote an event (killed or interrupted in
+    set-up) is removed, as rank 0 itself does when it can."""
+    from attnlab.runs import EVENTS_FILE, lock_run_dir, remove_unstarted_run
+
+    if not Path(run_dir).is_dir() or (Path(run_dir) / EVENTS_FILE).exists():
+        return
+    try:
+        lock = lock_run_dir(run_dir)
+    except AttnlabError:  # another trainer has it now: not ours to remove
+        return
+    remove_unstarted_run(run_dir, lock)
 
 
 def report_exit(code: int) -> int:

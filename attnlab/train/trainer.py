@@ -9,7 +9,13 @@ checks its ``os.stat`` signature every step): ``pause`` (stop stepping, keep pol
 ``resume``, ``save`` (write ``last`` now), ``stop`` (save ``last``, ``done`` reason
 "stopped"). In-process callers can use ``Trainer.control(command)`` instead. SIGINT/SIGTERM
 (when ``run`` is called from the main thread) finish the current step, save ``last`` and end
-with ``done`` reason "interrupted"; a second signal aborts at once.
+with ``done`` reason "interrupted"; a second signal aborts at once. A signal during set-up
+(before the ``start`` event) raises KeyboardInterrupt once set-up is over, with nothing written.
+
+``run`` holds the run directory's lock (attnlab.runs.lock_run_dir) from set-up to the end, or
+uses the one its caller took (``lock=``). Under DDP (attnlab.train.distributed) rank 0 alone
+holds it and writes the run directory; a signal during set-up, rank 0's evaluation outcome
+and every control word are agreed by all ranks, so they stop on the same step.
 """
 
 from __future__ import annotations
@@ -37,11 +43,16 @@ from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.runs import (
     CONTROL_FILE,
+    WriteError,
+    check_resume_weights,
     checkpoint_dir,
     jsonable,
+    lock_run_dir,
     optimizer_from_tensors,
     optimizer_to_tensors,
+    prepare_checkpoints,
     read_trainer_state,
+    require_run_dir,
     save_checkpoint,
     write_config,
 )
@@ -58,6 +69,9 @@ from attnlab.train.schedules import (
 PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
 EXIT_CODES = {"finished": 0, "early-stop": 0, "stopped": 0, "interrupted": 130, "error": 1}
+
+# Outcomes of an evaluation (rank 0's, shared with every rank under DDP).
+EVAL_GO_ON, EVAL_STOP_EARLY, EVAL_NON_FINITE = 0, 1, 2
 
 
 class NonFiniteLoss(RuntimeError):
@@ -96,6 +110,7 @@ class Trainer:
         resume: bool = False,
         dataset: Any = None,
         install_signals: bool = True,
+        lock: Any = None,
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -104,14 +119,18 @@ class Trainer:
         self.resume = resume
         self.dataset = dataset
         self.install_signals = install_signals
+        self.lock = lock  # a RunLock the caller holds on run_dir; None: run() takes one
+        self.started = False  # True once the "start" event is written
         self._pending: str | None = None  # a command from control() (another thread)
         self._signalled = False
         self._signal_at: float | None = None  # when this process got its first signal
         self._control_sig: tuple[int, int, int] | None = None
         # A control file written after this moment is for us (even during set-up); an older
         # one is left over from an earlier session of the run and is ignored. The slack covers
-        # file systems whose timestamps come from a coarse clock.
-        self._created_ns = time.time_ns() - CONTROL_SLACK_NS
+        # file systems whose timestamps come from a coarse clock. Under `attnlab train --nproc`
+        # the launcher's start counts (its Ctrl+C may reach RUN/control before we exist).
+        now = time.time_ns()
+        self._created_ns = min(now, distributed.launch_time_ns() or now) - CONTROL_SLACK_NS
         self.step = 0
 
     # -- public control -----------------------------------------------------------------------
@@ -121,6 +140,12 @@ class Trainer:
         if command not in ("pause", "resume", "save", "stop"):
             raise ValueError(f"unknown control command {command!r}")
         self._pending = command
+
+    def interrupt(self) -> None:
+        """What a first SIGINT does: stop at the next step (or right after set-up)."""
+        if self._signal_at is None:
+            self._signal_at = time.monotonic()  # a repeat counts from here (see the handler)
+        self._signalled = True
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -151,19 +176,41 @@ class Trainer:
         self.total_tokens = 0
         self.train_time = 0.0  # seconds spent stepping (tokens/s over the run)
         self._last_saved_step = -1
+        # Rank 0 finishes or clears what a killed save left behind, before any rank reads it.
+        self.dist.primary_first(self._prepare_checkpoints)
         if self.resume:
             self._load_resume_state()
         self._prepare_parallel()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.dist.is_primary:  # one writer: rank 0
-            write_config(self.run_dir, self.config)
-        primary = self.dist.is_primary
-        self.events = EventLog(self.run_dir, self.on_event) if primary else NullEventLog()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
         self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
+        if self._interrupted_in_setup():  # Ctrl+C during set-up: stop before writing anything
+            raise KeyboardInterrupt
+        primary = self.dist.is_primary
+        if primary:  # one writer: rank 0
+            write_config(self.run_dir, self.config)
+        self.events = EventLog(self.run_dir, self.on_event) if primary else NullEventLog()
+
+    def _prepare_checkpoints(self) -> None:
+        if self.dist.is_primary:
+            prepare_checkpoints(self.run_dir)
+
+    def _interrupted_in_setup(self) -> bool:
+        """A signal during set-up. Under DDP any rank's signal, or the ``interrupt`` that
+        ``attnlab train --nproc`` writes to RUN/control (rank 0 reads it), agreed by every rank
+        in one collective: all stop here together, before anything is written."""
+        if not self.dist.active:
+            return self._signalled
+        word = self._poll_control() if self.dist.is_primary else None
+        if word == "interrupt":
+            self._signalled = True
+        elif word is not None:
+            self._pending = word  # pause / save / stop: acted on at the first step
+        _, signalled, _ = self.dist.sync_step(0, self._signalled, 0)
+        return signalled
 
     def _load_resume_state(self) -> None:
         weights, state, tensors = read_trainer_state(self.run_dir)
+        check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
@@ -248,9 +295,22 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until max_steps, early stop, stop or interrupt; return a summary dict."""
-        self._setup()
-        self._start_time = time.perf_counter()
+        # Handlers first: a signal during set-up becomes a flag, not a KeyboardInterrupt that
+        # an import or a library's bare ``except`` could swallow.
         restore = self._install_signal_handlers()
+        lock = self.lock
+        try:
+            # One lock holder, rank 0 (the others would wait on it); it made the run dir.
+            if lock is None and distributed.is_primary_process():
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                lock = lock_run_dir(self.run_dir)
+            self._setup()
+        except BaseException:
+            restore()
+            if lock is not None and lock is not self.lock:
+                lock.release()
+            raise
+        self._start_time = time.perf_counter()
         reason = "error"
         try:
             self.events.emit(
@@ -268,6 +328,7 @@ class Trainer:
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
                 world_size=self.dist.world_size,
             )
+            self.started = True
             if getattr(self, "_compile_note", None):
                 self.events.emit("note", self.step, message=self._compile_note)
             try:
@@ -279,11 +340,12 @@ class Trainer:
                 reason = "error"
             except Exception as err:
                 oom = is_out_of_memory(err)
+                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
                 self.events.emit(
                     "error",
                     self.step,
-                    message=f"{type(err).__name__}: {err}",
-                    kind="oom" if oom else "exception",
+                    message=str(err) if io else f"{type(err).__name__}: {err}",
+                    kind="oom" if oom else "io" if io else "exception",
                 )
                 self._done("error")
                 raise
@@ -294,6 +356,8 @@ class Trainer:
             if self.dist.is_primary:
                 with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
                     (self.run_dir / CONTROL_FILE).unlink()
+            if lock is not None and lock is not self.lock:
+                lock.release()
         return self.summary(reason)
 
     def _loop(self) -> str:
@@ -413,13 +477,46 @@ class Trainer:
     # -- evaluation and checkpoints -----------------------------------------------------------
 
     def _evaluate_on_primary(self) -> bool:
-        """Rank 0 evaluates (and saves) while the others wait; all learn whether to stop
-        early, and take rank 0's LR schedule state (a plateau schedule reacts to the eval)."""
-        stop_early = bool(self.dist.primary_only(lambda: int(self._evaluate())))
+        """Rank 0 evaluates (and saves) while the others wait. Every rank then learns the
+        outcome — go on, stop early, or stop on a non-finite dev loss or weights (NonFiniteLoss
+        on every rank: none waits for a peer that stopped) — and takes rank 0's bookkeeping:
+        best checkpoint, patience, LR schedule (a plateau schedule reacts to the eval)."""
+        failure: list[NonFiniteLoss] = []
+
+        def evaluate() -> int:
+            try:
+                return EVAL_STOP_EARLY if self._evaluate() else EVAL_GO_ON
+            except NonFiniteLoss as err:  # an outcome to share, not a failure of rank 0
+                failure.append(err)
+                return EVAL_NON_FINITE
+
+        outcome = self.dist.primary_only(evaluate)
         if self.dist.active:
-            state = self.dist.broadcast_object(self.lr_schedule.state_dict())
-            self.lr_schedule.load_state_dict(state)
-        return stop_early
+            self._set_eval_state(self.dist.broadcast_object(self._eval_state()))
+        if outcome == EVAL_NON_FINITE:
+            raise failure[0] if failure else NonFiniteLoss(
+                f"rank 0 stopped on a non-finite dev loss or weights at step {self.step}"
+            )
+        return outcome == EVAL_STOP_EARLY
+
+    def _eval_state(self) -> dict[str, Any]:
+        """What an evaluation decides (on rank 0) and every rank keeps."""
+        return {
+            "best_value": self.best_value,
+            "best_metrics": self.best_metrics,
+            "last_metrics": self.last_metrics,
+            "bad_evals": self.bad_evals,
+            "lr_schedule": self.lr_schedule.state_dict(),
+            "last_saved_step": self._last_saved_step,
+        }
+
+    def _set_eval_state(self, state: dict[str, Any]) -> None:
+        self.best_value = state["best_value"]
+        self.best_metrics = state["best_metrics"]
+        self.last_metrics = state["last_metrics"]
+        self.bad_evals = state["bad_evals"]
+        self.lr_schedule.load_state_dict(state["lr_schedule"])
+        self._last_saved_step = state["last_saved_step"]
 
     def _evaluate(self) -> bool:
         """Score dev, log eval + samples, save best/last; True when early stopping says stop."""
@@ -464,6 +561,8 @@ class Trainer:
 
     def _save(self, tag: str) -> None:
         """Write a checkpoint, only of finite weights (else the last good one stays)."""
+        if self.dist.is_primary:  # deleted under us: fail with one line, do not re-create it
+            require_run_dir(self.run_dir)
         if not self._weights_finite():
             raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
         if not self.dist.is_primary:  # one writer; the weights are the same on every rank
@@ -576,7 +675,7 @@ class Trainer:
 
         # Under torchrun a terminal's Ctrl+C reaches a rank twice (directly and forwarded by
         # torchrun): a repeat within this grace is the same request.
-        grace = 2.0 if distributed.launched_by_torchrun() else 0.0
+        grace = distributed.SIGNAL_GRACE_S if distributed.launched_by_torchrun() else 0.0
 
         def handler(signum: int, frame: Any) -> None:
             now = time.monotonic()

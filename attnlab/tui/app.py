@@ -131,9 +131,16 @@ class AttnLab(App[None]):
         self.views_ready = True
         self.load_registries()
 
+    def on_unmount(self) -> None:
+        # The lab is closing: remove its children's scratch directories (attnlab-lab-*).
+        from attnlab.tui.launcher import remove_scratch_dirs
+
+        remove_scratch_dirs()
+
     def on_resize(self, event: events.Resize) -> None:
         # At 80 columns the side panels shrink (see app.tcss ".narrow").
         self.set_class(event.size.width < 90, "narrow")
+        self.set_class(event.size.height < 30, "short")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="registries")
     def load_registries(self) -> None:

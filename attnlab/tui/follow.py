@@ -1,19 +1,22 @@
 """Follow a run directory's ``events.jsonl`` and keep what the Train and Compare views draw.
 
 Pure logic (no textual, no torch): a ``RunFollower`` is fed the events that
-``attnlab.train.events.read_events`` returns and accumulates the curves (train / dev loss,
+``attnlab.train.events.EventReader`` returns and accumulates the curves (train / dev loss,
 dev BLEU / chrF / exact match against step), the latest step figures, the last eval's
 samples, the log lines and the run's state. The Train view polls it on a timer; the tests
-feed it a hand-written ``events.jsonl``.
+feed it a hand-written ``events.jsonl``. Malformed lines are skipped and reported in the log;
+a run directory deleted (or replaced) while followed ends the following, as a failure.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.train.events import read_events
+from attnlab.train.events import EventReader, check_event
 
 # States shown in the Train view's status line.
 STARTING, RUNNING, PAUSED, FINISHED, STOPPED, FAILED = (
@@ -63,6 +66,13 @@ def _num(value: Any, default: float = float("nan")) -> float:
         return default
 
 
+def _count(value: Any) -> int:
+    """A non-negative int from a logged value (0 for anything that is not a finite number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(int(value), 0) if math.isfinite(value) else 0
+
+
 def exact_match_percent(value: Any) -> float:
     """Exact match is logged as a fraction in [0, 1]; plots share BLEU's 0-100 scale."""
     number = _num(value)
@@ -94,14 +104,65 @@ class RunFollower:
     config: dict[str, Any] = field(default_factory=dict)
     curves: Curves = field(default_factory=Curves)
     log: list[str] = field(default_factory=list)
+    deleted: bool = False  # the run directory vanished (or was replaced) while followed
     _pending_samples: list[Sample] = field(default_factory=list)
     _samples_step: int = -1
+    _reader: EventReader | None = None
+    _dir_id: tuple[int, int] | None = None  # (device, inode) of the run directory once seen
+    _warned: tuple[int, int, str] = (0, 0, "")  # (skipped, dropped, io error) last reported
+
+    @property
+    def skipped(self) -> int:
+        """Malformed lines of events.jsonl skipped so far."""
+        return self._reader.skipped if self._reader is not None else 0
+
+    def warning(self) -> str:
+        """The reader's warning (skipped lines, mistyped fields), or ""."""
+        return self._reader.warning() if self._reader is not None else ""
 
     def poll(self) -> list[dict[str, Any]]:
         """Read new events from disk and apply them; returns what was read."""
-        events, self.offset = read_events(self.run_dir, self.offset)
+        if self.deleted:
+            return []
+        if self._reader is None:
+            self._reader = EventReader(Path(self.run_dir), self.offset)
+        events = self._reader.read()
+        self.offset = self._reader.offset
         self.apply(events)
+        self._report_bad_lines()
+        self._check_directory()
         return events
+
+    def _report_bad_lines(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        seen = (reader.skipped, reader.dropped, reader.io_error)
+        if seen != self._warned and (reader.skipped or reader.dropped or reader.io_error):
+            self.log.append(f"warning: {reader.warning()}")
+        self._warned = seen
+
+    def _check_directory(self) -> None:
+        """Once seen, the run directory must stay the same directory: if it is deleted (or
+        deleted and re-created, or events.jsonl is replaced by a shorter file) stop following."""
+        try:
+            st = os.stat(self.run_dir)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        shrunk = self._reader is not None and self._reader.shrunk
+        if self._dir_id is None and now is not None and not shrunk:
+            self._dir_id = now  # first sight (a new run's child creates it after the lab starts)
+            return
+        if self._dir_id is None or (now == self._dir_id and not shrunk):
+            return
+        self.deleted = True
+        # (A directory re-created at once may get the same inode back: then the shorter log
+        # is what tells.)
+        what = "was deleted" if now is None else "was replaced (or its events.jsonl truncated)"
+        message = f"run directory {self.run_dir} {what}; no longer following it"
+        if not self.finished:  # a run that ended keeps its outcome
+            self.error, self.state = message, FAILED
+        self.log.append(f"step {self.step:>6}  {message}")
 
     @property
     def finished(self) -> bool:
@@ -118,8 +179,11 @@ class RunFollower:
         return max(self.max_steps - self.step, 0) * self.elapsed_s / self.step
 
     def apply(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            handler = getattr(self, f"_on_{event.get('type', '')}", None)
+        for raw in events:
+            event, _, _ = check_event(raw)  # hand-fed events get the reader's shape checks too
+            if event is None or self.deleted:
+                continue
+            handler = getattr(self, f"_on_{event['type']}", None)
             if handler is not None:
                 handler(event)
 
@@ -128,8 +192,11 @@ class RunFollower:
     def _on_start(self, e: dict[str, Any]) -> None:
         self.name = str(e.get("name", "")) or Path(str(e.get("run_dir", self.run_dir))).name
         self.config = e.get("config") or {}
-        self.max_steps = int(e.get("max_steps") or (self.config.get("train") or {}).get("max_steps", 0) or 0)
-        self.params = int(e.get("params", 0) or 0)
+        train = self.config.get("train")
+        self.max_steps = _count(e.get("max_steps")) or _count(
+            train.get("max_steps") if isinstance(train, dict) else 0
+        )
+        self.params = _count(e.get("params"))
         self.device = str(e.get("device", ""))
         self.state = RUNNING
         resumed = " (resumed)" if e.get("resumed") else ""

@@ -83,13 +83,22 @@ class _ClassicAttention(Attention):
         self.out_dim = key_dim
 
 
+def last_real_value(values: Tensor, key_mask: Tensor) -> Tensor:
+    """values [B,Tk,D] at each row's last real key -> [B,D]; zeros for a row with no real key."""
+    positions = torch.arange(1, key_mask.shape[1] + 1, device=key_mask.device)
+    last = (positions * key_mask).argmax(-1)  # the last True; 0 for an all-False row
+    picked = values[torch.arange(values.shape[0], device=values.device), last]
+    return picked.masked_fill(~key_mask.any(-1, keepdim=True), 0.0)
+
+
 @register_attention
 class NoAttention(_ClassicAttention):
     """c_t = c (fixed): the encoder's final state fed at every step. Cho et al. 2014.
 
     The bottleneck baseline: no alignment at all. The RNN model passes the encoder summary
     as ``precomputed`` (it sets ``uses_encoder_summary``); without one, the last real key
-    stands in. The weights are all zeros (``exposes_weights=False``): they carry no meaning.
+    stands in, and a sentence with no real key gets a zero context (the base contract).
+    The weights are all zeros (``exposes_weights=False``): they carry no meaning.
     """
 
     spec = AttentionSpec(
@@ -120,8 +129,7 @@ class NoAttention(_ClassicAttention):
         if isinstance(precomputed, Tensor):
             summary = precomputed  # [B,D]
         else:
-            last = (key_mask.long().sum(-1) - 1).clamp(min=0)  # [B]
-            summary = values[torch.arange(batch, device=values.device), last]
+            summary = last_real_value(values, key_mask)
         context = summary.unsqueeze(1).expand(batch, tq, summary.shape[-1])
         weights = values.new_zeros(batch, 1, tq, keys.shape[1])
         return AttentionOutput(context, weights)

@@ -38,6 +38,7 @@ class ExportView(Vertical):
         self.runs_dir = runs_dir
         self._run_paths: list[str] = []
         self.last_export: Path | None = None
+        self.command = ""
 
     def compose(self) -> ComposeResult:
         yield Static("Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
@@ -53,9 +54,15 @@ class ExportView(Vertical):
             yield Input(placeholder="model.safetensors", id="export-path", compact=True)
         yield Button("Export", id="export-go", variant="primary", compact=True)
         yield Static("", id="export-result")
+        # The command on one line (scrolls sideways rather than wrapping, so it copy-pastes),
+        # and a button that puts it on the clipboard.
+        with Horizontal(id="export-use"):
+            yield Static("", id="export-command", markup=False)
+            yield Button("Copy", id="export-copy", compact=True)
 
     def on_mount(self) -> None:
         self.refresh_runs()
+        self.query_one("#export-use").display = False
 
     def on_show(self) -> None:
         self.refresh_runs()
@@ -99,10 +106,18 @@ class ExportView(Vertical):
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:
         self.last_export = message.path
-        self.query_one("#export-result", Static).update(
-            f"[b $success]✓[/] wrote {message.path}\n\nUse it:\n  [b]{_escape(message.command)}[/]"
-        )
+        self.query_one("#export-result", Static).update(f"[b $success]✓[/] wrote {message.path}\n\nUse it:")
+        self.command = message.command
+        self.query_one("#export-command", Static).update(message.command)
+        self.query_one("#export-use").display = True
         self.app.notify(f"exported {message.path}")
+
+    @on(Button.Pressed, "#export-copy")
+    def copy_command(self) -> None:
+        """Put the ``attnlab translate`` line on the clipboard (OSC 52, via Textual)."""
+        if self.command:
+            self.app.copy_to_clipboard(self.command)
+            self.app.notify("command copied to the clipboard")
 
     @on(ExportFailed)
     def _failed(self, message: ExportFailed) -> None:

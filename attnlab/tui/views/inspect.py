@@ -25,7 +25,12 @@ from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
 KIND_LABELS = {"cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self"}
+# (rows × columns) of each kind of map: self-attention relates a sequence to itself
+KIND_AXES = {"cross": "target × source", "enc_self": "source × source", "dec_self": "target × target"}
+_STEP = Binding.Group("Step", compact=True)
+_HYP = Binding.Group("Hyp", compact=True)
 HEAD_AVERAGE = -1
+RUN_LABEL = 18  # run names in the 24-column control panel: one line, variant kept
 
 
 @dataclass
@@ -41,12 +46,13 @@ class InspectFailed(Message):
 class InspectView(Horizontal):
     BINDINGS = [
         Binding("d", "decode", "Decode"),
-        Binding("n", "step(1)", "Next token"),
-        Binding("b", "step(-1)", "Back a token"),
+        # Grouped so that n/b and k/l fit the footer at 80 columns.
+        Binding("n", "step(1)", "Next token", group=_STEP),
+        Binding("b", "step(-1)", "Back a token", group=_STEP),
         Binding("a", "show_all", "All rows"),
-        Binding("h", "toggle_half", "Half-block"),
-        Binding("l", "hypothesis(1)", "Next hyp", show=False),
-        Binding("k", "hypothesis(-1)", "Prev hyp", show=False),
+        Binding("h", "toggle_half", "Half"),
+        Binding("k", "hypothesis(-1)", "Prev hyp", group=_HYP),
+        Binding("l", "hypothesis(1)", "Next hyp", group=_HYP),
     ]
 
     def __init__(self, runs_dir: Path, *, id: str | None = None):
@@ -77,7 +83,7 @@ class InspectView(Horizontal):
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
             yield Select([("cross", "cross")], value="cross", allow_blank=False, id="insp-kind", compact=True)
-            with Horizontal(classes="pair"):
+            with Horizontal(classes="pair", id="insp-layer-head"):
                 yield Select([("layer 0", 0)], value=0, allow_blank=False, id="insp-layer", compact=True)
                 yield Select([("avg", HEAD_AVERAGE)], value=HEAD_AVERAGE, allow_blank=False, id="insp-head", compact=True)
             yield Label("n-best")
@@ -116,7 +122,9 @@ class InspectView(Horizontal):
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
-            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths)
+            self._run_paths = refresh_run_select(
+                select, self.runs_dir, self._run_paths, label_width=RUN_LABEL
+            )
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []
@@ -170,7 +178,9 @@ class InspectView(Horizontal):
 
     @on(InspectFailed)
     def _failed(self, message: InspectFailed) -> None:
-        self.query_one("#insp-title", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
+        title = self.query_one("#insp-title", Static)
+        title.update(f"[$error]✗ {_escape(message.error)}[/]")
+        title.add_class("error")  # wraps in full (a normal title is cut with an ellipsis)
         self.app.notify(message.error, title="Inspect", severity="error")
 
     @on(InspectReady)
@@ -178,9 +188,7 @@ class InspectView(Horizontal):
         result = message.result
         self.result = result
         self.gold = result.gold
-        options = [
-            f"{i + 1}. {' '.join(h.tokens)[:40]}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)
-        ]
+        options = [f"{i + 1}. {' '.join(h.tokens)}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)]
         nbest = self.query_one("#insp-nbest", OptionList)
         nbest.set_options(options)
         if options:
@@ -199,7 +207,7 @@ class InspectView(Horizontal):
         self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
         self.labels = {"cross": (rows, list(sample.src))}
         self.hyp_index = 0
-        self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)[:40]])
+        self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)])
         self._configure_selectors()
         self.query_one("#insp-title", Static).update(
             f"[b]{run_dir.name}[/] logged sample {sample.index}: "
@@ -216,11 +224,12 @@ class InspectView(Horizontal):
         self.maps, self.labels = hyp.maps, hyp.labels
         self._configure_selectors()
         r = self.result
-        ref = f"  ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
-        acc = f"  alignment acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        acc = f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/] "
-            f"(hyp {self.hyp_index + 1}/{len(r.hypotheses)}, score {hyp.score:.2f}, step {r.step}){ref}{acc}"
+            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
+            f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} · step {r.step}{acc}{ref}"
         )
         self.step_row = None
         self.redraw()
@@ -249,6 +258,10 @@ class InspectView(Horizontal):
             head = head_select.value if isinstance(head_select.value, int) and head_select.value < heads else HEAD_AVERAGE
             head_select.set_options([("head avg", HEAD_AVERAGE), *((f"head {i}", i) for i in range(heads))])
             head_select.value = head
+        # An RNN (or any 1-layer, 1-head map) has nothing to choose: hide the selectors.
+        layer_select.display = layers > 1
+        head_select.display = heads > 1
+        self.query_one("#insp-layer-head").display = layers > 1 or heads > 1
 
     @property
     def current_kind(self) -> str | None:
@@ -275,6 +288,7 @@ class InspectView(Horizontal):
     # -- drawing ----------------------------------------------------------------------------------
 
     def redraw(self) -> None:
+        self.query_one("#insp-title", Static).remove_class("error")
         current = self.current_matrix()
         heatmap = self.query_one(AttentionHeatmap)
         if current is None:
@@ -283,15 +297,16 @@ class InspectView(Horizontal):
         matrix, rows, cols = current
         shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
         heatmap.set_matrix(shown, rows, cols)
-        if self.step_row is not None:
-            heatmap.cursor = (self.step_row, heatmap.cursor[1])
+        if self.step_row is not None and matrix.shape[1]:
+            # Stepping: the cursor goes to where the new token looks most (its row's arg-max).
+            heatmap.cursor = (self.step_row, int(np.argmax(matrix[self.step_row])))
         self._draw_diagnostics(matrix, rows, cols)
         self._draw_bars(matrix, cols)
 
     def _draw_diagnostics(self, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
         d = diagnose(matrix, cols)
         lines = [
-            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] (target × source)",
+            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] ({KIND_AXES.get(self.current_kind or '', '?')})",
             f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats ({d.entropy_ratio:.0%})",
         ]
         if d.eos_mass is not None:

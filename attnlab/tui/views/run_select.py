@@ -6,11 +6,16 @@ from pathlib import Path
 
 from textual.widgets import Select
 
+from attnlab.viz.text import run_label
 
-def refresh_run_select(select: Select, runs_dir: Path, shown: list[str]) -> list[str]:
+
+def refresh_run_select(
+    select: Select, runs_dir: Path, shown: list[str], label_width: int | None = None
+) -> list[str]:
     """Fill ``select`` with the runs in ``runs_dir`` (keeping the current choice when it is still
     there) and return their paths; returns ``shown`` untouched when nothing changed, so a timer
-    can call this cheaply."""
+    can call this cheaply. ``label_width`` shortens the names shown (stamp first, then the
+    middle) so that a narrow panel does not wrap them."""
     try:
         from attnlab.runs import list_runs
 
@@ -21,7 +26,9 @@ def refresh_run_select(select: Select, runs_dir: Path, shown: list[str]) -> list
     if paths == shown:
         return shown
     current = select.value
-    select.set_options([(Path(p).name, p) for p in paths])
+    names = [Path(p).name for p in paths]
+    labels = [run_label(n, label_width) if label_width else n for n in names]
+    select.set_options(list(zip(labels, paths, strict=True)))
     if current in paths:
         select.value = current
     elif paths:

@@ -7,6 +7,7 @@ as an error with the last line of its stderr, and the app keeps running.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from attnlab.config import ExperimentConfig
 from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
 from attnlab.tui.launcher import TrainingProcess
 from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.viz.text import run_label
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
 CommandFactory = Callable[[Path, Path, str], Sequence[str]]
@@ -72,11 +74,11 @@ class TrainView(Vertical):
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
             yield table
-            yield Log(id="event-log", max_lines=2000)
+            yield WrappedLog(id="event-log", max_lines=2000)
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
-        table.add_columns("src", "ref", "hyp", "ok")
+        table.add_columns("ok", "src", "ref", "hyp")  # "ok" first: long sentences never hide it
 
     # -- starting and following ---------------------------------------------------------------
 
@@ -115,7 +117,7 @@ class TrainView(Vertical):
         self._failure_reported = False
         self._drawn = (-1, -1, -1, -1)
         self.query_one("#samples", DataTable).clear()
-        self.query_one("#event-log", Log).clear()
+        self.query_one("#event-log", WrappedLog).clear()
         if self._timer is None:
             self._timer = self.set_interval(self.poll_seconds, self.poll)
         self.poll()
@@ -129,6 +131,8 @@ class TrainView(Vertical):
             word, self.pending_control = self.pending_control, None
             self._send(word)
         follower.poll()
+        if follower.deleted and self.process is not None:
+            self.process.terminate()  # its run directory is gone: nothing left to train into
         code = self.process.poll() if self.process is not None else None
         if self.process is not None and code is not None and not follower.finished:
             follower.poll()  # the last events may have landed just before the exit
@@ -155,6 +159,8 @@ class TrainView(Vertical):
 
     def control(self, word: str) -> str:
         """pause / resume / save / stop the active run; returns a notice."""
+        if self.follower is not None and self.follower.deleted:
+            return self.follower.error  # not "interrupted before the run started"
         if self.follower is None or not self.active:
             return "no run in progress"
         if word == "pause" and (self.paused or self.follower.state == PAUSED):
@@ -184,7 +190,7 @@ class TrainView(Vertical):
     # -- drawing ------------------------------------------------------------------------------
 
     def log_line(self, text: str) -> None:
-        self.query_one("#event-log", Log).write_line(text)
+        self.query_one("#event-log", WrappedLog).add_lines([text])
 
     def _redraw(self) -> None:
         follower = self.follower
@@ -213,12 +219,11 @@ class TrainView(Vertical):
                 table.clear()
                 for sample in follower.samples:
                     table.add_row(
-                        " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp), "✓" if sample.correct else "✗"
+                        "✓" if sample.correct else "✗", " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp)
                     )
             if drawn[3] != previous[3]:
-                log = self.query_one("#event-log", Log)
                 start = max(previous[3], 0)
-                log.write_lines(follower.log[start:])
+                self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
 
     def _refresh_status(self) -> None:
         follower = self.follower
@@ -231,7 +236,7 @@ class TrainView(Vertical):
         if self.paused and state not in (FAILED,) and not follower.finished:
             state = PAUSED
         colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
-        name = follower.name or follower.run_dir.name
+        name = run_label(follower.name or follower.run_dir.name, 32)
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
@@ -263,6 +268,41 @@ class TrainView(Vertical):
         # Open the selected sample's attention in Inspect (the app switches tabs).
         if self.follower is not None and event.cursor_row < len(self.follower.samples):
             self.post_message(SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row]))
+
+
+def wrap_log_line(text: str, width: int) -> list[str]:
+    """One event-log line wrapped at word boundaries to ``width`` (continuations indented),
+    so that nothing is cut at the right edge of a narrow log."""
+    if width < 12 or len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True) or [text]
+
+
+class WrappedLog(Log):
+    """A Log that wraps its lines to its width (and re-wraps them when resized)."""
+
+    def __init__(self, *, max_lines: int | None = None, id: str | None = None) -> None:
+        super().__init__(max_lines=max_lines, id=id)
+        self.raw: list[str] = []
+        self._wrapped_at = 0
+
+    def add_lines(self, lines: Sequence[str]) -> None:
+        self.raw = (self.raw + list(lines))[-2000:]
+        width = self.scrollable_content_region.width
+        self.write_lines([part for line in lines for part in wrap_log_line(line, width)])
+
+    def clear(self) -> WrappedLog:
+        self.raw = []
+        super().clear()
+        return self
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._wrapped_at and self.raw:
+            self._wrapped_at = width
+            raw = self.raw
+            super().clear()
+            self.write_lines([part for line in raw for part in wrap_log_line(line, width)])
 
 
 class SampleChosen(Message):
