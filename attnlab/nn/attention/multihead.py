@@ -57,11 +57,40 @@ def key_pattern_mask(key_mask: Tensor, allowed: Tensor | None) -> Tensor:
     return mask & allowed[None]
 
 
+# The hooks that define how a class attends; which of them a class overrides decides (once, per
+# class) whether torch's fused kernel computes its attention.
+SCORE_HOOKS = ("scores", "attend")
+PATTERN_HOOKS = ("bias", "allowed")
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(MultiHeadBase, hook)
+
+
 class MultiHeadBase(Attention):
-    """Shared machinery of the multi-head variants (not registered itself)."""
+    """Shared machinery of the multi-head variants (not registered itself).
+
+    Fast paths are decided once per class, in ``__init_subclass__``, from the hooks it
+    overrides, never at a call site (so an override cannot be skipped by one path):
+
+    - ``uses_sdpa``: ``scores`` and ``attend`` are the base's, so the attention is
+      softmax(q·kᵀ/√d_h + bias) over the allowed keys, which F.scaled_dot_product_attention
+      computes (with the class's ``bias`` / ``allowed`` as its mask) when weights are not needed;
+    - ``plain``: ``uses_sdpa`` and no ``bias`` / ``allowed`` of its own either: plain (causal)
+      softmax attention, for which a packed batch calls the kernel with no mask tensor at all.
+    """
 
     supports_rotary: ClassVar[bool] = True
-    uses_sdpa: ClassVar[bool] = False  # may call F.scaled_dot_product_attention without weights
+    uses_sdpa: ClassVar[bool] = False  # derived per class, see __init_subclass__
+    plain: ClassVar[bool] = False  # derived per class, see __init_subclass__
+    # True: always the explicit path (the reference of the fused kernel); see attnlab.nn.reference
+    reference_mode: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = {h for h in (*SCORE_HOOKS, *PATTERN_HOOKS) if _overrides(cls, h)}
+        cls.uses_sdpa = not own & set(SCORE_HOOKS)
+        cls.plain = not own
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
         super().__init__()
@@ -143,9 +172,7 @@ class MultiHeadBase(Attention):
             q, k = self.rotary(q, tk - tq), self.rotary(k, 0)
         dropout_p = self.dropout_p if self.training else 0.0
         cls = type(self)
-        plain_softmax = self.uses_sdpa and cls.attend is MultiHeadBase.attend and (
-            cls.bias is MultiHeadBase.bias and cls.allowed is MultiHeadBase.allowed
-        )
+        plain_softmax = self.plain and not self.reference_mode
         if plain_softmax and causal and tq == tk and bool(key_mask.all()):
             # Every query sees itself: no empty row, and is_causal needs no mask tensor.
             context = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
@@ -182,7 +209,7 @@ class MultiHeadBase(Attention):
         tq, tk = q.shape[2], k.shape[2]
         mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
         bias = self.bias(tq, tk, causal, q.device)
-        if self.uses_sdpa and not need_weights:
+        if self.uses_sdpa and not need_weights and not self.reference_mode:
             return sdpa(q, k, v, mask, bias, self.dropout_p if self.training else 0.0), None
         scores = self.scores(q, k)
         if bias is not None:
@@ -208,7 +235,6 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dro
 class ScaledDotAttention(MultiHeadBase):
     """score(q, k) = q·k / √d_h per head; Vaswani et al. 2017, "Attention Is All You Need"."""
 
-    uses_sdpa = True
     spec = AttentionSpec(
         name="scaled-dot",
         roles=frozenset({ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS}),
@@ -264,7 +290,6 @@ class AdditiveMultiHeadAttention(MultiHeadBase):
 class GatedAttention(MultiHeadBase):
     """o_h = σ(W_g^h x) ⊙ softmax(q·k/√d_h) V_h; sigmoid output gate per head (Qiu et al. 2025)."""
 
-    uses_sdpa = True
     spec = AttentionSpec(
         name="gated",
         roles=TRANSFORMER_ROLES,
