@@ -537,15 +537,22 @@ def _multi_head_roles():
             for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS):
                 if role in entry.meta.roles:
                     yield entry.name, role
+    for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS):
+        yield "cosine-subclass", role  # a scores override must not take the plain kernel
 
 
 @pytest.mark.parametrize("name,role", list(_multi_head_roles()))
 @pytest.mark.parametrize("empty_row", [False, True])
 def test_packed_forward_equals_padded_forward(name, role, empty_row):
-    """forward_packed (real rows only, fused QKV / KV projections) = forward at the real rows."""
+    """forward_layout on packed rows (real rows only, fused QKV / KV projections) = forward at
+    the real rows."""
     from attnlab.nn.packing import Packing
 
-    attn = build(name, role=role, heads=2)
+    if name == "cosine-subclass":
+        torch.manual_seed(0)
+        attn = CosineAttention(D, D, heads=2).eval()
+    else:
+        attn = build(name, role=role, heads=2)
     query, keys, key_mask = make_inputs(b=3, tq=5 if role == ROLE_CROSS else 6, tk=6, seed=3)
     q_mask = torch.ones(query.shape[:2], dtype=torch.bool)
     q_mask[1, 3:] = False  # the second query sentence is shorter
@@ -565,7 +572,9 @@ def test_packed_forward_equals_padded_forward(name, role, empty_row):
     expected = attn(padded_query, padded_keys, padded_keys, key_mask, causal=causal).context
     packed_query = q_pack.pack(query)
     packed_keys = packed_query if keys is query else k_pack.pack(keys)
-    out = attn.forward_packed(packed_query, q_pack, packed_keys, k_pack, key_mask, causal)
+    out = attn.forward_layout(
+        packed_query, q_pack, packed_keys, packed_keys, k_pack, key_mask, causal
+    ).context
     torch.testing.assert_close(out, q_pack.pack(expected), atol=1e-5, rtol=1e-5)
     assert torch.isfinite(out).all()
 
