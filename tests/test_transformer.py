@@ -125,6 +125,7 @@ def test_padding_free_forward_equals_padded_forward(case):
     packed, packed_grads = forward_and_grads(model, src, src_mask, tgt_in, packed=True)
     torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
     assert torch.all(packed[~real] == 0)  # padded positions are not computed
+    assert not torch.all(padded[~real] == 0)  # ... and reference mode did take the padded pass
     assert packed_grads.keys() == padded_grads.keys()
     for name, grad in padded_grads.items():
         torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)

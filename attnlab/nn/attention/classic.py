@@ -7,7 +7,7 @@ be attended at once; the Transformer uses bahdanau / luong-dot / luong-general /
 luong-concat as cross-attention). ``heads`` and ``dropout`` are accepted for the common
 constructor signature and ignored: these variants have one head and no attention dropout.
 
-``_ClassicAttention.forward`` is the family's one template (score -> restrict -> masked softmax
+``ClassicAttention.forward`` is the family's one template (score -> restrict -> masked softmax
 -> weighted sum); a variant is its ``score`` plus, for the windowed ones, ``restrict``. Only
 ``none`` (no scores at all) has a forward of its own.
 """
@@ -78,7 +78,7 @@ def _positions(query_pos: Tensor | None, batch: int, tq: int, device: torch.devi
     return pos
 
 
-class _ClassicAttention(Attention):
+class ClassicAttention(Attention):
     """The family's template: ``forward`` = ``score`` -> ``restrict`` -> masked softmax ->
     weighted sum of the values. A variant defines ``score`` (how the query meets each key)
     and, if it looks at a window only, ``restrict``. Context width = key (value) width."""
@@ -128,7 +128,7 @@ def last_real_value(values: Tensor, key_mask: Tensor) -> Tensor:
 
 
 @register_attention
-class NoAttention(_ClassicAttention):
+class NoAttention(ClassicAttention):
     """c_t = c (fixed): the encoder's final state fed at every step. Cho et al. 2014.
 
     The bottleneck baseline: no alignment at all. The RNN model passes the encoder summary
@@ -172,7 +172,7 @@ class NoAttention(_ClassicAttention):
 
 
 @register_attention
-class BahdanauAttention(_ClassicAttention):
+class BahdanauAttention(ClassicAttention):
     """score(s_{t-1}, h_j) = vᵀ tanh(W s_{t-1} + U h_j). Bahdanau, Cho & Bengio 2015."""
 
     spec = AttentionSpec(
@@ -214,7 +214,7 @@ class BahdanauAttention(_ClassicAttention):
 
 
 @register_attention
-class LuongDotAttention(_ClassicAttention):
+class LuongDotAttention(ClassicAttention):
     """score(s_t, h_j) = s_tᵀ h_j. Luong, Pham & Manning 2015."""
 
     spec = AttentionSpec(
@@ -239,7 +239,7 @@ class LuongDotAttention(_ClassicAttention):
         return torch.bmm(query, keys.transpose(1, 2))  # [B,Tq,Tk]
 
 
-class _GeneralScore(_ClassicAttention):
+class _GeneralScore(ClassicAttention):
     """Shared by luong-general and the local variants: score(s_t, h_j) = s_tᵀ W_a h_j."""
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
@@ -269,7 +269,7 @@ class LuongGeneralAttention(_GeneralScore):
 
 
 @register_attention
-class LuongConcatAttention(_ClassicAttention):
+class LuongConcatAttention(ClassicAttention):
     """score(s_t, h_j) = v_aᵀ tanh(W_a [s_t; h_j]). Luong, Pham & Manning 2015."""
 
     spec = AttentionSpec(
@@ -299,7 +299,7 @@ class LuongConcatAttention(_ClassicAttention):
 
 
 @register_attention
-class LuongLocationAttention(_ClassicAttention):
+class LuongLocationAttention(ClassicAttention):
     """a_t = softmax(W_a s_t) over source positions. Luong, Pham & Manning 2015.
 
     The weights depend on the decoder state only, not on the keys: W_a maps the state to
