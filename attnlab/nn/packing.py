@@ -52,7 +52,9 @@ class Layout(Protocol):
         """(B, T) of the padded batch that ``x`` (in this layout) belongs to."""
         ...
 
-    def project_heads(self, x: Tensor, linears: Sequence[nn.Linear], heads: int) -> tuple[Tensor, ...]:
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
         """Each linear applied to ``x``, split into heads in the padded layout: [B,H,T,dh] each."""
         ...
 
@@ -81,7 +83,9 @@ class Padded:
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
         return x.shape[0], x.shape[1]
 
-    def project_heads(self, x: Tensor, linears: Sequence[nn.Linear], heads: int) -> tuple[Tensor, ...]:
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
         return tuple(split_heads(linear(x), heads) for linear in linears)
 
     def merge_heads(self, context: Tensor) -> Tensor:
@@ -133,7 +137,9 @@ class Packing:
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
         return self.batch, self.length
 
-    def project_heads(self, x: Tensor, linears: Sequence[nn.Linear], heads: int) -> tuple[Tensor, ...]:
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
         """The projections run on the real rows only, as one fused matmul (e.g. QKV), the
         weights staying separate parameters; the heads come back padded (zeros at padding)."""
         if len(linears) == 1:

@@ -30,7 +30,8 @@ def set_reference_mode(module: nn.Module, on: bool = True) -> None:
 @contextmanager
 def reference_mode(module: nn.Module, on: bool = True) -> Iterator[nn.Module]:
     """``set_reference_mode`` for the ``with`` block; each module's own setting comes back."""
-    saved = [(sub, sub.reference_mode) for sub in module.modules() if hasattr(sub, "reference_mode")]
+    subs = [sub for sub in module.modules() if hasattr(sub, "reference_mode")]
+    saved = [(sub, sub.reference_mode) for sub in subs]
     try:
         set_reference_mode(module, on)
         yield module

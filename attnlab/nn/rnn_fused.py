@@ -19,8 +19,9 @@ node each (attnlab.nn.rnn gives the equations):
 They are an optimisation only: ``tests/test_rnn_fused.py`` checks values and gradients
 against nn.GRU / the reference loop in float64, and reference mode (attnlab.nn.reference)
 switches them off. Bahdanau's score is ``BahdanauAttention.score_step`` (its parameters:
-``step_weights``); the decoder here is its hand-differentiated form. On the CPU the dropout masks are drawn from the same random stream as the
-reference, so even training with dropout gives the same numbers.
+``step_weights``); the decoder here is its hand-differentiated form. On the CPU the
+dropout masks are drawn from the same random stream as the reference, so even training
+with dropout gives the same numbers.
 """
 
 from __future__ import annotations

@@ -263,7 +263,9 @@ class TransformerSeq2Seq(Seq2Seq):
             return logits, None, None
         return logits, _stack(self_weights), _stack(cross_weights)
 
-    def _layouts(self, src_mask: Tensor, tgt_in: Tensor, need_weights: bool) -> tuple[Layout, Layout]:
+    def _layouts(
+        self, src_mask: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> tuple[Layout, Layout]:
         """Source and target layouts of a full pass: packed (padding-free) on the CPU without
         weights, where the matmuls are the cost and the real rows are found on the host for
         free; padded otherwise (on an accelerator that would be a device sync per batch, for
