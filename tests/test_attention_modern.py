@@ -160,7 +160,9 @@ def test_the_fused_kernel_serves_exactly_the_plain_softmax_variants():
     multi_head = [e for e in ATTENTION.entries() if issubclass(e.factory, MultiHeadBase)]
     fused = {e.name for e in multi_head if e.factory.uses_sdpa}
     assert {"scaled-dot", "multihead", "gated", "alibi"} <= fused
-    own_scores = {"additive", "relative", "sliding-window", "dilated", "linformer", "performer", "linear"}
+    own_scores = {
+        "additive", "relative", "sliding-window", "dilated", "linformer", "performer", "linear",
+    }
     assert not fused & own_scores
 
 
