@@ -104,6 +104,9 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
     ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
+    ("--mbr-candidates", "mbr_candidates", int, "MBR: candidates per sentence"),
+    ("--mbr-source", "mbr_source", str, "MBR: candidates from sample or beam"),
+    ("--mbr-utility", "mbr_utility", str, "MBR: utility chrf or bleu"),
 ]
 
 
