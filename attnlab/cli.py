@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
 
 DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     # (flag, config key, type, help)
-    ("--decoder", "decoder", str, "decoding strategy (attnlab decoders; default: from the flags below)"),
+    ("--decoder", "decoder", str, "decoding strategy (attnlab decoders; default: from the flags)"),
     ("--beam", "beam", int, "beam size (1 = greedy)"),
     ("--alpha", "alpha", float, "length penalty exponent α (GNMT ((5+|Y|)/6)^α)"),
     ("--beta", "beta", float, "coverage penalty weight β"),

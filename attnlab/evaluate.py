@@ -156,7 +156,9 @@ def decode_best(
     """The best hypothesis per sentence (tokens and attention; scores are not read)."""
     from attnlab.decode.search import decode_batch
 
-    nbests = decode_batch(model, src, src_mask, cfg, need_attention, to_text=to_text, tokens_only=True)
+    nbests = decode_batch(
+        model, src, src_mask, cfg, need_attention, to_text=to_text, tokens_only=True
+    )
     return [nbest[0] for nbest in nbests]
 
 

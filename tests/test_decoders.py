@@ -1,4 +1,4 @@
-"""The decoder registry: listing, spec ranges, plugins, flag equivalence, MBR against brute force."""
+"""The decoder registry: listing, spec ranges, plugins, old flags, MBR against brute force."""
 
 from __future__ import annotations
 
@@ -130,7 +130,10 @@ OLD_FLAGS = [
 
 
 def _same(a: Hypothesis, b: Hypothesis) -> bool:
-    equal_attention = (a.attention is None and b.attention is None) or torch.equal(a.attention, b.attention)
+    if a.attention is None or b.attention is None:
+        equal_attention = a.attention is b.attention
+    else:
+        equal_attention = torch.equal(a.attention, b.attention)
     return (
         a.tokens == b.tokens and a.score == b.score and a.log_prob == b.log_prob
         and a.token_log_probs == b.token_log_probs and a.finished == b.finished
@@ -146,9 +149,11 @@ def test_decoder_name_equals_the_old_flags_bitwise(flags, name):
     old = DecodeConfig(max_len_ratio=0.0, max_len_const=6, **flags)
     assert derived_decoder(old) == name
     by_flags = decode_batch(model, src, mask, old, need_attention=True)
-    by_name = decode_batch(model, src, mask, dataclasses.replace(old, decoder=name), need_attention=True)
+    named = dataclasses.replace(old, decoder=name)
+    by_name = decode_batch(model, src, mask, named, need_attention=True)
     assert [len(n) for n in by_flags] == [len(n) for n in by_name]
-    assert all(_same(a, b) for x, y in zip(by_flags, by_name, strict=True) for a, b in zip(x, y, strict=True))
+    for x, y in zip(by_flags, by_name, strict=True):
+        assert all(_same(a, b) for a, b in zip(x, y, strict=True))
     assert sentences_per_batch(old) == sentences_per_batch(dataclasses.replace(old, decoder=name))
 
 
@@ -167,15 +172,16 @@ def test_an_explicit_decoder_with_contradicting_flags_is_one_line_error(options,
     src, mask = pad_batch(SOURCES)
     with pytest.raises(AttnlabError) as err:
         decode_batch(HashModel(), src, mask, DecodeConfig(**options))
-    message = str(err.value)
-    assert "\n" not in message and f"decode.decoder={options['decoder']} contradicts {flag}" in message
+    message, name = str(err.value), options["decoder"]
+    assert "\n" not in message and f"decode.decoder={name} contradicts {flag}" in message
     overrides = [f"decode.{k}={str(v).lower()}" for k, v in options.items()]
     with pytest.raises(AttnlabError, match="contradicts"):
         apply_overrides(ExperimentConfig(), overrides)
 
 
 def test_unknown_decoder_names_the_choices():
-    with pytest.raises(AttnlabError, match='unknown decode.decoder "mbrr" \\(did you mean "mbr"\\?\\)'):
+    expected = 'unknown decode.decoder "mbrr" \\(did you mean "mbr"\\?\\)'
+    with pytest.raises(AttnlabError, match=expected):
         apply_overrides(ExperimentConfig(), ["decode.decoder=mbrr"])
 
 
@@ -216,8 +222,9 @@ def brute_force_mbr(texts: list[str], utility: str) -> tuple[list[float], int]:
 def test_mbr_picks_the_brute_force_winner_of_a_hand_written_set(utility):
     gains, best = brute_force_mbr(CANDIDATES, utility)
     assert best not in (0, len(CANDIDATES) - 1)  # not the model's first, not the shortest
-    assert expected_utilities(CANDIDATES, sentence_utility(utility)) == pytest.approx(gains, abs=1e-9)
-    hyps = [Hypothesis(tokens=[i], score=-float(i), log_prob=-float(i)) for i in range(len(CANDIDATES))]
+    measured = expected_utilities(CANDIDATES, sentence_utility(utility))
+    assert measured == pytest.approx(gains, abs=1e-9)
+    hyps = [Hypothesis(tokens=[i], score=-i, log_prob=-float(i)) for i in range(len(CANDIDATES))]
     ranked = mbr_rank(hyps, CANDIDATES, sentence_utility(utility))
     assert ranked[0].tokens == [best] and ranked[0].score == pytest.approx(gains[best])
     assert [h.score for h in ranked] == sorted(gains, reverse=True)
@@ -230,9 +237,11 @@ def test_mbr_utility_is_hypothesis_against_reference():
     texts = ["the cat", "the cat sat on the mat today"]
     chrf = sentence_utility("chrf")
     assert chrf(texts[0], texts[1]) != pytest.approx(chrf(texts[1], texts[0]))
-    assert expected_utilities(texts, chrf) == pytest.approx(
-        [sacrebleu.sentence_chrf(texts[0], [texts[1]]).score, sacrebleu.sentence_chrf(texts[1], [texts[0]]).score]
-    )
+    by_hand = [
+        sacrebleu.sentence_chrf(texts[0], [texts[1]]).score,
+        sacrebleu.sentence_chrf(texts[1], [texts[0]]).score,
+    ]
+    assert expected_utilities(texts, chrf) == pytest.approx(by_hand)
 
 
 @pytest.mark.parametrize("source", ["sample", "beam"])

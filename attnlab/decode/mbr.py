@@ -75,7 +75,9 @@ def expected_utilities(texts: Sequence[str], utility: Utility) -> list[float]:
     return out
 
 
-def mbr_rank(candidates: list[Hypothesis], texts: Sequence[str], utility: Utility) -> list[Hypothesis]:
+def mbr_rank(
+    candidates: list[Hypothesis], texts: Sequence[str], utility: Utility
+) -> list[Hypothesis]:
     """Candidates ranked by expected utility (stable: ties keep the given order)."""
     gains = expected_utilities(texts, utility)
     order = sorted(range(len(candidates)), key=lambda i: -gains[i])

@@ -94,7 +94,9 @@ class Beam(DecodingStrategy):
 
     def configure(self, cfg: DecodeConfig, width: int) -> DecodeConfig:
         if width <= 1:  # a beam of one is greedy (as the older flags have it)
-            return dataclasses.replace(cfg, decoder="greedy", beam=1, nbest=1, groups=1, sample=False)
+            return dataclasses.replace(
+                cfg, decoder="greedy", beam=1, nbest=1, groups=1, sample=False
+            )
         return dataclasses.replace(
             cfg, decoder=self.spec.name, beam=width, nbest=width, groups=1, sample=False
         )
