@@ -100,6 +100,13 @@ def _examples(loaded: Any, split: str) -> list[Any]:
         return _datasets[key].splits.split(split)
 
 
+def decoder_choices() -> list[tuple[str, str]]:
+    """(label, value) per registered decoding strategy, for Inspect's menu."""
+    from attnlab.decode.search import DECODERS
+
+    return [(name, name) for name in DECODERS.names()]
+
+
 def decode_config(loaded_cfg: Any, decoder: str, width: int) -> Any:
     """The checkpoint's decode config set up for ``decoder`` with ``width`` hypotheses."""
     from attnlab.decode.search import DECODERS

@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.tui.inspect_engine import decoder_choices
 from attnlab.tui.views.run_select import refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
@@ -79,6 +80,10 @@ class InspectView(Horizontal):
             with Horizontal(classes="pair"):
                 yield Label("beam")
                 yield Input("1", id="insp-beam", compact=True, type="integer")
+            with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
+                yield Label("search")
+                yield Select(decoder_choices(), value="beam", allow_blank=False,
+                             id="insp-decoder", compact=True)
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
@@ -113,6 +118,7 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-run")
     @on(Select.Changed, "#insp-ckpt")
     @on(Select.Changed, "#insp-split")
+    @on(Select.Changed, "#insp-decoder")
     def _source_changed(self) -> None:
         if self.is_mounted and self.display and self.maps:
             self.decode()
@@ -157,6 +163,7 @@ class InspectView(Horizontal):
             index,
             self.query_one("#insp-text", Input).value,
             beam,
+            str(self.query_one("#insp-decoder", Select).value),
         )
         self.query_one("#insp-title", Static).update(f"decoding with {Path(str(run)).name} …")
         self.run_analysis(request)
