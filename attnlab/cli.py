@@ -122,8 +122,8 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     out = [f"decode.{key}={values[key]}" for _flag, key, _kind, _help in DECODE_FLAGS if values.get(key) is not None]
     if values.get("sample"):
         out.append("decode.sample=true")
-        if values.get("nbest"):  # --sample --nbest N draws N samples per sentence
-            out.append(f"decode.num_samples={values['nbest']}")
+    if (values.get("sample") or values.get("decoder") == "sampling") and values.get("nbest"):
+        out.append(f"decode.num_samples={values['nbest']}")  # --nbest N draws N samples
     return out
 
 

@@ -316,3 +316,32 @@ def test_cli_decoder_mbr_on_a_tiny_trained_model(tmp_path, tiny_sets):
     assert scored["n"] == plain["n"] == 16 and 0.0 <= scored["bleu"] <= 100.0
     bad = invoke("translate", run, "1 2", "--decoder", "greedy", "--beam", "4")
     assert bad.exit_code == 2 and bad.output.startswith("error: decode.decoder=greedy contradicts")
+
+
+# -- the lab ---------------------------------------------------------------------------------
+
+
+async def test_inspect_search_menu_is_the_registry(tmp_path):
+    from _tui_support import ready, tiny_config, until
+    from textual.widgets import Select
+
+    from attnlab.tui.app import make_app
+
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("3")  # Inspect
+        select = app.query_one("#insp-decoder", Select)
+        await until(pilot, lambda: len(select._options) > 1)
+        assert [value for _label, value in select._options] == DECODERS.names()
+        assert select.value == "beam"
+
+
+def test_decoder_sampling_with_nbest_draws_that_many_samples_like_sample():
+    from attnlab.cli import decode_overrides
+
+    named = decode_overrides({"decoder": "sampling", "nbest": 3})
+    assert named == ["decode.decoder=sampling", "decode.nbest=3", "decode.num_samples=3"]
+    config = apply_overrides(ExperimentConfig(), named)
+    flagged = apply_overrides(ExperimentConfig(), decode_overrides({"sample": True, "nbest": 3}))
+    assert dataclasses.replace(config.decode, decoder="", sample=True) == flagged.decode

@@ -20,7 +20,6 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
-from attnlab.tui.inspect_engine import decoder_choices
 from attnlab.tui.views.run_select import refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
@@ -66,6 +65,7 @@ class InspectView(Horizontal):
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
         self._run_paths: list[str] = []
+        self._decoders_filled = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -82,7 +82,8 @@ class InspectView(Horizontal):
                 yield Input("1", id="insp-beam", compact=True, type="integer")
             with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
                 yield Label("search")
-                yield Select(decoder_choices(), value="beam", allow_blank=False,
+                # Filled from the registry once the lab has loaded it (torch off the UI thread).
+                yield Select([("beam", "beam")], value="beam", allow_blank=False,
                              id="insp-decoder", compact=True)
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
@@ -109,6 +110,7 @@ class InspectView(Horizontal):
 
     def on_show(self) -> None:
         self.refresh_runs()
+        self._fill_decoders()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
             self.decode()  # open on something: sample 0 of the newest run
 
@@ -124,6 +126,17 @@ class InspectView(Horizontal):
             self.decode()
 
     # -- choosing what to inspect ----------------------------------------------------------------
+
+    def _fill_decoders(self) -> None:
+        """The search menu: every registered decoding strategy (once the menus are loaded)."""
+        menus = getattr(self.app, "menus", None)
+        select = self.query_one("#insp-decoder", Select)
+        if self._decoders_filled or menus is None or not menus.decoders:
+            return  # done, or the registries are still loading: "beam" meanwhile
+        with self.prevent(Select.Changed):
+            select.set_options(menus.decoders)
+            select.value = "beam"
+        self._decoders_filled = True
 
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
