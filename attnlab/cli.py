@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
 
 DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     # (flag, config key, type, help)
+    ("--decoder", "decoder", str, "decoding strategy (attnlab decoders; default: from the flags)"),
     ("--beam", "beam", int, "beam size (1 = greedy)"),
     ("--alpha", "alpha", float, "length penalty exponent α (GNMT ((5+|Y|)/6)^α)"),
     ("--beta", "beta", float, "coverage penalty weight β"),
@@ -130,6 +131,9 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
     ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
+    ("--mbr-candidates", "mbr_candidates", int, "MBR: candidates per sentence"),
+    ("--mbr-source", "mbr_source", str, "MBR: candidates from sample or beam"),
+    ("--mbr-utility", "mbr_utility", str, "MBR: utility chrf or bleu"),
 ]
 
 
@@ -145,8 +149,8 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     out = [f"decode.{key}={values[key]}" for _flag, key, _kind, _help in DECODE_FLAGS if values.get(key) is not None]
     if values.get("sample"):
         out.append("decode.sample=true")
-        if values.get("nbest"):  # --sample --nbest N draws N samples per sentence
-            out.append(f"decode.num_samples={values['nbest']}")
+    if (values.get("sample") or values.get("decoder") == "sampling") and values.get("nbest"):
+        out.append(f"decode.num_samples={values['nbest']}")  # --nbest N draws N samples
     return out
 
 
@@ -545,23 +549,13 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
                  **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    import dataclasses
-
     from attnlab.config import apply_overrides
     from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
-    examples = load_dataset(config.data)
-    # Score with the checkpoint's own vocabularies and tokenizers.
-    dataset = dataclasses.replace(
-        examples,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
-    )
+    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
     result = evaluate_split(
         loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
     )
@@ -648,6 +642,7 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     import torch
 
     from attnlab.decode.search import decode_sorted
+    from attnlab.evaluate import target_text
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
@@ -655,7 +650,9 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
     need = need_attention or decode_cfg.beta > 0
     with torch.no_grad():
-        nbests = decode_sorted(loaded.model, sources, decode_cfg, need, device)
+        nbests = decode_sorted(
+            loaded.model, sources, decode_cfg, need, device, to_text=target_text(loaded.dataset)
+        )
     for i, nbest in zip(todo, nbests, strict=True):
         chosen = nbest[: decode_cfg.nbest]
         results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
@@ -747,6 +744,29 @@ def variants() -> None:
         )
         # Text, not markup: formulas such as "tanh(W_a [s_t; h_j])" contain brackets.
         table.add_row(*(Text(cell) for cell in (entry.name, ", ".join(sorted(spec.roles)), spec.formula, hparams or "–")))
+    _console().print(table)
+
+
+@cli.command()
+def decoders() -> None:
+    """Every registered decoding strategy: what it does and the decode.* keys it reads."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from attnlab.decode.search import DECODERS
+    from attnlab.decode.strategy import COMMON_PARAMS
+
+    shared = ", ".join(p.key for p in COMMON_PARAMS)
+    table = Table(title="decoders (--decoder NAME or decode.decoder)",
+                  caption=f"all also read decode.{{{shared}}}")
+    for column in ("name", "description", "returns", "decode.* keys"):
+        table.add_column(column, overflow="fold")
+    for entry in DECODERS.entries():
+        spec = entry.meta
+        returns = ("n-best" if spec.nbest else "1-best") + (", attention" if spec.attention else "")
+        keys = ", ".join(p.describe() for p in spec.params)
+        cells = (entry.name, spec.description, returns, keys or "–")
+        table.add_row(*(Text(cell) for cell in cells))
     _console().print(table)
 
 

@@ -521,7 +521,8 @@ class Trainer:
     def _evaluate(self) -> bool:
         """Score dev, log eval + samples, save best/last; True when early stopping says stop."""
         cfg = self.config.train
-        decode_cfg = replace(self.config.decode, beam=1, sample=False, nbest=1)  # batched greedy
+        # Batched greedy, whatever decoder the run names for translate / eval.
+        decode_cfg = replace(self.config.decode, decoder="greedy", beam=1, sample=False, nbest=1)
         with autocast(self.device, cfg.amp):
             result = evaluate_split(
                 self.model,

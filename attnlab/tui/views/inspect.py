@@ -65,6 +65,7 @@ class InspectView(Horizontal):
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
         self._run_paths: list[str] = []
+        self._decoders_filled = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -79,6 +80,11 @@ class InspectView(Horizontal):
             with Horizontal(classes="pair"):
                 yield Label("beam")
                 yield Input("1", id="insp-beam", compact=True, type="integer")
+            with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
+                yield Label("search")
+                # Filled from the registry once the lab has loaded it (torch off the UI thread).
+                yield Select([("beam", "beam")], value="beam", allow_blank=False,
+                             id="insp-decoder", compact=True)
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
@@ -104,6 +110,7 @@ class InspectView(Horizontal):
 
     def on_show(self) -> None:
         self.refresh_runs()
+        self._fill_decoders()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
             self.decode()  # open on something: sample 0 of the newest run
 
@@ -113,11 +120,23 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-run")
     @on(Select.Changed, "#insp-ckpt")
     @on(Select.Changed, "#insp-split")
+    @on(Select.Changed, "#insp-decoder")
     def _source_changed(self) -> None:
         if self.is_mounted and self.display and self.maps:
             self.decode()
 
     # -- choosing what to inspect ----------------------------------------------------------------
+
+    def _fill_decoders(self) -> None:
+        """The search menu: every registered decoding strategy (once the menus are loaded)."""
+        menus = getattr(self.app, "menus", None)
+        select = self.query_one("#insp-decoder", Select)
+        if self._decoders_filled or menus is None or not menus.decoders:
+            return  # done, or the registries are still loading: "beam" meanwhile
+        with self.prevent(Select.Changed):
+            select.set_options(menus.decoders)
+            select.value = "beam"
+        self._decoders_filled = True
 
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
@@ -157,6 +176,7 @@ class InspectView(Horizontal):
             index,
             self.query_one("#insp-text", Input).value,
             beam,
+            str(self.query_one("#insp-decoder", Select).value),
         )
         self.query_one("#insp-title", Static).update(f"decoding with {Path(str(run)).name} …")
         self.run_analysis(request)
