@@ -425,19 +425,19 @@ def _fallback_dir(root: Path, tag: str) -> Path | None:
 
 def prepare_checkpoints(run_dir: Path) -> None:
     """Finish what a killed save left: put a lone ``.TAG.old-*`` back as ``TAG/``, and remove
-    stale scratch directories and ``.tmp`` files (their writer gone). Only the run's single
-    writer (the trainer, at start and before each save) calls this."""
+    scratch directories and stale ``.tmp`` files. Only the run's single writer calls this (the
+    trainer, at start and before each save), holding the run directory's lock: every scratch
+    directory it finds was left by an earlier writer, whatever its PID says (PIDs are reused)."""
     run_dir = Path(run_dir)
     root = run_dir / CHECKPOINTS
     for tag in CHECKPOINT_TAGS:
         final = root / tag
         fallback = _fallback_dir(root, tag)
-        if not final.exists() and fallback is not None and not _owner_alive(fallback.name):
+        if not final.exists() and fallback is not None:
             os.rename(fallback, final)  # the crash fell between the two renames: roll back
             _fsync_dir(root)
         for scratch in (*_scratch_dirs(root, tag, _TMP), *_scratch_dirs(root, tag, _OLD)):
-            if not _owner_alive(scratch.name):
-                shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
         if final.is_dir():  # per-file temporaries of checkpoints written before 0.x
             for name in (MODEL_FILE, META_FILE, STATE_TENSORS, STATE_JSON):
                 remove_stale_temps(final, name)
@@ -915,6 +915,12 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     if not isinstance(state.get("lr_schedule", {}), dict):
         raise AttnlabError(f"{path}: field \"lr_schedule\" must be a JSON object")
     return state
+
+
+def has_resumable_checkpoint(run_dir: Path) -> bool:
+    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from."""
+    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
+    return directory is not None and (directory / STATE_JSON).is_file()
 
 
 def read_trainer_state(run_dir: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Tensor]]:

@@ -351,3 +351,27 @@ def test_compiled_training_equals_eager_when_compile_is_the_identity(
     on, _ = read_tensors(tmp_path / "on" / "checkpoints" / "last" / "model.safetensors")
     off, _ = read_tensors(tmp_path / "off" / "checkpoints" / "last" / "model.safetensors")
     assert on.keys() == off.keys() and all(torch.equal(on[k], off[k]) for k in on)
+
+
+def test_a_run_killed_inside_its_first_save_resumes_from_the_start(tmp_path, tiny_config):
+    """No checkpoint yet (the kill fell inside the first save): --resume starts over and clears
+    the killed save's scratch directory even when its PID now belongs to a live process."""
+    import shutil
+
+    straight = tmp_path / "straight"
+    Trainer(tiny_config, straight, device="cpu").run()
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    shutil.rmtree(run_dir / "checkpoints")
+    scratch = run_dir / "checkpoints" / f".last.tmp-{os.getppid()}-0123abcd"  # a live PID
+    scratch.mkdir(parents=True)
+    (scratch / "model.safetensors").write_bytes(b"half")
+    summary = Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert summary["reason"] == "finished" and summary["step"] == 6
+    assert not scratch.exists()
+    assert load_checkpoint(run_dir / "checkpoints" / "last").step == 6
+
+    def losses(directory):
+        return [e["loss"] for e in iter_events(directory) if e["type"] == "step"]
+
+    assert losses(run_dir)[-6:] == losses(straight)  # the second session repeats the run exactly

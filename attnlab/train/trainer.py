@@ -46,6 +46,7 @@ from attnlab.runs import (
     WriteError,
     check_resume_weights,
     checkpoint_dir,
+    has_resumable_checkpoint,
     jsonable,
     lock_run_dir,
     optimizer_from_tensors,
@@ -178,8 +179,9 @@ class Trainer:
         self._last_saved_step = -1
         # Rank 0 finishes or clears what a killed save left behind, before any rank reads it.
         self.dist.primary_first(self._prepare_checkpoints)
-        if self.resume:
+        if self.resume and has_resumable_checkpoint(self.run_dir):
             self._load_resume_state()
+        # else: killed before its first checkpoint, the run starts over (same seed, same losses)
         self._prepare_parallel()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
         self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
