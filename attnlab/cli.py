@@ -10,6 +10,7 @@ an error (e.g. a non-finite loss). torch and the engine are imported inside the 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,28 @@ from attnlab import __version__
 from attnlab.errors import AttnlabError
 
 DEFAULT_PRESET = "reverse-bahdanau"
+
+
+# A torchrun worker's view of its job, from torchrun's environment (no torch import: these
+# decide things before the seconds-long imports).
+TORCHRUN_SIGNAL_GRACE_S = 2.0  # = attnlab.train.distributed.SIGNAL_GRACE_S
+
+
+def _primary_process() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _torchrun_worker() -> bool:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    except ValueError:
+        return False
+
+
+def _say(line: str) -> None:
+    """A line on stderr; under torchrun only rank 0 speaks (the others say the same)."""
+    if _primary_process():
+        click.echo(line, err=True)
 
 
 def _one_line(message: str) -> str:
@@ -43,17 +66,21 @@ class AttnlabGroup(click.Group):
             code = 0
         except click.UsageError as err:
             hint = f" (see {err.ctx.command_path} --help)" if err.ctx is not None else ""
-            click.echo(f"error: {_one_line(err.format_message())}{hint}", err=True)
+            _say(f"error: {_one_line(err.format_message())}{hint}")
             code = 2
         except click.ClickException as err:
-            click.echo(f"error: {_one_line(err.format_message())}", err=True)
+            _say(f"error: {_one_line(err.format_message())}")
             code = err.exit_code
         except AttnlabError as err:
-            click.echo(f"error: {_one_line(str(err))}", err=True)
+            _say(f"error: {_one_line(str(err))}")
             code = 2
         except (click.Abort, KeyboardInterrupt):
-            click.echo("interrupted", err=True)
+            _say("interrupted")
             code = 130
+        if os.environ.get("WORLD_SIZE"):  # a data-parallel rank (torchrun)
+            from attnlab.train.distributed import report_exit
+
+            code = report_exit(code)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -90,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
 
 DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     # (flag, config key, type, help)
+    ("--decoder", "decoder", str, "decoding strategy (attnlab decoders; default: from the flags)"),
     ("--beam", "beam", int, "beam size (1 = greedy)"),
     ("--alpha", "alpha", float, "length penalty exponent α (GNMT ((5+|Y|)/6)^α)"),
     ("--beta", "beta", float, "coverage penalty weight β"),
@@ -103,6 +131,9 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
     ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
+    ("--mbr-candidates", "mbr_candidates", int, "MBR: candidates per sentence"),
+    ("--mbr-source", "mbr_source", str, "MBR: candidates from sample or beam"),
+    ("--mbr-utility", "mbr_utility", str, "MBR: utility chrf or bleu"),
 ]
 
 
@@ -118,8 +149,8 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     out = [f"decode.{key}={values[key]}" for _flag, key, _kind, _help in DECODE_FLAGS if values.get(key) is not None]
     if values.get("sample"):
         out.append("decode.sample=true")
-        if values.get("nbest"):  # --sample --nbest N draws N samples per sentence
-            out.append(f"decode.num_samples={values['nbest']}")
+    if (values.get("sample") or values.get("decoder") == "sampling") and values.get("nbest"):
+        out.append(f"decode.num_samples={values['nbest']}")  # --nbest N draws N samples
     return out
 
 
@@ -288,11 +319,15 @@ class DeferredSignals:
     ``collections.abc`` under a bare ``try: ... except: pass``. A Ctrl+C that arrived while
     lxml loaded was dropped there and the run trained to the end (1 start in 5). The flag is
     checked between start-up stages and handed to the Trainer, whose handlers take over.
+    A second signal raises at once, unless it comes within ``grace`` seconds of the first
+    (a torchrun worker gets each Ctrl+C twice).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 0.0) -> None:
         self.hit = False
         self.trainer: Any = None
+        self.grace = grace
+        self._first_at: float | None = None
         self._previous: dict[int, Any] = {}
 
     def install(self) -> DeferredSignals:
@@ -302,11 +337,14 @@ class DeferredSignals:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
         again, self.hit = self.hit, True
+        if self._first_at is None:
+            self._first_at = now
         if self.trainer is not None:
             self.trainer.interrupt()
-        if again:  # a second Ctrl+C: do not wait for the next check (the flag stays set)
-            raise KeyboardInterrupt
+        if again and now - self._first_at >= self.grace:
+            raise KeyboardInterrupt  # a second Ctrl+C: do not wait for the next check
 
     def check(self) -> None:
         if self.hit:
@@ -330,20 +368,34 @@ class DeferredSignals:
 @click.option("--resume", "resume_dir", default=None,
               type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
               "train.* and decode.* keys, e.g. train.max_steps)")
+@click.option("--nproc", type=click.IntRange(1, 1024), default=None,
+              help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
+          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+          nproc: int | None) -> None:
     """Train a model and write a run directory (config, events, checkpoints).
 
     One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
-    before its first step leaves no directory behind.
+    before its first step leaves no directory behind. With --nproc N (or train.nproc) the same
+    training runs in N processes under torchrun (DistributedDataParallel); ``torchrun ... -m
+    attnlab train ...`` works directly too.
     """
-    signals = DeferredSignals().install()  # first: start-up imports take seconds
+    # First: start-up imports take seconds. A torchrun worker gets a terminal's Ctrl+C twice
+    # (directly and forwarded by torchrun): a repeat within the grace is the same request.
+    signals = DeferredSignals(grace=TORCHRUN_SIGNAL_GRACE_S if _torchrun_worker() else 0.0)
+    signals.install()
     try:
-        summary = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, signals)
+        result = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, nproc,
+                        signals)
     finally:
         signals.restore()
-    if quiet:
+    if isinstance(result, int):  # the --nproc launcher: rank 0's exit code
+        ctx.exit(result)
+    summary = result
+    if not _primary_process():  # ranks other than 0 print nothing
+        pass
+    elif quiet:
         best = summary.get("best") or {}
         click.echo(
             f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
@@ -357,17 +409,18 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
 
 def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
            device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
-           signals: DeferredSignals) -> dict[str, Any]:
-    """Set up (config, locked run directory), train, and return the trainer's summary."""
+           nproc: int | None, signals: DeferredSignals) -> dict[str, Any] | int:
+    """The trainer's summary; with train.nproc > 1 outside torchrun, the launcher's exit code."""
     from attnlab.config import apply_overrides, load_preset
-    from attnlab.naming import run_name_for
-    from attnlab.runs import lock_run_dir, new_run_dir, read_config, remove_unstarted_run
+    from attnlab.runs import read_config
 
     extra = list(overrides)
     if seed is not None:
         extra.append(f"train.seed={seed}")
     if device is not None:
         extra.append(f"train.device={device}")
+    if nproc is not None:
+        extra.append(f"train.nproc={nproc}")
     if resume_dir is not None:
         if preset is not None or run_name is not None:
             raise AttnlabError("--resume continues an existing run; it takes no --preset or --run-name (use --set)")
@@ -376,17 +429,89 @@ def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: 
         config = load_preset(preset or DEFAULT_PRESET)
     if extra:
         config = apply_overrides(config, extra)
+    if config.train.nproc > 1 and not _torchrun_worker():
+        return _launch_parallel(config, resume_dir, out, run_name, extra, quiet, signals)
+    from attnlab.train import distributed  # torch: seconds
+
+    signals.check()
+    # Under torchrun: join the job; rank 0 makes (and locks) the run directory.
+    info = distributed.init(config.train.device) if _torchrun_worker() else distributed.current()
+    try:
+        return _train_here(config, resume_dir, out, run_name, quiet, signals, info)
+    finally:
+        distributed.teardown()
+
+
+def _run_name(config: Any, run_name: str | None) -> tuple[str, str]:
+    """The new run's name (not yet checked) and what to call it in an error."""
+    if run_name is not None:
+        return run_name, "--run-name"
+    from attnlab.naming import run_name_for  # one rule with the lab: TASK-ARCH-VARIANTS-stamp
+
+    return run_name_for(config), "run name"
+
+
+def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                     extra: list[str], quiet: bool, signals: DeferredSignals) -> int:
+    """``attnlab train`` again in train.nproc processes under torchrun (see distributed).
+    Mistakes are refused here, in one line; rank 0 of the job makes and locks the run
+    directory (and removes it again if the run never starts)."""
+    import tempfile
+
+    from attnlab.config import dumps_toml
+    from attnlab.runs import check_new_run_dir, check_run_dir_free
+    from attnlab.train import distributed
+
+    distributed.check_nproc(config.train.nproc, config.train.device)
     if resume_dir is not None:
-        run_dir, lock = resume_dir, lock_run_dir(resume_dir)
+        run_dir = resume_dir
+        check_run_dir_free(run_dir)
+        _check_resume(run_dir, config)
+        sets = [arg for item in extra for arg in ("--set", item)]
+        args = ["train", "--resume", str(resume_dir), *sets]
     else:
-        name = run_name if run_name is not None else run_name_for(config)
-        run_dir, lock = new_run_dir(out, name, "--run-name" if run_name is not None else "run name")
+        run_dir = check_new_run_dir(out, *_run_name(config, run_name))
+        args = ["train", "--out", str(out), "--run-name", run_dir.name]
+    click.echo(f"run directory: {run_dir} ({config.train.nproc} processes)")
+    if quiet:
+        args.append("--quiet")
+    signals.check()
+    with tempfile.TemporaryDirectory(prefix="attnlab-preset-") as scratch:
+        if resume_dir is None:  # the resolved experiment, overrides included
+            preset = Path(scratch) / f"{config.name}.toml"
+            preset.write_text(dumps_toml(config), encoding="utf-8")
+            args += ["--preset", str(preset)]
+        return distributed.launch(
+            config.train.nproc, args, run_dir, new_run=resume_dir is None,
+            interrupted=lambda: signals.hit,
+        )
+
+
+def _train_here(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                quiet: bool, signals: DeferredSignals, info: Any) -> dict[str, Any]:
+    """Set up (the locked run directory: rank 0's under DDP), train, return the summary."""
+    from attnlab.runs import lock_run_dir, new_run_dir, remove_unstarted_run
+    from attnlab.train.distributed import EXIT_FILE_ENV
+
+    lock: Any = None  # rank 0's alone: the other ranks would wait on it
+
+    def make_run_dir() -> Path:  # on rank 0; the others learn the path from it
+        nonlocal lock
+        if resume_dir is not None:
+            lock = lock_run_dir(resume_dir)
+            return resume_dir
+        path, lock = new_run_dir(out, *_run_name(config, run_name))
+        return path
+
+    run_dir = info.primary_value(make_run_dir)
     trainer: Any = None
     try:
         start_step = 0
         if resume_dir is not None:
-            start_step = _check_resume(run_dir, config)
-        click.echo(f"run directory: {run_dir}")
+            start_step = info.primary_value(lambda: _check_resume(run_dir, config))
+        quiet = quiet or not info.is_primary  # ranks other than 0 print nothing
+        if info.is_primary and not os.environ.get(EXIT_FILE_ENV):  # the launcher said it already
+            click.echo(f"run directory: {run_dir}")
         signals.check()
         from attnlab.train.trainer import Trainer  # torch, sacrebleu: seconds
 
@@ -401,11 +526,13 @@ def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: 
     except BaseException:
         # Failed or interrupted before its first step (a missing corpus, Ctrl+C during the
         # imports): a new run leaves nothing behind, never a directory that looks alive.
-        if resume_dir is None and not (trainer is not None and trainer.started):
+        started = trainer is not None and trainer.started
+        if lock is not None and resume_dir is None and not started:
             remove_unstarted_run(run_dir, lock)
         raise
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _check_resume(run_dir: Path, config: Any) -> int:
@@ -456,23 +583,13 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
                  **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    import dataclasses
-
     from attnlab.config import apply_overrides
     from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
-    examples = load_dataset(config.data)
-    # Score with the checkpoint's own vocabularies and tokenizers.
-    dataset = dataclasses.replace(
-        examples,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
-    )
+    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
     result = evaluate_split(
         loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
     )
@@ -559,6 +676,7 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     import torch
 
     from attnlab.decode.search import decode_sorted
+    from attnlab.evaluate import target_text
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
@@ -566,7 +684,9 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
     need = need_attention or decode_cfg.beta > 0
     with torch.no_grad():
-        nbests = decode_sorted(loaded.model, sources, decode_cfg, need, device)
+        nbests = decode_sorted(
+            loaded.model, sources, decode_cfg, need, device, to_text=target_text(loaded.dataset)
+        )
     for i, nbest in zip(todo, nbests, strict=True):
         chosen = nbest[: decode_cfg.nbest]
         results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
@@ -658,6 +778,29 @@ def variants() -> None:
         )
         # Text, not markup: formulas such as "tanh(W_a [s_t; h_j])" contain brackets.
         table.add_row(*(Text(cell) for cell in (entry.name, ", ".join(sorted(spec.roles)), spec.formula, hparams or "–")))
+    _console().print(table)
+
+
+@cli.command()
+def decoders() -> None:
+    """Every registered decoding strategy: what it does and the decode.* keys it reads."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from attnlab.decode.search import DECODERS
+    from attnlab.decode.strategy import COMMON_PARAMS
+
+    shared = ", ".join(p.key for p in COMMON_PARAMS)
+    table = Table(title="decoders (--decoder NAME or decode.decoder)",
+                  caption=f"all also read decode.{{{shared}}}")
+    for column in ("name", "description", "returns", "decode.* keys"):
+        table.add_column(column, overflow="fold")
+    for entry in DECODERS.entries():
+        spec = entry.meta
+        returns = ("n-best" if spec.nbest else "1-best") + (", attention" if spec.attention else "")
+        keys = ", ".join(p.describe() for p in spec.params)
+        cells = (entry.name, spec.description, returns, keys or "–")
+        table.add_row(*(Text(cell) for cell in cells))
     _console().print(table)
 
 

@@ -120,11 +120,17 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: bool = True  # bf16 autocast on CUDA
-    threads: int = 0  # torch CPU threads (0 = torch default)
+    threads: int = 0  # torch CPU threads (0 = torch default; under --nproc N: cores // N)
+    # Data-parallel processes (torchrun + DistributedDataParallel); 1 = this process only.
+    nproc: int = 1
+    compile: bool = False  # torch.compile the model (falls back to eager when it cannot)
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    # The registered decoding strategy (``attnlab decoders``); "" = derived from the flags
+    # below: sample -> sampling, beam > 1 -> beam (diverse-beam with groups > 1), else greedy.
+    decoder: str = ""
     beam: int = 1
     alpha: float = 0.0  # length penalty exponent
     beta: float = 0.0  # coverage penalty weight
@@ -145,6 +151,10 @@ class DecodeConfig:
     # (beam K and num_samples n multiply the rows: 512 rows = 512 sentences greedy, 102 with beam 5).
     batch_size: int = 0
     batch_rows: int = 512
+    # MBR decoding (decoder = "mbr"): candidates per sentence, where they come from, utility.
+    mbr_candidates: int = 16
+    mbr_source: str = "sample"
+    mbr_utility: str = "chrf"
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.metric": ("bleu", "chrf", "exact_match", "loss"),
     "train.device": ("auto", "cpu", "cuda", "mps"),
     "decode.length_norm": ("gnmt", "fairseq"),
+    "decode.mbr_source": ("sample", "beam"),
+    "decode.mbr_utility": ("chrf", "bleu"),
     "data.tokenizer": ("whitespace", "char", "word", "bpe", "unigram"),
 }
 
@@ -220,6 +232,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.eval_every": (1, None),
     "train.log_every": (1, None),
     "train.patience": (0, None),
+    "train.nproc": (1, 1024),
     "decode.beam": (1, 1000),
     "decode.alpha": (0.0, 10.0),
     "decode.beta": (0.0, 10.0),
@@ -235,6 +248,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "decode.min_len": (0, None),
     "decode.batch_size": (0, None),
     "decode.batch_rows": (1, None),
+    "decode.mbr_candidates": (1, 1000),
 }
 
 
@@ -468,6 +482,7 @@ def load_preset(name_or_file: str) -> ExperimentConfig:
 def validate(config: ExperimentConfig) -> ExperimentConfig:
     """Cross-field checks and registry lookups; returns the config unchanged when valid."""
     from attnlab.data.tasks import TASKS
+    from attnlab.decode.strategy import check_decode
     from attnlab.nn.attention import ATTENTION
     from attnlab.nn.model import ARCHITECTURES
 
@@ -484,10 +499,7 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
             hp = entry.meta.hparam(key)
             if hp is not None:
                 hp.validate(value)
-    if dec.groups > 1 and dec.beam % dec.groups:
-        raise AttnlabError(f"decode.beam={dec.beam} must be a multiple of decode.groups={dec.groups}")
-    if dec.nbest > max(dec.beam, dec.num_samples if dec.sample else 1):
-        raise AttnlabError(f"decode.nbest={dec.nbest} exceeds decode.beam={dec.beam}")
+    check_decode(dec)  # the decoder registry: its name, flag conflicts, its own options
     return config
 
 

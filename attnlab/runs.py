@@ -282,14 +282,24 @@ def lock_run_dir(run_dir: Path) -> RunLock:
                 time.sleep(0.02)
                 continue
             os.close(fd)
-            holder = _read_lock_pid(path) or "unknown"
-            raise AttnlabError(
-                f"{run_dir} is being trained by pid {holder}; wait for it to end or stop it "
-                "(a run directory has one trainer at a time)"
-            ) from None
+            raise _busy(run_dir) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return RunLock(path, fd)
+
+
+def _busy(run_dir: Path) -> AttnlabError:
+    holder = _read_lock_pid(Path(run_dir) / LOCK_FILE) or "unknown"
+    return AttnlabError(
+        f"{run_dir} is being trained by pid {holder}; wait for it to end or stop it "
+        "(a run directory has one trainer at a time)"
+    )
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Refuse a run directory a trainer holds (a probe; ``lock_run_dir`` takes the lock)."""
+    if run_dir_locked(run_dir):
+        raise _busy(run_dir)
 
 
 def _read_lock_pid(path: Path) -> str:
@@ -328,10 +338,30 @@ def new_run_dir(out: Path, name: str, what: str = "run name") -> tuple[Path, Run
     except OSError as err:
         raise AttnlabError(f"{run_dir}: cannot create the run directory ({err.strerror})") from None
     lock = lock_run_dir(run_dir)
-    if (run_dir / CONFIG_FILE).exists() or (run_dir / EVENTS_FILE).exists():
+    if _holds_run(run_dir):
         lock.release()
-        raise AttnlabError(f"{run_dir} already holds a run; choose another --run-name or use --resume")
+        raise _taken(run_dir)
     return run_dir, lock
+
+
+def check_new_run_dir(out: Path, name: str, what: str = "run name") -> Path:
+    """``out/name`` checked as ``new_run_dir`` checks it, but neither created nor locked: the
+    ``--nproc`` launcher refuses mistakes early; its rank 0 then makes and locks it."""
+    run_dir = Path(out) / check_name(name, what)
+    check_run_dir_free(run_dir)
+    if _holds_run(run_dir):
+        raise _taken(run_dir)
+    return run_dir
+
+
+def _holds_run(run_dir: Path) -> bool:
+    return (run_dir / CONFIG_FILE).exists() or (run_dir / EVENTS_FILE).exists()
+
+
+def _taken(run_dir: Path) -> AttnlabError:
+    return AttnlabError(
+        f"{run_dir} already holds a run; choose another --run-name or use --resume"
+    )
 
 
 def remove_unstarted_run(run_dir: Path, lock: RunLock) -> None:
@@ -396,19 +426,19 @@ def _fallback_dir(root: Path, tag: str) -> Path | None:
 
 def prepare_checkpoints(run_dir: Path) -> None:
     """Finish what a killed save left: put a lone ``.TAG.old-*`` back as ``TAG/``, and remove
-    stale scratch directories and ``.tmp`` files (their writer gone). Only the run's single
-    writer (the trainer, at start and before each save) calls this."""
+    scratch directories and stale ``.tmp`` files. Only the run's single writer calls this (the
+    trainer, at start and before each save), holding the run directory's lock: every scratch
+    directory it finds was left by an earlier writer, whatever its PID says (PIDs are reused)."""
     run_dir = Path(run_dir)
     root = run_dir / CHECKPOINTS
     for tag in CHECKPOINT_TAGS:
         final = root / tag
         fallback = _fallback_dir(root, tag)
-        if not final.exists() and fallback is not None and not _owner_alive(fallback.name):
+        if not final.exists() and fallback is not None:
             os.rename(fallback, final)  # the crash fell between the two renames: roll back
             _fsync_dir(root)
         for scratch in (*_scratch_dirs(root, tag, _TMP), *_scratch_dirs(root, tag, _OLD)):
-            if not _owner_alive(scratch.name):
-                shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
         if final.is_dir():  # per-file temporaries of checkpoints written before 0.x
             for name in (MODEL_FILE, META_FILE, STATE_TENSORS, STATE_JSON):
                 remove_stale_temps(final, name)
@@ -886,6 +916,12 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     if not isinstance(state.get("lr_schedule", {}), dict):
         raise AttnlabError(f"{path}: field \"lr_schedule\" must be a JSON object")
     return state
+
+
+def has_resumable_checkpoint(run_dir: Path) -> bool:
+    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from."""
+    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
+    return directory is not None and (directory / STATE_JSON).is_file()
 
 
 def read_trainer_state(run_dir: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Tensor]]:

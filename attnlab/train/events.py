@@ -12,12 +12,14 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 |            | bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s                             |
 | sample     | index, src (tokens), ref (tokens), hyp (tokens), attention (hyp_len x src_len floats)   |
 | checkpoint | tag ("best" or "last"), path                                                           |
-| error      | message, kind ("nan" | "exception" | "oom")                                             |
+| error      | message, kind ("nan" | "exception" | "oom" | "io")                                      |
 | done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
 | control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
+| note       | message: a one-line notice (torch.compile failed: training goes on eagerly)            |
 
 Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
-also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s.
+also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s; ``start``
+and ``step`` also world_size (data-parallel processes; loss and tokens_per_s are global).
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline. ``EventReader`` is the one reader (the CLI's ``attnlab runs``, the run list and the
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done", "control")
+EVENT_TYPES = ("start", "step", "eval", "sample", "checkpoint", "error", "done", "control", "note")
 EVENTS_FILE = "events.jsonl"
 
 
@@ -70,6 +72,20 @@ class EventLog:
         except OSError:
             pass
         self._handle.close()
+
+
+class NullEventLog:
+    """The event log of a data-parallel rank other than 0: rank 0 is the one writer."""
+
+    on_event: Any = None
+
+    def emit(self, type_: str, step: int, **fields: Any) -> dict[str, Any]:
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type_!r}")
+        return {"type": type_, "step": int(step), **fields}
+
+    def close(self) -> None:
+        pass
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -142,11 +158,16 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "run_dir": _text, "name": _text, "config": _table, "params": _integer, "device": _text,
         "resumed": _flag, "max_steps": _integer, "pid": _integer, "host": _text,
         "roles": _names,
+        "world_size": _integer,
     },
-    "step": dict.fromkeys(
-        ("loss", "lr", "tokens_per_s", "tf_ratio", "grad_norm", "elapsed_s", "tokens", "padding"),
-        _number,
-    ),
+    "step": {
+        **dict.fromkeys(
+            ("loss", "lr", "tokens_per_s", "tf_ratio", "grad_norm", "elapsed_s", "tokens",
+             "padding"),
+            _number,
+        ),
+        "world_size": _integer,
+    },
     "eval": {
         "split": _text, "bleu_by_length": _buckets, "best": _flag, "bleu_signature": _text,
         "chrf_signature": _text,
@@ -162,6 +183,7 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
     "error": {"message": _text, "kind": _text},
     "done": {"reason": _text, "best": _table, "elapsed_s": _number, "tokens_per_s": _number},
     "control": {"command": _text},
+    "note": {"message": _text},
 }
 
 

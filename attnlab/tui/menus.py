@@ -66,6 +66,7 @@ class Menus:
     variants: dict[str, VariantInfo]
     hparams: dict[str, HParamInfo]
     presets: list[str] = field(default_factory=list)
+    decoders: list[tuple[str, str]] = field(default_factory=list)  # (label, name), Inspect's
 
     def variants_for(self, role: str) -> list[str]:
         return [name for name, v in self.variants.items() if role in v.roles]
@@ -118,7 +119,9 @@ def load_menus() -> Menus:
         presets = preset_names()
     except OSError:
         presets = []
-    return Menus(tasks, archs, variants, hparams, presets)
+    from attnlab.tui.inspect_engine import decoder_choices
+
+    return Menus(tasks, archs, variants, hparams, presets, decoder_choices())
 
 
 def attention_keys(arch: str) -> dict[str, str]:

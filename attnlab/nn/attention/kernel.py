@@ -222,6 +222,9 @@ class PerformerAttention(KernelAttention):
         self.features = features
         self.redraw = redraw
         self._calls = 0
+        # Data-parallel training sets one generator seeded alike on every rank (features
+        # must agree across ranks); None draws from the global RNG.
+        self.redraw_generator: torch.Generator | None = None
         # Persistent: a checkpoint keeps the features it was evaluated with.
         self.register_buffer("omega", orthogonal_features(features, self.head_dim))
 
@@ -235,7 +238,7 @@ class PerformerAttention(KernelAttention):
         if self.training and self.redraw > 0:
             self._calls += 1
             if self._calls % self.redraw == 0:
-                self.redraw_features()
+                self.redraw_features(self.redraw_generator)
         return super().attend(q, k, v, key_mask, causal, need_weights)
 
     def feature_map(self, x: Tensor, mask: Tensor | None, is_query: bool) -> Tensor:

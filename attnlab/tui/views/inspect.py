@@ -66,6 +66,7 @@ class InspectView(Horizontal):
         self.gold: list[int] | None = None
         self._run_paths: list[str] = []
         self._last_request: tuple[str, ...] | None = None
+        self._decoders_filled = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -80,6 +81,11 @@ class InspectView(Horizontal):
             with Horizontal(classes="pair"):
                 yield Label("beam")
                 yield Input("1", id="insp-beam", compact=True, type="integer")
+            with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
+                yield Label("search")
+                # Filled from the registry once the lab has loaded it (torch off the UI thread).
+                yield Select([("beam", "beam")], value="beam", allow_blank=False,
+                             id="insp-decoder", compact=True)
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
@@ -105,6 +111,7 @@ class InspectView(Horizontal):
 
     def on_show(self) -> None:
         self.refresh_runs()
+        self._fill_decoders()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
             self._decode_if_new()  # open on something: sample 0 of the newest run with a checkpoint
 
@@ -114,6 +121,7 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-run")
     @on(Select.Changed, "#insp-ckpt")
     @on(Select.Changed, "#insp-split")
+    @on(Select.Changed, "#insp-decoder")
     def _source_changed(self) -> None:
         # A new choice replaces whatever the title said (an error names the previous run).
         # No run yet: the checkpoint/split menus' first values are not a request to decode.
@@ -129,9 +137,23 @@ class InspectView(Horizontal):
             self.decode()
 
     def _request(self) -> tuple[str, ...]:
-        return tuple(str(self.query_one(f"#insp-{w}").value) for w in ("run", "ckpt", "split", "index", "beam", "text"))
+        return tuple(
+            str(self.query_one(f"#insp-{w}").value)
+            for w in ("run", "ckpt", "split", "index", "beam", "text", "decoder")
+        )
 
     # -- choosing what to inspect ----------------------------------------------------------------
+
+    def _fill_decoders(self) -> None:
+        """The search menu: every registered decoding strategy (once the menus are loaded)."""
+        menus = getattr(self.app, "menus", None)
+        select = self.query_one("#insp-decoder", Select)
+        if self._decoders_filled or menus is None or not menus.decoders:
+            return  # done, or the registries are still loading: "beam" meanwhile
+        with self.prevent(Select.Changed):
+            select.set_options(menus.decoders)
+            select.value = "beam"
+        self._decoders_filled = True
 
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
@@ -182,6 +204,7 @@ class InspectView(Horizontal):
             index,
             self.query_one("#insp-text", Input).value,
             beam,
+            str(self.query_one("#insp-decoder", Select).value),
         )
         self._title(f"decoding with {Path(str(run)).name} …")
         self.run_analysis(request)

@@ -78,6 +78,7 @@ FIELDS: tuple[FieldDef, ...] = (
     FieldDef("train.teacher_forcing", "teacher forcing", "input"),
     FieldDef("train.tf_schedule", "TF schedule", "select"),
     FieldDef("train.device", "device", "select"),
+    FieldDef("train.nproc", "processes", "input"),  # data-parallel (torchrun + DDP)
 )
 SECTION_TITLES = {"data.task": "Data", "model.arch": "Model", "train.max_steps": "Training"}
 
