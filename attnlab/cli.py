@@ -895,15 +895,23 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the .safetensors file to write")
+@click.option(
+    "--out", "out_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+    help="the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)",
+)
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
-def export(run: Path, out_file: Path, which: str, force: bool) -> None:
+def export(run: Path, out_file: Path | None, which: str, force: bool) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
-    from attnlab.runs import export_checkpoint
+    from attnlab.runs import default_export_path, export_checkpoint, export_source
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
+    _directory, used = export_source(run, which)
+    if used != which and used == "last":
+        click.echo(f"note: {run} has no {which} checkpoint yet; exporting last", err=True)
+    if out_file is None:
+        out_file = default_export_path(run, used if used != "checkpoint" else which)
     path = export_checkpoint(run, out_file, which, force=force)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 

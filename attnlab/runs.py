@@ -808,6 +808,26 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     )
 
 
+def default_export_path(run_dir: Path, which: str) -> Path:
+    """Where ``export`` writes when no ``--out`` is given (the lab's default too)."""
+    return Path("exports") / f"{Path(run_dir).name}-{which}.safetensors"
+
+
+def export_source(run_dir: Path, which: str) -> tuple[Path, str]:
+    """The checkpoint directory an export of ``which`` reads, and what it is: ``best``,
+    ``last`` (also when ``best`` was asked for but the run has none yet) or ``checkpoint``
+    (``run_dir`` is itself a checkpoint directory)."""
+    run_dir = Path(run_dir)
+    directory = checkpoint_dir(run_dir, which)
+    if resolve_or_none(directory) is not None:
+        return directory, which
+    if which == "best" and resolve_or_none(checkpoint_dir(run_dir, "last")) is not None:
+        return checkpoint_dir(run_dir, "last"), "last"
+    if (run_dir / META_FILE).is_file():
+        return run_dir, "checkpoint"
+    raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
+
+
 def export_checkpoint(
     run_dir: Path, out_file: Path, which: str = "best", force: bool = False
 ) -> Path:
@@ -823,14 +843,7 @@ def export_checkpoint(
         raise AttnlabError(f"{out_file}: is a directory; give a .safetensors file name")
     if out_file.exists() and not force:
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
-    directory = checkpoint_dir(run_dir, which)
-    if resolve_or_none(directory) is None:
-        if which == "best" and resolve_or_none(checkpoint_dir(run_dir, "last")) is not None:
-            directory = checkpoint_dir(run_dir, "last")
-        elif (run_dir / META_FILE).is_file():
-            directory = run_dir  # a checkpoint directory given directly
-        else:
-            raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
+    directory, _tag = export_source(run_dir, which)
     tensors, meta = read_checkpoint(directory)
     metadata = {
         "attnlab.format": EXPORT_FORMAT,
