@@ -60,13 +60,14 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Pa
         select.value = dummy_variant.name
         await pilot.pause()
         assert "score(s, h) = 42" in str(app.query_one("#variant-info").content)
-        knob = app.query_one(f"#{hparam_id('dummy_knob')}")
+        knob = app.query_one(f"#{hparam_id('dummy_knob', dummy_variant.name)}")
         assert knob.value == "3" and knob.placeholder == "[1, 5]"
         setup = app.query_one(SetupView)
         assert setup.error is None and setup.config.model.attn_params.get("dummy_knob", 3) == 3
         knob.value = "9"  # outside its registered range [1, 5]
         await pilot.pause()
-        assert knob.has_class("invalid") and "model.dummy_knob" in setup.error
+        # A variant owns its hyper-parameters: the error names the qualified key.
+        assert knob.has_class("invalid") and "model.dummy-test-attention.dummy_knob" in setup.error
 
 
 async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
@@ -302,7 +303,7 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
         app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
         await pilot.pause()
         for hp in windowed.meta.hparams:
-            shown = app.query_one(f"#{hparam_id(hp.name)}").value
+            shown = app.query_one(f"#{hparam_id(hp.name, windowed.name)}").value
             assert hp.validate(shown if isinstance(hp.default, str) else type(hp.default)(float(shown))) == hp.default
         assert setup.error is None and setup.config.model.self_attention == windowed.name
         # Save the experiment as a preset file, change a field, load it back.
