@@ -908,11 +908,11 @@ def export(run: Path, out_file: Path | None, which: str, force: bool) -> None:
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
     _directory, used = export_source(run, which)
-    if used != which and used == "last":
-        click.echo(f"note: {run} has no {which} checkpoint yet; exporting last", err=True)
     if out_file is None:
         out_file = default_export_path(run, used if used != "checkpoint" else which)
     path = export_checkpoint(run, out_file, which, force=force)
+    if used != which and used == "last":
+        click.echo(f"note: {run} has no {which} checkpoint yet; exported last", err=True)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 

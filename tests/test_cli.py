@@ -207,7 +207,7 @@ def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
     shutil.rmtree(tmp_path / "runs" / "tiny" / "checkpoints" / "best")
     result = CliRunner().invoke(cli, ["export", "runs/tiny"])
     assert result.exit_code == 0, result.output
-    assert "note: runs/tiny has no best checkpoint yet; exporting last" in result.output
+    assert "note: runs/tiny has no best checkpoint yet; exported last" in result.output
     assert (tmp_path / "exports" / "tiny-last.safetensors").is_file()
     again = CliRunner().invoke(cli, ["export", "runs/tiny"])  # never replaces silently
     assert again.exit_code == 2 and "already exists; pass --force" in again.output
