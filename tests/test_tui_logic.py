@@ -11,6 +11,7 @@ import pytest
 from _tui_support import run_events, tiny_config, write_events
 
 from attnlab.errors import AttnlabError
+from attnlab.runs import write_control
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose, row_entropy
 from attnlab.tui.follow import (
     FAILED,
@@ -21,7 +22,7 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.launcher import TrainingProcess, run_name_for, write_control
+from attnlab.tui.launcher import TrainingProcess, run_name_for
 from attnlab.tui.menus import check_field, config_from_form, key_in_message
 
 # -- following events.jsonl ------------------------------------------------------------------
