@@ -304,7 +304,8 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
             await pilot.pause()
             for hp in windowed.meta.hparams:
                 shown = app.query_one(f"#{hparam_id(hp.name)}").value
-                if hp.validate(shown if isinstance(hp.default, str) else type(hp.default)(float(shown))) != hp.default:
+                typed = shown if isinstance(hp.default, str) else type(hp.default)(float(shown))
+                if hp.validate(typed) != hp.default:
                     wrong[windowed.name] = (hp.name, shown, hp.default)
             assert setup.error is None and setup.config.model.self_attention == windowed.name
         # Known (issue 12 item 2, fixed on house-contracts): one flat namespace, so the lab shows
