@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from attnlab import __version__
+from attnlab.cli_data import data as _data_group
 from attnlab.errors import AttnlabError
 
 DEFAULT_PRESET = "reverse-bahdanau"
@@ -916,9 +917,4 @@ def export(run: Path, out_file: Path | None, which: str, force: bool) -> None:
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 
-try:  # the data group (attnlab data stats ...) lives in its own module
-    from attnlab.cli_data import data as _data_group
-
-    cli.add_command(_data_group)
-except ImportError:  # pragma: no cover - optional
-    pass
+cli.add_command(_data_group)  # attnlab data stats ...: its own module

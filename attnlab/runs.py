@@ -83,6 +83,7 @@ if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loadin
 
 CONFIG_FILE = "config.toml"
 CONTROL_FILE = "control"
+CONTROL_COMMANDS = ("pause", "resume", "save", "stop")  # what write_control accepts
 LOCK_FILE = ".lock"
 LOCK_WAIT_S = 0.5  # a lab's lock probe (a shared lock for a moment) is not a second trainer
 CHECKPOINTS = "checkpoints"
@@ -402,9 +403,14 @@ def checkpoint_dir(run_dir: Path, tag: str) -> Path:
 
 
 def write_control(run_dir: Path, command: str) -> None:
-    """What a controller (the TUI) calls: ``pause`` | ``resume`` | ``save`` | ``stop``."""
-    if command not in ("pause", "resume", "save", "stop"):
-        raise AttnlabError(f'unknown control command "{command}"; valid: pause, resume, save, stop')
+    """What a controller (the TUI) calls: ``pause`` | ``resume`` | ``save`` | ``stop``.
+
+    Atomic (temp file + rename); creates the run directory if the trainer has not yet. A word
+    outside the four is a programming error (words come from code, not users): ValueError.
+    """
+    if command not in CONTROL_COMMANDS:
+        raise ValueError(f'unknown control command "{command}"; valid: {", ".join(CONTROL_COMMANDS)}')
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(run_dir) / CONTROL_FILE, command + "\n")
 
 

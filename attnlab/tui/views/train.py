@@ -196,7 +196,7 @@ class TrainView(Vertical):
                 return
             self.pending_control = word  # the child has not created its run directory yet
             return
-        from attnlab.tui.launcher import write_control
+        from attnlab.runs import write_control
 
         write_control(self.follower.run_dir, word)
         if word == "pause":
