@@ -322,6 +322,7 @@ def export_checkpoint(run_dir: Path, out_file: Path, which: str = "best") -> Pat
             raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
     tensors, meta = read_checkpoint(directory)
     metadata = {
+        "format": "pt",  # the convention other safetensors loaders check
         "attnlab.format": EXPORT_FORMAT,
         "attnlab.version": str(meta.get("attnlab_version", __version__)),
         "attnlab.config": json.dumps(meta["config"], ensure_ascii=False),
