@@ -329,8 +329,17 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@click.option(
+    "--gold-alignments", "gold_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Pharaoh file (i-j sure, i?j possible; one line per sentence of --split): report AER",
+)
+@click.option(
+    "--alignment-order", type=click.Choice(["src-tgt", "tgt-src"]), default="src-tgt",
+    show_default=True, help="what i and j in i-j index (0-based): source-target or target-source",
+)
 @decode_options
-def eval_command(run: Path, split: str, as_json: bool, device: str | None, **flags: Any) -> None:
+def eval_command(run: Path, split: str, as_json: bool, device: str | None, gold_path: Path | None,
+                 alignment_order: str, **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
     import dataclasses
 
@@ -353,6 +362,12 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
+    if gold_path is not None:
+        from attnlab.cli_inspect import gold_alignment_result
+
+        result["gold_alignments"] = gold_alignment_result(
+            loaded, dataset, split, gold_path, alignment_order, torch_device
+        )
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False))
         return
@@ -364,6 +379,14 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
     for key, digits in (("n", 0), ("bleu", 2), ("chrf", 2), ("exact_match", 4), ("loss", 4), ("ppl", 3), ("alignment_accuracy", 4)):
         if result.get(key) is not None:
             table.add_row(key, _fmt(result[key], digits))
+    if result.get("aer") is not None:
+        table.add_row("aer", _fmt(result["aer"], 4))
+    gold = result.get("gold_alignments")
+    if gold is not None:
+        table.add_row("AER (gold file, last layer)", _fmt(gold["aer"], 4))
+        shift = gold.get("shift_att")
+        if shift is not None and shift["aer"] is not None:
+            table.add_row(f"AER (Shift-Att, layer {shift['layer']})", _fmt(shift["aer"], 4))
     table.add_row("BLEU signature", result.get("bleu_signature", ""))
     console = _console()
     console.print(table)
@@ -379,33 +402,59 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, **fla
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.argument("text", nargs=-1)
 @click.option("--show-attention", is_flag=True, help="print each hypothesis's alignment as a heatmap")
+@click.option(
+    "--show-alignment", is_flag=True, help="print each target token's arg-max source token and weight"
+)
+@click.option(
+    "--method", type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
+    default="raw", show_default=True,
+    help="the map shown: raw attention or an attribution (attnlab.interpret)",
+)
+@click.option(
+    "--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="also write what is printed to FILE.svg or FILE.html",
+)
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
-def translate(run: Path, text: tuple[str, ...], show_attention: bool, device: str | None, **flags: Any) -> None:
+def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_alignment: bool,
+              method: str, export_path: Path | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
+    from attnlab.cli_inspect import check_export_path
     from attnlab.config import apply_overrides
 
+    check_export_path(export_path)
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
-    results = _translate_lines(loaded, lines, config.decode, torch_device, show_attention)
-    console = _console()
+    need_maps = show_attention or show_alignment
+    results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
+    console: Any = _console()
+    if export_path is not None:  # also record what is printed, as a colour terminal shows it
+        from attnlab.cli_inspect import TeeConsole
+
+        console = TeeConsole(console)
     detailed = config.decode.nbest > 1 or config.decode.beam > 1
     for line, (source_tokens, nbest) in zip(lines, results, strict=True):
         if not nbest:
-            click.echo("")
+            console.print("")
             continue
         texts = [loaded.dataset.detokenize_target(tokens) for _hyp, tokens in nbest]
         if detailed:
             from attnlab.viz.nbest import render_nbest
 
             console.print(render_nbest([hyp for hyp, _ in nbest], texts, title=line))
+        elif export_path is not None:
+            console.print(texts[0], markup=False, highlight=False)
         else:
             click.echo(texts[0])
-        if show_attention:
-            for rank, (hyp, tokens) in enumerate(nbest, start=1):
-                if hyp.attention is not None:
-                    console.print(_heatmap(hyp, tokens, source_tokens, rank if detailed else None))
+        if need_maps:
+            _print_maps(
+                console, loaded, nbest, source_tokens, method, show_attention, show_alignment, detailed
+            )
+    if export_path is not None:
+        from attnlab.cli_inspect import save_recording
+
+        save_recording(console.recording, export_path, "attnlab translate")
 
 
 def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
@@ -427,14 +476,37 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     return results
 
 
-def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | None) -> Any:
+def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list[str], method: str,
+                show_attention: bool, show_alignment: bool, detailed: bool) -> None:
+    """Each hypothesis's map (``method``) as a heatmap and / or its alignment table."""
+    from attnlab.cli_inspect import alignment_renderable, alignment_rows, method_map
+
+    for rank, (hyp, tokens) in enumerate(nbest, start=1):
+        if hyp.attention is None and method == "raw":
+            continue
+        matrix = method_map(loaded, source_tokens, hyp, method)
+        if show_attention:
+            plain = not console.is_terminal or console.no_color
+            rank_shown = rank if detailed else None
+            console.print(_heatmap(hyp, tokens, source_tokens, rank_shown, matrix, method, plain))
+        if show_alignment:
+            rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
+            title = "alignment" if not detailed else f"alignment, hypothesis {rank}"
+            table = alignment_rows(matrix, rows, list(source_tokens))
+            console.print(alignment_renderable(table, title))
+
+
+def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | None,
+             matrix: Any = None, method: str = "raw", plain: bool | None = None) -> Any:
     from attnlab.viz.heatmap import render_heatmap
-    matrix = hyp.attention.float()
+    matrix = hyp.attention.float() if matrix is None else matrix
     rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
-    title = "attention" if rank is None else f"attention, hypothesis {rank}"
+    name = "attention" if method == "raw" else f"attention ({method})"
+    title = name if rank is None else f"{name}, hypothesis {rank}"
     # Without colours (output piped to a file) the cells would be blank: print the weights.
-    console = _console()
-    plain = not console.is_terminal or console.no_color
+    if plain is None:
+        console = _console()
+        plain = not console.is_terminal or console.no_color
     return render_heatmap(
         matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
     )
@@ -522,17 +594,37 @@ def runs(directory: Path) -> None:
 
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the .safetensors file to write")
+@click.option("--out", "out_file", required=False, default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="the .safetensors file to write")
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
-def export(run: Path, out_file: Path, which: str) -> None:
+@click.option("--tensorboard", "tb_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX)")
+def export(run: Path, out_file: Path | None, which: str, tb_dir: Path | None) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import export_checkpoint
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
+    if tb_dir is not None:
+        from attnlab.tensorboard_export import export_tensorboard
+
+        counts = export_tensorboard(run, tb_dir)
+        click.echo(f"wrote {counts['scalars']} scalars and {counts['texts']} texts to {tb_dir}")
+    if out_file is None:
+        if tb_dir is None:
+            raise AttnlabError("export needs --out FILE.safetensors (or --tensorboard DIR)")
+        return
     path = export_checkpoint(run, out_file, which)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
+
+try:  # heads, compare, average (issue 15) live in their own module
+    from attnlab.cli_inspect import COMMANDS as _inspect_commands
+
+    for _command in _inspect_commands:
+        cli.add_command(_command)
+except ImportError:  # pragma: no cover - optional
+    pass
 
 try:  # the data group (attnlab data stats ...) lives in its own module
     from attnlab.cli_data import data as _data_group

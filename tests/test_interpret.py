@@ -39,8 +39,13 @@ from attnlab.nn.model import build_model
 
 F64 = torch.float64
 TRANSFORMER = (
-    "model.arch=transformer", "model.d_model=16", "model.heads=2", "model.ff=32",
-    "model.enc_layers=2", "model.dec_layers=2", "model.dropout=0.0",
+    "model.arch=transformer",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=32",
+    "model.enc_layers=2",
+    "model.dec_layers=2",
+    "model.dropout=0.0",
 )
 
 
@@ -125,7 +130,9 @@ def test_recorded_attention_gradient_matches_the_closed_form():
     for h in range(2):
         for i in range(3):
             for j in range(4):
-                expected[i, j] += max(float(closed[h, i, j] * weights[0, h, i, j].detach()), 0.0) / 2
+                expected[i, j] += (
+                    max(float(closed[h, i, j] * weights[0, h, i, j].detach()), 0.0) / 2
+                )
     assert torch.allclose(gradient_weighted(weights[0].detach(), weights.grad[0]), expected)
 
 
@@ -143,7 +150,9 @@ def test_value_vectors_rebuild_the_module_output_and_norms_match_a_loop():
             vec = sum(weights[h, i, j] * vectors[h, j] for h in range(2))
             assert math.isclose(float(combined[i, j]), float(vec.norm()), rel_tol=1e-12)
             assert math.isclose(
-                float(per_head[1, i, j]), float(weights[1, i, j] * vectors[1, j].norm()), rel_tol=1e-12
+                float(per_head[1, i, j]),
+                float(weights[1, i, j] * vectors[1, j].norm()),
+                rel_tol=1e-12,
             )
 
 
@@ -159,7 +168,9 @@ def test_explain_rows_equal_one_backward_per_target_token():
     out_ids = [*tgt, EOS_ID]
     for row in range(4):
         with recording(model, retain=True) as records:
-            out = model(torch.tensor([src]), torch.ones(1, 4, dtype=torch.bool), tgt_in, need_weights=True)
+            out = model(
+                torch.tensor([src]), torch.ones(1, 4, dtype=torch.bool), tgt_in, need_weights=True
+            )
             torch.log_softmax(out.logits[0, row], -1)[out_ids[row]].backward()
         weights = records[("cross", 1)].weights[0]
         expected = (weights.grad[0] * weights[0]).clamp_min(0).mean(0)[row]
@@ -212,7 +223,10 @@ def test_head_importance_matches_finite_differences():
 
     def token_loss_sum(logits, targets):  # float64 throughout (attnlab's casts to float32)
         return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="sum"
+            logits.reshape(-1, logits.shape[-1]),
+            targets.reshape(-1),
+            ignore_index=0,
+            reduction="sum",
         )
 
     class Batch:
@@ -268,7 +282,10 @@ def test_argmax_and_shift_att_links():
     assert al.argmax_links(m[:2]) == {(0, 0), (1, 1)}
     assert al.shift_att_links(m, 2) == {(1, 0), (0, 1)}  # y0 from row 1, y1 from row 2
     table = al.alignment_table(m[:2], ["a", "b"], ["x", "y"])
-    assert [(r.target, r.source, r.weight) for r in table] == [("a", "x", pytest.approx(0.9)), ("b", "y", pytest.approx(0.8))]
+    assert [(r.target, r.source, r.weight) for r in table] == [
+        ("a", "x", pytest.approx(0.9)),
+        ("b", "y", pytest.approx(0.8)),
+    ]
 
 
 def test_pharaoh_round_trip(tmp_path):

@@ -123,7 +123,9 @@ class AlignmentRow:
     weight: float
 
 
-def alignment_table(attention: Tensor, rows: Sequence[str], cols: Sequence[str]) -> list[AlignmentRow]:
+def alignment_table(
+    attention: Tensor, rows: Sequence[str], cols: Sequence[str]
+) -> list[AlignmentRow]:
     """Per target token its arg-max source token and that weight ([T, S] map)."""
     table = []
     weights, index = attention.max(dim=-1)

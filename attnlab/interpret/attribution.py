@@ -48,7 +48,11 @@ def gradient_weighted(maps: Tensor, grads: Tensor) -> Tensor:
 
 
 def value_vectors(
-    values: Tensor, v_weight: Tensor | None, v_bias: Tensor | None, o_weight: Tensor | None, heads: int
+    values: Tensor,
+    v_weight: Tensor | None,
+    v_bias: Tensor | None,
+    o_weight: Tensor | None,
+    heads: int,
 ) -> Tensor:
     """f_h(x_j) for every head and key: values [..., Tk, D] -> [..., H, Tk, D_out].
 
@@ -111,7 +115,9 @@ def recording(model: nn.Module, retain: bool) -> Iterator[dict[tuple[str, int], 
     for key, module in attention_modules(model).items():
         record = records.setdefault(key, _Record())
 
-        def hook(mod: nn.Module, args: tuple[Any, ...], output: Any, record: _Record = record) -> None:
+        def hook(
+            mod: nn.Module, args: tuple[Any, ...], output: Any, record: _Record = record
+        ) -> None:
             weights = getattr(output, "weights", None)
             if weights is None:
                 return
@@ -165,7 +171,11 @@ def _vectors_of(module: nn.Module, values: Tensor) -> Tensor | None:
 
 
 def trace(
-    model: nn.Module, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
     target_rows: Tensor | None = None,
 ) -> Traced:
     """Teacher-forced pass with every map; with ``target_rows`` [B] (row r of copy b) also the
@@ -195,7 +205,8 @@ def trace(
             modules = attention_modules(model)
             vecs = [
                 _vectors_of(modules[k], records[k].values.detach())  # type: ignore[union-attr]
-                if records[k].values is not None else None
+                if records[k].values is not None
+                else None
                 for k in keys
             ]
         if all(v is not None for v in vecs):
@@ -204,7 +215,10 @@ def trace(
 
 
 def explain(
-    model: nn.Module, src_ids: list[int], tgt_ids: list[int], eos: bool = True,
+    model: nn.Module,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    eos: bool = True,
     layer: int = -1,
 ) -> dict[str, Tensor]:
     """Every method's target × source map for one sentence pair (teacher-forced on
@@ -217,7 +231,7 @@ def explain(
     out_ids = [*tgt_ids, EOS_ID] if eos else list(tgt_ids)
     rows = len(out_ids)
     src = torch.tensor([src_ids] * rows, device=device)
-    tgt_in = torch.tensor([[BOS_ID, *tgt_ids][: rows]] * rows, device=device)
+    tgt_in = torch.tensor([[BOS_ID, *tgt_ids][:rows]] * rows, device=device)
     tgt_out = torch.tensor([out_ids] * rows, device=device)
     was_training = model.training
     model.eval()
@@ -240,8 +254,10 @@ def methods_from_trace(traced: Traced, layer: int = -1) -> dict[str, Tensor]:
     enc, dec = traced.maps.get("enc_self"), traced.maps.get("dec_self")
     first = [None if m is None else m[0] for m in (enc, dec)]
     out["rollout"] = encoder_decoder_relevancy(first[0], first[1], cross[0])
-    if "cross" in traced.grads and (enc is None or "enc_self" in traced.grads) and (
-        dec is None or "dec_self" in traced.grads
+    if (
+        "cross" in traced.grads
+        and (enc is None or "enc_self" in traced.grads)
+        and (dec is None or "dec_self" in traced.grads)
     ):
         relevancy = encoder_decoder_relevancy(enc, dec, cross, traced.grads)  # [B, T, S]
         out["relevancy"] = relevancy[rows, rows]
@@ -258,4 +274,3 @@ def encoder_rollout(maps: dict[str, Tensor]) -> Tensor | None:
     """Rollout of the encoder self-attention [L, H, S, S] -> [S, S] (None without it)."""
     enc = maps.get("enc_self")
     return None if enc is None else attention_rollout(enc)
-

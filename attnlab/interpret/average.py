@@ -66,7 +66,9 @@ def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     keys = set(states[0])
     for state in states[1:]:
         if set(state) != keys:
-            raise AttnlabError("the checkpoints to average hold different tensors (different models)")
+            raise AttnlabError(
+                "the checkpoints to average hold different tensors (different models)"
+            )
     out = {}
     for key, newest in states[-1].items():
         if newest.is_floating_point():
@@ -95,10 +97,13 @@ def average_checkpoints(run_dir: Path, last: int, out_file: Path) -> tuple[Path,
     copies = step_copies(run_dir)
     if not copies:
         raise AttnlabError(
-            f"{run_dir}: no checkpoints/step-* copies to average; train with --set train.keep_last=N"
+            f"{run_dir}: no checkpoints/step-* copies to average; "
+            "train with --set train.keep_last=N"
         )
     if len(copies) < last:
-        raise AttnlabError(f"{run_dir}: --last {last} but the run kept only {len(copies)} step checkpoints")
+        raise AttnlabError(
+            f"{run_dir}: --last {last} but the run kept only {len(copies)} step checkpoints"
+        )
     chosen = copies[-last:]
     states, metas = zip(*(read_checkpoint(path) for _step, path in chosen), strict=True)
     averaged = average_state_dicts(list(states))

@@ -20,7 +20,9 @@ def _distribution(rows: Tensor) -> Tensor:
 
 
 def _kl(p: Tensor, q: Tensor) -> Tensor:
-    terms = torch.where(p > 0, p * (torch.log(p.clamp_min(1e-300)) - torch.log(q.clamp_min(1e-300))), 0.0)
+    terms = torch.where(
+        p > 0, p * (torch.log(p.clamp_min(1e-300)) - torch.log(q.clamp_min(1e-300))), 0.0
+    )
     return terms.sum(dim=-1)
 
 

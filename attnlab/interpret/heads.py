@@ -57,7 +57,9 @@ def head_gates(model: nn.Module, gates: dict[tuple[str, int], Tensor]) -> Iterat
             raise AttnlabError(f"no multi-head attention at {key[0]} layer {key[1]} to gate")
         module = modules[key]
 
-        def hook(mod: nn.Module, args: tuple[Any, ...], gate: Tensor = gate, heads: int = module.heads) -> Any:
+        def hook(
+            mod: nn.Module, args: tuple[Any, ...], gate: Tensor = gate, heads: int = module.heads
+        ) -> Any:
             x = args[0]
             shape = x.shape
             gated = x.view(*shape[:-1], heads, shape[-1] // heads) * gate.to(x.dtype)[:, None]
@@ -86,7 +88,9 @@ def head_importance(
     Batch objects, ``loss_fn(logits, targets)`` returns the summed token loss."""
     gates = all_ones(model, requires_grad=True)
     if not gates:
-        raise AttnlabError("this model has no multi-head attention (only single-head classic variants)")
+        raise AttnlabError(
+            "this model has no multi-head attention (only single-head classic variants)"
+        )
     totals = {k: torch.zeros_like(g, dtype=torch.float64) for k, g in gates.items()}
     tokens = 0
     was_training = model.training

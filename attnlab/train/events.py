@@ -17,7 +17,9 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
 
 Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
-also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s.
+also bleu_signature and chrf_signature, aer (null if no gold), attention_entropy ({role:
+[[mean entropy in nats per head] per layer]}) and, with gold, alignment_accuracy_by_layer;
+``done`` also elapsed_s and tokens_per_s.
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline; ``read_events`` skips a trailing partial line.
