@@ -24,7 +24,11 @@ from attnlab.tui.views.run_select import refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
-KIND_LABELS = {"cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self"}
+KIND_LABELS = {
+    "cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self",
+    "rollout": "rollout", "relevancy": "relevancy (∇)", "gradient": "gradient × attn", "norm": "‖α f(v)‖",
+}
+METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" key
 HEAD_AVERAGE = -1
 
 
@@ -47,6 +51,7 @@ class InspectView(Horizontal):
         Binding("h", "toggle_half", "Half-block"),
         Binding("l", "hypothesis(1)", "Next hyp", show=False),
         Binding("k", "hypothesis(-1)", "Prev hyp", show=False),
+        Binding("m", "cycle_method", "Raw/rollout/∇/norm", show=False),
     ]
 
     def __init__(self, runs_dir: Path, *, id: str | None = None):
@@ -227,7 +232,7 @@ class InspectView(Horizontal):
 
     def _configure_selectors(self) -> None:
         kind_select = self.query_one("#insp-kind", Select)
-        kinds = [k for k in ("cross", "enc_self", "dec_self") if k in self.maps]
+        kinds = [k for k in KIND_LABELS if k in self.maps]
         with self.prevent(Select.Changed):
             current = kind_select.value if kind_select.value in kinds else (kinds[0] if kinds else Select.NULL)
             kind_select.set_options([(KIND_LABELS[k], k) for k in kinds])
@@ -357,6 +362,15 @@ class InspectView(Horizontal):
     def action_show_all(self) -> None:
         self.step_row = None
         self.redraw()
+
+    def action_cycle_method(self) -> None:
+        """Raw cross-attention -> rollout -> relevancy -> gradient-weighted -> norm-weighted."""
+        available = [k for k in METHOD_CYCLE if k in self.maps]
+        if not available:
+            return
+        current = self.current_kind
+        index = available.index(current) + 1 if current in available else 0
+        self.query_one("#insp-kind", Select).value = available[index % len(available)]
 
     def action_toggle_half(self) -> None:
         heatmap = self.query_one(AttentionHeatmap)
