@@ -139,8 +139,12 @@ def test_recorded_attention_gradient_matches_the_closed_form():
 def test_value_vectors_rebuild_the_module_output_and_norms_match_a_loop():
     attn = _module(seed=2)
     q, kv = torch.randn(1, 3, 8, dtype=F64), torch.randn(1, 5, 8, dtype=F64)
-    out = attn(q, kv, kv, torch.ones(1, 5, dtype=torch.bool), need_weights=True)
-    vectors = value_vectors(kv[0], attn.v_proj.weight, attn.v_proj.bias, attn.out_proj.weight, 2)
+    with torch.no_grad():
+        out = attn(q, kv, kv, torch.ones(1, 5, dtype=torch.bool), need_weights=True)
+    with torch.no_grad():
+        vectors = value_vectors(
+            kv[0], attn.v_proj.weight, attn.v_proj.bias, attn.out_proj.weight, 2
+        )
     weights = out.weights[0]  # [H, Tq, Tk]
     rebuilt = torch.einsum("hqk,hkd->qd", weights, vectors) + attn.out_proj.bias
     assert torch.allclose(rebuilt, out.context[0])
