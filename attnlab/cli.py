@@ -9,8 +9,12 @@ an error (e.g. a non-finite loss). torch and the engine are imported inside the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +26,28 @@ from attnlab import __version__
 from attnlab.errors import AttnlabError
 
 DEFAULT_PRESET = "reverse-bahdanau"
+
+
+# A torchrun worker's view of its job, from torchrun's environment (no torch import: these
+# decide things before the seconds-long imports).
+TORCHRUN_SIGNAL_GRACE_S = 2.0  # = attnlab.train.distributed.SIGNAL_GRACE_S
+
+
+def _primary_process() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _torchrun_worker() -> bool:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    except ValueError:
+        return False
+
+
+def _say(line: str) -> None:
+    """A line on stderr; under torchrun only rank 0 speaks (the others say the same)."""
+    if _primary_process():
+        click.echo(line, err=True)
 
 
 def _one_line(message: str) -> str:
@@ -41,17 +67,21 @@ class AttnlabGroup(click.Group):
             code = 0
         except click.UsageError as err:
             hint = f" (see {err.ctx.command_path} --help)" if err.ctx is not None else ""
-            click.echo(f"error: {_one_line(err.format_message())}{hint}", err=True)
+            _say(f"error: {_one_line(err.format_message())}{hint}")
             code = 2
         except click.ClickException as err:
-            click.echo(f"error: {_one_line(err.format_message())}", err=True)
+            _say(f"error: {_one_line(err.format_message())}")
             code = err.exit_code
         except AttnlabError as err:
-            click.echo(f"error: {_one_line(str(err))}", err=True)
+            _say(f"error: {_one_line(str(err))}")
             code = 2
         except (click.Abort, KeyboardInterrupt):
-            click.echo("interrupted", err=True)
+            _say("interrupted")
             code = 130
+        if os.environ.get("WORLD_SIZE"):  # a data-parallel rank (torchrun)
+            from attnlab.train.distributed import report_exit
+
+            code = report_exit(code)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -88,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
 DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     # (flag, config key, type, help)
+    ("--decoder", "decoder", str, "decoding strategy (attnlab decoders; default: from the flags)"),
     ("--beam", "beam", int, "beam size (1 = greedy)"),
     ("--alpha", "alpha", float, "length penalty exponent α (GNMT ((5+|Y|)/6)^α)"),
     ("--beta", "beta", float, "coverage penalty weight β"),
@@ -101,6 +132,9 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
     ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
+    ("--mbr-candidates", "mbr_candidates", int, "MBR: candidates per sentence"),
+    ("--mbr-source", "mbr_source", str, "MBR: candidates from sample or beam"),
+    ("--mbr-utility", "mbr_utility", str, "MBR: utility chrf or bleu"),
 ]
 
 
@@ -116,8 +150,8 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     out = [f"decode.{key}={values[key]}" for _flag, key, _kind, _help in DECODE_FLAGS if values.get(key) is not None]
     if values.get("sample"):
         out.append("decode.sample=true")
-        if values.get("nbest"):  # --sample --nbest N draws N samples per sentence
-            out.append(f"decode.num_samples={values['nbest']}")
+    if (values.get("sample") or values.get("decoder") == "sampling") and values.get("nbest"):
+        out.append(f"decode.num_samples={values['nbest']}")  # --nbest N draws N samples
     return out
 
 
@@ -154,22 +188,25 @@ def _compact(n: int) -> str:
 
 
 class TrainProgress:
-    """Live rich progress bar fed by the trainer's events."""
+    """Live rich progress bar fed by the trainer's events.
 
-    def __init__(self, max_steps: int, start_step: int, quiet: bool):
+    The bar moves on every step event (the trainer logs the first step at once) and the ETA
+    comes from the step rate since the start, not from rich's sliding speed window, which
+    shows ``-:--:--`` when events arrive less often than its sampling period.
+    """
+
+    def __init__(self, max_steps: int, start_step: int, quiet: bool, clock: Any = time.monotonic):
         self.quiet = quiet
         self.max_steps = max_steps
+        self.start_step = start_step
+        self.clock = clock
+        self.started = clock()
         self.progress = None
         self.task = None
+        self._stopped = False
         if quiet:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.progress = Progress(
             TextColumn("[bold]train"),
@@ -177,13 +214,14 @@ class TrainProgress:
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
             TextColumn("{task.fields[tps]} tok/s"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             TextColumn("dev BLEU {task.fields[bleu]}"),
             console=_console(stderr=True),
             transient=False,
         )
-        self.task = self.progress.add_task("train", total=max_steps, completed=start_step, loss="–", tps="–", bleu="–")
+        self.task = self.progress.add_task(
+            "train", total=max_steps, completed=start_step, loss="–", tps="–", bleu="–", eta="–"
+        )
 
     def __enter__(self) -> TrainProgress:
         if self.progress is not None:
@@ -191,8 +229,20 @@ class TrainProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Draw the bar's last state once and release the terminal (idempotent)."""
+        if self.progress is not None and not self._stopped:
+            self._stopped = True
             self.progress.stop()
+
+    def eta_s(self, step: int) -> float | None:
+        """Seconds left at the step rate since the start (None before the first step)."""
+        done = step - self.start_step
+        if done <= 0:
+            return None
+        return max(self.max_steps - step, 0) * (self.clock() - self.started) / done
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -201,20 +251,35 @@ class TrainProgress:
                 f"note: dropped {event['dropped_pairs']} training pairs longer than "
                 "data.train_max_tokens tokens", err=True,
             )
-        if kind == "error" and self.quiet:  # quiet still says why a run stopped
-            click.echo(f"error: {_one_line(event.get('message', ''))}", err=True)
         if self.progress is None:
+            if event["type"] == "error":  # --quiet still says why training stopped
+                click.echo(f"error: {_one_line(str(event.get('message')))}", err=True)
+            return
+        if self._stopped:
             return
         if kind == "step":
             self.progress.update(
-                self.task, completed=event["step"], loss=f"{event['loss']:.4f}", tps=f"{event['tokens_per_s']:.0f}"
+                self.task,
+                completed=event["step"],
+                loss=_fmt(event.get("loss"), 4),
+                tps=_fmt(event.get("tokens_per_s"), 0),
+                eta=_duration(self.eta_s(int(event["step"]))),
             )
         elif kind == "eval":
             self.progress.update(self.task, completed=event["step"], bleu=_fmt(event.get("bleu")))
+        elif kind in ("checkpoint", "done"):
+            self.progress.update(self.task, completed=event["step"])
         elif kind == "error":
             self.progress.console.print(f"[red]error:[/red] {event.get('message')}")
-        elif kind == "checkpoint" and event.get("tag") == "last" and event["step"] < self.max_steps:
-            pass
+
+
+def _duration(seconds: float | None) -> str:
+    """``75`` -> ``0:01:15``; None -> ``–`` (not known yet)."""
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def _summary_table(summary: dict[str, Any]) -> Any:
@@ -246,55 +311,92 @@ def _summary_table(summary: dict[str, Any]) -> Any:
     return table
 
 
+class DeferredSignals:
+    """SIGINT/SIGTERM while ``train`` starts up: remembered as a flag, never lost.
+
+    Python's default handler raises KeyboardInterrupt wherever the main thread is, and in
+    the start-up imports that can be inside code that swallows it: Cython's memoryview
+    set-up, run when lxml.etree is imported (sacrebleu imports it), registers its types with
+    ``collections.abc`` under a bare ``try: ... except: pass``. A Ctrl+C that arrived while
+    lxml loaded was dropped there and the run trained to the end (1 start in 5). The flag is
+    checked between start-up stages and handed to the Trainer, whose handlers take over.
+    A second signal raises at once, unless it comes within ``grace`` seconds of the first
+    (a torchrun worker gets each Ctrl+C twice).
+    """
+
+    def __init__(self, grace: float = 0.0) -> None:
+        self.hit = False
+        self.trainer: Any = None
+        self.grace = grace
+        self._first_at: float | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        again, self.hit = self.hit, True
+        if self._first_at is None:
+            self._first_at = now
+        if self.trainer is not None:
+            self.trainer.interrupt()
+        if again and now - self._first_at >= self.grace:
+            raise KeyboardInterrupt  # a second Ctrl+C: do not wait for the next check
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        for sig, old in self._previous.items():
+            signal.signal(sig, old)
+
+
 @cli.command()
 @click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None, help="run directory name (default PRESET-YYYYmmdd-HHMMSS)")
+@click.option("--run-name", default=None,
+              help="run directory name: letters, digits, . _ - "
+                   "(default TASK-ARCH-VARIANTS-YYYYmmdd-HHMMSS)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
 @click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
-@click.option("--resume", "resume_dir", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change e.g. train.max_steps)")
+@click.option("--resume", "resume_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
+              "train.* and decode.* keys, e.g. train.max_steps)")
+@click.option("--nproc", type=click.IntRange(1, 1024), default=None,
+              help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores")
 @click.pass_context
 def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None) -> None:
-    """Train a model and write a run directory (config, events, checkpoints)."""
-    from attnlab.config import apply_overrides, load_preset
-    from attnlab.runs import new_run_dir, read_config
+          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+          nproc: int | None) -> None:
+    """Train a model and write a run directory (config, events, checkpoints).
 
-    extra = list(overrides)
-    if seed is not None:
-        extra.append(f"train.seed={seed}")
-    if device is not None:
-        extra.append(f"train.device={device}")
-    if resume_dir is not None:
-        if preset is not None or run_name is not None:
-            raise AttnlabError("--resume continues an existing run; it takes no --preset or --run-name (use --set)")
-        config = read_config(resume_dir)
-    else:
-        config = load_preset(preset or DEFAULT_PRESET)
-    if extra:
-        config = apply_overrides(config, extra)
-    if resume_dir is not None:
-        run_dir = resume_dir
-    else:
-        run_dir = new_run_dir(out, run_name or f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    click.echo(f"run directory: {run_dir}")
-
-    from attnlab.train.trainer import Trainer
-
-    start_step = _resume_step(run_dir) if resume_dir is not None else 0
-    trainer = Trainer(config, run_dir, resume=resume_dir is not None)
+    One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
+    before its first step leaves no directory behind. With --nproc N (or train.nproc) the same
+    training runs in N processes under torchrun (DistributedDataParallel); ``torchrun ... -m
+    attnlab train ...`` works directly too.
+    """
+    # First: start-up imports take seconds. A torchrun worker gets a terminal's Ctrl+C twice
+    # (directly and forwarded by torchrun): a repeat within the grace is the same request.
+    signals = DeferredSignals(grace=TORCHRUN_SIGNAL_GRACE_S if _torchrun_worker() else 0.0)
+    signals.install()
     try:
-        with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
-            trainer.on_event = progress.on_event
-            summary = trainer.run()
-    except AttnlabError:
-        # A user mistake found while setting up (e.g. a missing corpus): leave no empty run behind.
-        if resume_dir is None and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
-        raise
-    if quiet:
+        result = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, nproc,
+                        signals)
+    finally:
+        signals.restore()
+    if isinstance(result, int):  # the --nproc launcher: rank 0's exit code
+        ctx.exit(result)
+    summary = result
+    if not _primary_process():  # ranks other than 0 print nothing
+        pass
+    elif quiet:
         best = summary.get("best") or {}
         click.echo(
             f"{summary['reason']}: step {summary['step']}, dev BLEU {_fmt(best.get('bleu'))}, "
@@ -306,11 +408,156 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
         ctx.exit(summary["exit_code"])
 
 
-def _resume_step(run_dir: Path) -> int:
+def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
+           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
+           nproc: int | None, signals: DeferredSignals) -> dict[str, Any] | int:
+    """The trainer's summary; with train.nproc > 1 outside torchrun, the launcher's exit code."""
+    from attnlab.config import apply_overrides, load_preset
+    from attnlab.runs import read_config
+
+    extra = list(overrides)
+    if seed is not None:
+        extra.append(f"train.seed={seed}")
+    if device is not None:
+        extra.append(f"train.device={device}")
+    if nproc is not None:
+        extra.append(f"train.nproc={nproc}")
+    if resume_dir is not None:
+        if preset is not None or run_name is not None:
+            raise AttnlabError("--resume continues an existing run; it takes no --preset or --run-name (use --set)")
+        config = read_config(resume_dir)
+    else:
+        config = load_preset(preset or DEFAULT_PRESET)
+    if extra:
+        config = apply_overrides(config, extra)
+    if config.train.nproc > 1 and not _torchrun_worker():
+        return _launch_parallel(config, resume_dir, out, run_name, extra, quiet, signals)
+    from attnlab.train import distributed  # torch: seconds
+
+    signals.check()
+    # Under torchrun: join the job; rank 0 makes (and locks) the run directory.
+    info = distributed.init(config.train.device) if _torchrun_worker() else distributed.current()
+    try:
+        return _train_here(config, resume_dir, out, run_name, quiet, signals, info)
+    finally:
+        distributed.teardown()
+
+
+def _run_name(config: Any, run_name: str | None) -> tuple[str, str]:
+    """The new run's name (not yet checked) and what to call it in an error."""
+    if run_name is not None:
+        return run_name, "--run-name"
+    from attnlab.naming import run_name_for  # one rule with the lab: TASK-ARCH-VARIANTS-stamp
+
+    return run_name_for(config), "run name"
+
+
+def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                     extra: list[str], quiet: bool, signals: DeferredSignals) -> int:
+    """``attnlab train`` again in train.nproc processes under torchrun (see distributed).
+    Mistakes are refused here, in one line; rank 0 of the job makes and locks the run
+    directory (and removes it again if the run never starts)."""
+    import tempfile
+
+    from attnlab.config import dumps_toml
+    from attnlab.runs import check_new_run_dir, check_run_dir_free
+    from attnlab.train import distributed
+
+    distributed.check_nproc(config.train.nproc, config.train.device)
+    if resume_dir is not None:
+        run_dir = resume_dir
+        check_run_dir_free(run_dir)
+        _check_resume(run_dir, config)
+        sets = [arg for item in extra for arg in ("--set", item)]
+        args = ["train", "--resume", str(resume_dir), *sets]
+    else:
+        run_dir = check_new_run_dir(out, *_run_name(config, run_name))
+        args = ["train", "--out", str(out), "--run-name", run_dir.name]
+    click.echo(f"run directory: {run_dir} ({config.train.nproc} processes)")
+    if quiet:
+        args.append("--quiet")
+    signals.check()
+    with tempfile.TemporaryDirectory(prefix="attnlab-preset-") as scratch:
+        if resume_dir is None:  # the resolved experiment, overrides included
+            preset = Path(scratch) / f"{config.name}.toml"
+            preset.write_text(dumps_toml(config), encoding="utf-8")
+            args += ["--preset", str(preset)]
+        return distributed.launch(
+            config.train.nproc, args, run_dir, new_run=resume_dir is None,
+            interrupted=lambda: signals.hit,
+        )
+
+
+def _train_here(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
+                quiet: bool, signals: DeferredSignals, info: Any) -> dict[str, Any]:
+    """Set up (the locked run directory: rank 0's under DDP), train, return the summary."""
+    from attnlab.runs import lock_run_dir, new_run_dir, remove_unstarted_run
+    from attnlab.train.distributed import EXIT_FILE_ENV
+
+    lock: Any = None  # rank 0's alone: the other ranks would wait on it
+
+    def make_run_dir() -> Path:  # on rank 0; the others learn the path from it
+        nonlocal lock
+        if resume_dir is not None:
+            lock = lock_run_dir(resume_dir)
+            return resume_dir
+        path, lock = new_run_dir(out, *_run_name(config, run_name))
+        return path
+
+    run_dir = info.primary_value(make_run_dir)
+    trainer: Any = None
+    try:
+        start_step = 0
+        if resume_dir is not None:
+            start_step = info.primary_value(lambda: _check_resume(run_dir, config))
+        quiet = quiet or not info.is_primary  # ranks other than 0 print nothing
+        if info.is_primary and not os.environ.get(EXIT_FILE_ENV):  # the launcher said it already
+            click.echo(f"run directory: {run_dir}")
+        signals.check()
+        from attnlab.train.trainer import Trainer  # torch, sacrebleu: seconds
+
+        signals.check()
+        trainer = Trainer(config, run_dir, resume=resume_dir is not None, lock=lock)
+        signals.trainer = trainer
+        if signals.hit:
+            trainer.interrupt()
+        with TrainProgress(config.train.max_steps, start_step, quiet) as progress:
+            trainer.on_event = progress.on_event
+            return trainer.run()
+    except BaseException:
+        # Failed or interrupted before its first step (a missing corpus, Ctrl+C during the
+        # imports): a new run leaves nothing behind, never a directory that looks alive.
+        started = trainer is not None and trainer.started
+        if lock is not None and resume_dir is None and not started:
+            remove_unstarted_run(run_dir, lock)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _check_resume(run_dir: Path, config: Any) -> int:
+    """The step ``--resume`` continues from; refuses a config whose architecture or
+    vocabularies differ from the checkpoint's (its weights would not fit)."""
+    from attnlab.config import shaping_change
     from attnlab.runs import META_FILE, checkpoint_dir, read_json
 
-    meta = checkpoint_dir(run_dir, "last") / META_FILE
-    return int(read_json(meta).get("step", 0)) if meta.is_file() else 0
+    path = checkpoint_dir(run_dir, "last") / META_FILE
+    if not path.is_file():
+        return 0  # the trainer reports a run without a resumable checkpoint
+    meta = read_json(path)
+    saved = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(saved, dict):
+        raise AttnlabError(f"{path}: config is not a table")
+    change = shaping_change(saved, config, source=str(path))
+    if change is not None:
+        key, old, new = change
+        raise AttnlabError(
+            f"--resume {run_dir}: {key} is {new!r} but the checkpoint was trained with {old!r} "
+            "(changed in config.toml or by --set); a resumed run keeps its model.* and "
+            "vocabulary keys (train.* and decode.* may change)"
+        )
+    return int(meta.get("step", 0))
 
 
 # -- eval / translate -----------------------------------------------------------------------------
@@ -330,6 +577,10 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option(
+    "--max-sentences", type=click.IntRange(min=0), default=0, show_default=True,
+    help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
+)
+@click.option(
     "--gold-alignments", "gold_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Pharaoh file (i-j sure, i?j possible; one line per sentence of --split): report AER",
 )
@@ -338,27 +589,19 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
     show_default=True, help="what i and j in i-j index (0-based): source-target or target-source",
 )
 @decode_options
-def eval_command(run: Path, split: str, as_json: bool, device: str | None, gold_path: Path | None,
-                 alignment_order: str, **flags: Any) -> None:
+def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
+                 gold_path: Path | None, alignment_order: str, **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    import dataclasses
-
     from attnlab.config import apply_overrides
     from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
-    examples = load_dataset(config.data)
-    # Score with the checkpoint's own vocabularies and tokenizers.
-    dataset = dataclasses.replace(
-        examples,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
+    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
+    result = evaluate_split(
+        loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
     )
-    result = evaluate_split(loaded.model, dataset, split, config.decode, device=torch_device)
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
@@ -398,33 +641,52 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, gold_
     console.print(buckets)
 
 
+ROLES = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}
+METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
+ROLE_AXES = {  # (rows, columns) of each role's map
+    "cross": ("target", "source"),
+    "enc-self": ("source", "source"),
+    "dec-self": ("target", "target"),
+}
+
+
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.argument("text", nargs=-1)
-@click.option("--show-attention", is_flag=True, help="print each hypothesis's alignment as a heatmap")
+@click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
 @click.option(
-    "--show-alignment", is_flag=True, help="print each target token's arg-max source token and weight"
+    "--show-alignment", is_flag=True,
+    help="print each target row's arg-max source token and weight (from the map --method picks)",
 )
+@click.option("--role", type=click.Choice(list(ROLES)), default="cross", show_default=True,
+              help="which attention --show-attention prints (Transformers have all three)")
+@click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
+@click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option(
-    "--method", type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
-    default="raw", show_default=True,
-    help="the map shown: raw attention or an attribution (attnlab.interpret)",
+    "--method", type=click.Choice(list(METHODS)), default="raw", show_default=True,
+    help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
+         "layers and heads, gradient / norm take --layer and --head)",
 )
 @click.option(
     "--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help="also write what is printed to FILE.svg or FILE.html",
+    help="also write what is printed to FILE.svg or FILE.html (in colour)",
 )
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
 def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_alignment: bool,
-              method: str, export_path: Path | None, device: str | None, **flags: Any) -> None:
+              role: str, layer: int | None, head: int | None, method: str,
+              export_path: Path | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
     from attnlab.cli_inspect import check_export_path
     from attnlab.config import apply_overrides
 
     check_export_path(export_path)
+    MapChoice(role, layer, head, method).check()
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
+    if role != "cross" and loaded.config.model.arch != "transformer":
+        raise AttnlabError(f"--role {role}: a {loaded.config.model.arch} model has only "
+                           "cross-attention; valid: --role cross")
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
@@ -447,10 +709,9 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_align
             console.print(texts[0], markup=False, highlight=False)
         else:
             click.echo(texts[0])
-        if need_maps:
-            _print_maps(
-                console, loaded, nbest, source_tokens, method, show_attention, show_alignment, detailed
-            )
+        if show_attention or show_alignment:
+            _print_maps(console, loaded, nbest, source_tokens, torch_device, detailed,
+                        MapChoice(role, layer, head, method), show_attention, show_alignment)
     if export_path is not None:
         from attnlab.cli_inspect import save_recording
 
@@ -462,6 +723,7 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     import torch
 
     from attnlab.decode.search import decode_sorted
+    from attnlab.evaluate import target_text
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
@@ -469,47 +731,156 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
     need = need_attention or decode_cfg.beta > 0
     with torch.no_grad():
-        nbests = decode_sorted(loaded.model, sources, decode_cfg, need, device)
+        nbests = decode_sorted(
+            loaded.model, sources, decode_cfg, need, device, to_text=target_text(loaded.dataset)
+        )
     for i, nbest in zip(todo, nbests, strict=True):
         chosen = nbest[: decode_cfg.nbest]
         results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
     return results
 
 
-def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list[str], method: str,
-                show_attention: bool, show_alignment: bool, detailed: bool) -> None:
-    """Each hypothesis's map (``method``) as a heatmap and / or its alignment table."""
-    from attnlab.cli_inspect import alignment_renderable, alignment_rows, method_map
+@dataclasses.dataclass(frozen=True)
+class MapChoice:
+    """Which map ``translate`` prints: the attention of --role at --layer/--head, or --method's
+    attribution of the cross-attention (rollout / relevancy span every layer and head)."""
+
+    role: str = "cross"
+    layer: int | None = None
+    head: int | None = None
+    method: str = "raw"
+
+    def check(self) -> None:
+        if self.method == "raw":
+            return
+        if self.role != "cross":
+            raise AttnlabError(f"--method {self.method} explains target tokens by source tokens: "
+                               "it needs --role cross (or --method raw for self-attention)")
+        if self.method in ("rollout", "relevancy") and (self.layer, self.head) != (None, None):
+            raise AttnlabError(f"--method {self.method} combines every layer and head; "
+                               "--layer/--head apply to --method raw, gradient or norm")
+
+
+def _check_index(flag: str, value: int | None, count: int) -> None:
+    if value is not None and not 0 <= value < count:
+        raise AttnlabError(f"{flag} {value}: this model has {count} "
+                           f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+
+
+def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list[str],
+                device: Any, detailed: bool, choice: MapChoice, show_attention: bool,
+                show_alignment: bool) -> None:
+    """Each hypothesis's chosen map as a heatmap and / or its arg-max alignment table."""
+    from attnlab.cli_inspect import alignment_renderable, alignment_rows
 
     for rank, (hyp, tokens) in enumerate(nbest, start=1):
-        if hyp.attention is None and method == "raw":
+        chosen = _chosen_map(loaded, source_tokens, hyp, tokens, choice, device)
+        if chosen is None:
             continue
-        matrix = method_map(loaded, source_tokens, hyp, method)
+        matrix, rows, cols, title = chosen
+        title = title if not detailed else f"hypothesis {rank}: {title}"
         if show_attention:
-            plain = not console.is_terminal or console.no_color
-            rank_shown = rank if detailed else None
-            console.print(_heatmap(hyp, tokens, source_tokens, rank_shown, matrix, method, plain))
+            _print_heatmap(console, matrix, rows, cols, title)
         if show_alignment:
-            rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
-            title = "alignment" if not detailed else f"alignment, hypothesis {rank}"
-            table = alignment_rows(matrix, rows, list(source_tokens))
-            console.print(alignment_renderable(table, title))
+            table = alignment_rows(matrix, rows, cols)
+            console.print(alignment_renderable(table, f"alignment from {title}"))
 
 
-def _heatmap(hyp: Any, tokens: list[str], source_tokens: list[str], rank: int | None,
-             matrix: Any = None, method: str = "raw", plain: bool | None = None) -> Any:
-    from attnlab.viz.heatmap import render_heatmap
-    matrix = hyp.attention.float() if matrix is None else matrix
-    rows = list(tokens) + (["</s>"] if matrix.size(0) > len(tokens) else [])
-    name = "attention" if method == "raw" else f"attention ({method})"
-    title = name if rank is None else f"{name}, hypothesis {rank}"
-    # Without colours (output piped to a file) the cells would be blank: print the weights.
-    if plain is None:
-        console = _console()
-        plain = not console.is_terminal or console.no_color
-    return render_heatmap(
-        matrix[: len(rows), : len(source_tokens)], rows, list(source_tokens), title=title, show_values=plain
-    )
+def _chosen_map(loaded: Any, source_tokens: list[str], hyp: Any, tokens: list[str],
+                choice: MapChoice, device: Any) -> tuple[Any, list[str], list[str], str] | None:
+    """(matrix, row tokens, column tokens, title) of ``choice`` for one hypothesis."""
+    if choice.method == "raw":
+        maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
+        if maps is None:
+            return None
+        matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, choice.role,
+                                        choice.layer, choice.head)
+        return matrix, rows, cols, _map_title(choice.role, choice.layer, choice.head,
+                                              maps.shape[:2], None)
+    from attnlab.cli_inspect import method_map
+
+    cross = hyp.attention_layers
+    n_layers, n_heads = (int(cross.shape[0]), int(cross.shape[1])) if cross is not None else (1, 1)
+    _check_index("--layer", choice.layer, n_layers)
+    _check_index("--head", choice.head, n_heads)
+    layer = n_layers - 1 if choice.layer is None else choice.layer
+    matrix = method_map(loaded, source_tokens, hyp, choice.method, layer, choice.head)
+    rows = (list(tokens) + (["</s>"] if hyp.finished else []))[: matrix.shape[0]]
+    cols = list(source_tokens)[: matrix.shape[1]]
+    if choice.method in ("rollout", "relevancy"):
+        where = "all layers and heads"
+    else:
+        which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
+        where = f"layer {layer}/{n_layers}, {which}"
+    title = f"{choice.method} (target × source), {where}"
+    return matrix[: len(rows), : len(cols)], rows, cols, title
+
+
+def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
+    """[L, H, rows, cols] weights of ``role`` for one hypothesis (None when not kept).
+
+    Cross-attention comes from decoding itself; the self-attentions from one teacher-forced
+    pass over the hypothesis (the same maps the decoder computed, all at once)."""
+    if role == "cross":
+        return hyp.attention_layers.float() if hyp.attention_layers is not None else None
+    import torch
+
+    from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+    src = torch.tensor([loaded.src_vocab.encode(source_tokens)], device=device)
+    tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)
+    with torch.no_grad():
+        out = loaded.model(src, src != PAD_ID, tgt_in, need_weights=True)
+    weights = out.attentions.get(ROLES[role])
+    return weights[0].float().cpu() if weights is not None else None
+
+
+def _matrix_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
+               layer: int | None, head: int | None) -> tuple[Any, list[str], list[str]]:
+    """One [rows, cols] map chosen by --layer/--head, with its row and column tokens."""
+    n_layers, n_heads = maps.shape[:2]
+    for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
+        if value is not None and not 0 <= value < count:
+            raise AttnlabError(f"{flag} {value}: this model has {count} "
+                               f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+    per_layer = maps[n_layers - 1 if layer is None else layer]
+    matrix = per_layer.mean(dim=0) if head is None else per_layer[head]
+    targets = list(tokens) + (["</s>"] if hyp.finished else [])
+    inputs = ["<s>", *tokens]
+    rows, cols = {
+        "cross": (targets, list(source_tokens)),
+        "enc-self": (list(source_tokens), list(source_tokens)),
+        "dec-self": (inputs, inputs),
+    }[role]
+    rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
+    return matrix[: len(rows), : len(cols)], rows, cols
+
+
+def _map_title(role: str, layer: int | None, head: int | None, shape: tuple[int, int],
+               rank: int | None) -> str:
+    """e.g. ``decoder self-attention (target × target), layer 1/2, head 0/4``."""
+    name = {"cross": "cross-attention", "enc-self": "encoder self-attention",
+            "dec-self": "decoder self-attention"}[role]
+    rows, cols = ROLE_AXES[role]
+    n_layers, n_heads = int(shape[0]), int(shape[1])
+    where = f"layer {n_layers - 1 if layer is None else layer}/{n_layers}"
+    which = "head average" if head is None else f"head {head}/{n_heads}"
+    title = f"{name} ({rows} × {cols}), {where}, {which}"
+    return title if rank is None else f"hypothesis {rank}: {title}"
+
+
+def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    recording = getattr(console, "recording", None)  # --export: a TeeConsole
+    if recording is not None:  # the file shows what a colour terminal shows
+        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=recording.width))
+        console = console.console
+    # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
+    if not console.is_terminal or console.no_color:
+        click.echo(render_plain_heatmap(matrix, rows, cols, title=title))
+        return
+    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width))
 
 
 # -- registries and runs ----------------------------------------------------------------------------
@@ -538,6 +909,29 @@ def variants() -> None:
 
 
 @cli.command()
+def decoders() -> None:
+    """Every registered decoding strategy: what it does and the decode.* keys it reads."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from attnlab.decode.search import DECODERS
+    from attnlab.decode.strategy import COMMON_PARAMS
+
+    shared = ", ".join(p.key for p in COMMON_PARAMS)
+    table = Table(title="decoders (--decoder NAME or decode.decoder)",
+                  caption=f"all also read decode.{{{shared}}}")
+    for column in ("name", "description", "returns", "decode.* keys"):
+        table.add_column(column, overflow="fold")
+    for entry in DECODERS.entries():
+        spec = entry.meta
+        returns = ("n-best" if spec.nbest else "1-best") + (", attention" if spec.attention else "")
+        keys = ", ".join(p.describe() for p in spec.params)
+        cells = (entry.name, spec.description, returns, keys or "–")
+        table.add_row(*(Text(cell) for cell in cells))
+    _console().print(table)
+
+
+@cli.command()
 def presets() -> None:
     """Every preset with its one-line description."""
     from rich.table import Table
@@ -562,44 +956,81 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
+    from attnlab.viz.text import run_label
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
     found = list_runs(directory)
     console = _console()
-    wide = console.width >= 110  # narrow terminals get the essential columns only
-    columns = ["run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status"]
-    if not wide:
-        columns = ["run", "model", "steps", "BLEU", "EM", "status"]
-    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
-    for column in columns:
-        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
-    for r in found:
-        cells = {
+    rows = [
+        {
             "run": r.path.name,
-            "task": r.task,
-            "model": f"{r.task} {r.arch} {r.attention}" if not wide else f"{r.arch} {r.attention}",
+            "task": str(r.task),
+            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
             "steps": str(r.steps),
             "BLEU": _fmt(r.best_bleu, 1),
             "chrF": _fmt(r.best_chrf, 1),
             "EM": _fmt(r.best_exact_match, 2),
             "tok/s": _fmt(r.tokens_per_s, 0),
-            "status": r.status,
+            "status": str(r.status),
         }
+        for r in found
+    ]
+    columns, run_width = _runs_columns(rows, console.width)
+    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
+    for column in columns:
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for cells in rows:
+        cells["run"] = run_label(cells["run"], run_width)
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
+    for r in found:  # after the table: skipped log lines, an unreadable config.toml
+        for warning in r.warnings:
+            click.echo(f"warning: {warning}", err=True)
+
+
+RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+# Most telling first; what does not fit the terminal is left out (the run name is cut in the
+# middle down to RUNS_MIN_NAME characters before any metric goes).
+RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "steps", "task", "params",
+                 "+run")  # "+run": then the run name grows to RUNS_FULL_NAME
+RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+
+
+def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+    def need(column: str) -> int:  # content or header, plus padding and separator (3)
+        return max([len(column), *(len(r[column]) for r in rows)]) + 3
+
+    longest = need("run") - 3
+    run_width = min(longest, RUNS_MIN_NAME)
+    used = 1 + run_width + 3  # 1: the table's outer edge
+    chosen = ["run"]
+    for column in RUNS_PRIORITY[1:]:
+        if column == "+run":
+            grow = min(longest, RUNS_FULL_NAME) - run_width
+            run_width += max(min(grow, width - used), 0)
+            used += max(min(grow, width - used), 0)
+        elif used + need(column) <= width:
+            chosen.append(column)
+            used += need(column)
+    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
+    return [c for c in RUNS_ORDER if c in chosen], run_width
 
 
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@click.option("--out", "out_file", required=False, default=None, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--out", "out_file", required=False, default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
               help="the .safetensors file to write")
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
-@click.option("--tensorboard", "tb_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+@click.option("--tensorboard", "tb_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
               help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX)")
-def export(run: Path, out_file: Path | None, which: str, tb_dir: Path | None) -> None:
+def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import export_checkpoint
 
@@ -614,7 +1045,7 @@ def export(run: Path, out_file: Path | None, which: str, tb_dir: Path | None) ->
         if tb_dir is None:
             raise AttnlabError("export needs --out FILE.safetensors (or --tensorboard DIR)")
         return
-    path = export_checkpoint(run, out_file, which)
+    path = export_checkpoint(run, out_file, which, force=force)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 

@@ -76,14 +76,28 @@ def gold_alignment_result(
 # -- translate --show-alignment / --method / --export ----------------------------------------
 
 
-def method_map(loaded: Any, source_tokens: list[str], hyp: Any, method: str) -> Any:
-    """[T(+1), S] map of ``method`` for one hypothesis (``raw`` is the search's own map)."""
+def method_map(
+    loaded: Any,
+    source_tokens: list[str],
+    hyp: Any,
+    method: str,
+    layer: int = -1,
+    head: int | None = None,
+) -> Any:
+    """[T(+1), S] map of ``method`` for one hypothesis (``raw`` with the defaults is the
+    search's own map); ``layer`` / ``head`` pick the cross layer and head of raw / gradient /
+    norm (head None = the methods' own head combination)."""
     from attnlab.interpret.attribution import explain
 
-    if method == "raw" and hyp.attention is not None:
+    if method == "raw" and hyp.attention is not None and (layer, head) == (-1, None):
         return hyp.attention.float()
     maps = explain(
-        loaded.model, loaded.src_vocab.encode(source_tokens), list(hyp.tokens), eos=hyp.finished
+        loaded.model,
+        loaded.src_vocab.encode(source_tokens),
+        list(hyp.tokens),
+        eos=hyp.finished,
+        layer=layer,
+        head=head,
     )
     if method not in maps:
         raise AttnlabError(
@@ -469,13 +483,14 @@ def compare(
     type=click.Path(dir_okay=False, path_type=Path),
     help="the .safetensors bundle to write (eval / translate load it)",
 )
-def average(run: Path, last: int, out_file: Path) -> None:
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+def average(run: Path, last: int, out_file: Path, force: bool) -> None:
     """Average the N newest checkpoints/step-* copies (train.keep_last = N keeps them)."""
     from attnlab.interpret.average import average_checkpoints
 
     if not run.is_dir():
         raise AttnlabError(f"{run}: no such run directory")
-    path, steps = average_checkpoints(run, last, out_file)
+    path, steps = average_checkpoints(run, last, out_file, force=force)
     click.echo(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 

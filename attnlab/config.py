@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -120,11 +121,17 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: bool = True  # bf16 autocast on CUDA
-    threads: int = 0  # torch CPU threads (0 = torch default)
+    threads: int = 0  # torch CPU threads (0 = torch default; under --nproc N: cores // N)
+    # Data-parallel processes (torchrun + DistributedDataParallel); 1 = this process only.
+    nproc: int = 1
+    compile: bool = False  # torch.compile the model (falls back to eager when it cannot)
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    # The registered decoding strategy (``attnlab decoders``); "" = derived from the flags
+    # below: sample -> sampling, beam > 1 -> beam (diverse-beam with groups > 1), else greedy.
+    decoder: str = ""
     beam: int = 1
     alpha: float = 0.0  # length penalty exponent
     beta: float = 0.0  # coverage penalty weight
@@ -145,6 +152,10 @@ class DecodeConfig:
     # (beam K and num_samples n multiply the rows: 512 rows = 512 sentences greedy, 102 with beam 5).
     batch_size: int = 0
     batch_rows: int = 512
+    # MBR decoding (decoder = "mbr"): candidates per sentence, where they come from, utility.
+    mbr_candidates: int = 16
+    mbr_source: str = "sample"
+    mbr_utility: str = "chrf"
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.metric": ("bleu", "chrf", "exact_match", "loss"),
     "train.device": ("auto", "cpu", "cuda", "mps"),
     "decode.length_norm": ("gnmt", "fairseq"),
+    "decode.mbr_source": ("sample", "beam"),
+    "decode.mbr_utility": ("chrf", "bleu"),
     "data.tokenizer": ("whitespace", "char", "word", "bpe", "unigram"),
 }
 
@@ -221,6 +234,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.log_every": (1, None),
     "train.patience": (0, None),
     "train.keep_last": (0, None),
+    "train.nproc": (1, 1024),
     "decode.beam": (1, 1000),
     "decode.alpha": (0.0, 10.0),
     "decode.beta": (0.0, 10.0),
@@ -236,7 +250,33 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "decode.min_len": (0, None),
     "decode.batch_size": (0, None),
     "decode.batch_rows": (1, None),
+    "decode.mbr_candidates": (1, 1000),
 }
+
+
+# A run name (and a config's ``name``, the default run-name prefix) is one path component:
+# it can never point outside ``--out`` ("..", "/", an absolute path) or hide (".").
+NAME_MAX = 128
+NAME_RULE = (
+    'one path component of letters, digits, ".", "_" and "-", not "." or "..", '
+    f"at most {NAME_MAX} characters"
+)
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` when it is a valid run name, else AttnlabError naming ``what`` and the rule."""
+    text = str(value)
+    if _NAME.fullmatch(text) is None or text in (".", "..") or len(text) > NAME_MAX:
+        raise AttnlabError(f"{what}: {text!r} is not a valid run name; a run name is {NAME_RULE}")
+    return text
+
+
+def safe_name(text: str) -> str:
+    """A valid name made from free text (a file stem, registry names): runs of other
+    characters become "-"; never empty, "." or ".."."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:NAME_MAX].strip("-")
+    return name if name.strip(".") else "experiment"
 
 
 def _attention_hparams() -> dict[str, Any]:
@@ -387,7 +427,7 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, 
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
         path, value = (part.strip() for part in item.split("=", 1))
         if path in ("name", "description"):
-            raw[path] = value
+            raw[path] = check_name(value, f"--set {item!r}") if path == "name" else value
             continue
         if "." not in path:
             raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
@@ -434,13 +474,17 @@ def resolve_preset(name_or_file: str) -> Path:
 def load_preset(name_or_file: str) -> ExperimentConfig:
     path = resolve_preset(name_or_file)
     raw = load_toml(path)
-    raw.setdefault("name", path.stem)
+    if "name" in raw:  # a shared preset must not place run directories anywhere
+        check_name(raw["name"], f"{path}: name")
+    else:
+        raw["name"] = safe_name(path.stem)
     return validate(from_dict(raw, source=str(path)))
 
 
 def validate(config: ExperimentConfig) -> ExperimentConfig:
     """Cross-field checks and registry lookups; returns the config unchanged when valid."""
     from attnlab.data.tasks import TASKS
+    from attnlab.decode.strategy import check_decode
     from attnlab.nn.attention import ATTENTION
     from attnlab.nn.model import ARCHITECTURES
 
@@ -457,10 +501,7 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
             hp = entry.meta.hparam(key)
             if hp is not None:
                 hp.validate(value)
-    if dec.groups > 1 and dec.beam % dec.groups:
-        raise AttnlabError(f"decode.beam={dec.beam} must be a multiple of decode.groups={dec.groups}")
-    if dec.nbest > max(dec.beam, dec.num_samples if dec.sample else 1):
-        raise AttnlabError(f"decode.nbest={dec.nbest} exceeds decode.beam={dec.beam}")
+    check_decode(dec)  # the decoder registry: its name, flag conflicts, its own options
     return config
 
 
@@ -486,3 +527,28 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+# What a resumed run must keep: every model.* key builds the weights (dropout aside, it has
+# none), and these data keys build the vocabularies the embeddings are indexed by.
+RESUME_FREE_MODEL_KEYS = ("dropout",)
+VOCABULARY_KEYS = (
+    "task", "vocab_size", "tokenizer", "subword_vocab", "lowercase", "min_freq", "max_vocab",
+    "shared_vocab",
+)
+
+
+def shaping_change(
+    saved: dict[str, Any], config: ExperimentConfig, source: str
+) -> tuple[str, Any, Any] | None:
+    """The first ``(key, saved value, new value)`` where ``config`` builds a different model or
+    vocabulary than ``saved`` (a checkpoint's config table), or None."""
+    before = to_dict(from_dict(saved, source=source))  # fills keys an older version did not write
+    after = to_dict(config)
+    model_keys = sorted(set(before["model"]) | set(after["model"]))
+    checked = [("model", k) for k in model_keys if k not in RESUME_FREE_MODEL_KEYS]
+    for section, key in [*checked, *(("data", k) for k in VOCABULARY_KEYS)]:
+        old, new = before[section].get(key), after[section].get(key)
+        if old != new:
+            return f"{section}.{key}", old, new
+    return None

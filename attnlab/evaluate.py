@@ -152,31 +152,43 @@ def last_layer_cross(attentions: dict[str, Tensor]) -> Tensor | None:
     return cross[:, -1].float().mean(dim=1)
 
 
-def is_greedy(cfg: DecodeConfig) -> bool:
-    return cfg.beam == 1 and not cfg.sample
-
-
 def decode_best(
-    model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, need_attention: bool
+    model: Any,
+    src: Tensor,
+    src_mask: Tensor,
+    cfg: DecodeConfig,
+    need_attention: bool,
+    to_text: Any = None,
 ) -> list[Hypothesis]:
-    """The best hypothesis per sentence: batched greedy, or the configured search."""
-    if is_greedy(cfg):
-        from attnlab.decode.greedy import greedy_decode, max_lengths
-
-        budget = max_lengths(src_mask, cfg.max_len_ratio, cfg.max_len_const)  # [B]
-        return greedy_decode(model, src, src_mask, budget, need_attention, min_len=cfg.min_len)
-    return [nbest[0] for nbest in decode_nbest(model, src, src_mask, cfg, need_attention)]
-
-
-def decode_nbest(
-    model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, need_attention: bool
-) -> list[list[Hypothesis]]:
-    """n-best lists per sentence (greedy gives a list of one)."""
-    if is_greedy(cfg) and cfg.nbest == 1:
-        return [[h] for h in decode_best(model, src, src_mask, cfg, need_attention)]
+    """The best hypothesis per sentence (tokens and attention; scores are not read)."""
     from attnlab.decode.search import decode_batch
 
-    return decode_batch(model, src, src_mask, cfg, need_attention)
+    nbests = decode_batch(
+        model, src, src_mask, cfg, need_attention, to_text=to_text, tokens_only=True
+    )
+    return [nbest[0] for nbest in nbests]
+
+
+def with_checkpoint_vocabularies(dataset: Any, loaded: Any) -> Any:
+    """``dataset``'s splits with the vocabularies and tokenizers of a loaded checkpoint.
+
+    A checkpoint is scored (``attnlab eval``) and inspected (the lab) with the ids and
+    detokenisation it was trained with, whatever a fresh ``load_dataset`` would build.
+    """
+    import dataclasses
+
+    return dataclasses.replace(
+        dataset,
+        src_vocab=loaded.dataset.src_vocab,
+        tgt_vocab=loaded.dataset.tgt_vocab,
+        src_tokenizer=loaded.dataset.src_tokenizer,
+        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
+    )
+
+
+def target_text(dataset: Any) -> Any:
+    """ids -> detokenised target text with ``dataset``'s vocabulary (MBR's utility reads it)."""
+    return lambda ids: dataset.detokenize_target(dataset.tgt_vocab.decode(ids))
 
 
 # -- one split ---------------------------------------------------------------------------------
@@ -212,7 +224,7 @@ def evaluate_split(
     examples = list(dataset.splits.split(split))
     if max_sentences > 0:
         examples = examples[:max_sentences]
-    from attnlab.decode.search import sentences_per_batch
+    from attnlab.decode.search import decode_sorted, sentences_per_batch, sorted_batches
 
     # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits): the automatic
     # size (decode.batch_size = 0) is capped at 256 sentences to bound that memory.
@@ -222,12 +234,16 @@ def evaluate_split(
     device = torch.device(device)
     with_alignment = bool(dataset.has_alignment) and all(e.alignment is not None for e in examples)
 
-    # Sort by source length so batches carry little padding; results go back in order.
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].src_tokens))
-    hyp_tokens: list[list[str]] = [[] for _ in examples]
+    # Hypotheses: the one length-sorted batching (decode_sorted), results in input order.
+    sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
+    nbests = decode_sorted(
+        model, sources, cfg, False, device,
+        batch_size=batch_size, to_text=target_text(dataset), tokens_only=True,
+    )
+    hyp_tokens = [dataset.tgt_vocab.decode(nbest[0].tokens) for nbest in nbests]
+    # Loss and alignment: teacher-forced over the same sorted batches.
     loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    for idx in sorted_batches([len(s) for s in sources], batch_size):
         batch: Batch = make_batch([examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab).to(device)
         out = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=1.0, need_weights=with_alignment)
         loss_sum += float(token_loss_sum(out.logits, batch.tgt_out))
@@ -238,8 +254,6 @@ def evaluate_split(
             if attention is not None and gold is not None:
                 c, n = alignment_hits(attention.cpu(), gold)
                 correct, counted = correct + c, counted + n
-        for i, hyp in zip(idx, decode_best(model, batch.src, batch.src_mask, cfg, False), strict=True):
-            hyp_tokens[i] = dataset.tgt_vocab.decode(hyp.tokens)
 
     hyps_text = [_detok(dataset, h) for h in hyp_tokens]
     refs_text = [_reference(dataset, e) for e in examples]
@@ -269,7 +283,11 @@ def evaluate_split(
 
 
 def attention_statistics(
-    model: Any, dataset: Any, examples: Sequence[Example], device: torch.device, with_alignment: bool
+    model: Any,
+    dataset: Any,
+    examples: Sequence[Example],
+    device: torch.device,
+    with_alignment: bool,
 ) -> dict[str, Any]:
     """Mean attention entropy per role × layer × head and, with gold alignments, alignment
     accuracy per layer, from one teacher-forced pass over ``examples`` with the weights."""
@@ -306,7 +324,7 @@ def sample_translations(
     if not examples:
         return []
     batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
-    hyps = decode_best(model, batch.src, batch.src_mask, cfg, True)
+    hyps = decode_best(model, batch.src, batch.src_mask, cfg, True, to_text=target_text(dataset))
     out = []
     for i, (example, hyp) in enumerate(zip(examples, hyps, strict=True)):
         tokens = dataset.tgt_vocab.decode(hyp.tokens)

@@ -110,11 +110,14 @@ def reference(name: str, module, query, keys, mask, query_pos=None):
 
 
 @pytest.mark.parametrize("name", SCORED)
-def test_variant_matches_float64_reference(name):
+def test_variant_matches_float64_reference(name, device):
     module = make(name)
     query, keys, mask = inputs(name)
-    out = module(query, keys, keys, mask, need_weights=True)
     want_weights, want_context = reference(name, module, query, keys, mask)
+    module, query, keys, mask = (x.to(device) for x in (module, query, keys, mask))
+    out = module(query, keys, keys, mask, need_weights=True)
+    assert out.context.device.type == device.type
+    out.weights, out.context = out.weights.cpu(), out.context.cpu()
     assert out.weights.shape == (B, 1, TQ, TK)
     assert out.context.shape == (B, TQ, module.out_dim)
     torch.testing.assert_close(out.weights[:, 0], want_weights, rtol=1e-9, atol=1e-12)
@@ -166,8 +169,8 @@ def test_row_with_every_key_masked_gives_zeros_not_nan(name):
     out = module(query, keys, keys, mask, precomputed=module.precompute(keys))
     assert torch.isfinite(out.weights).all() and torch.isfinite(out.context).all()
     assert torch.all(out.weights[1] == 0)
-    if name != "none":  # "none" has no weights; its context is the fixed summary
-        assert torch.all(out.context[1] == 0)
+    # "none" included: without a precomputed summary its fallback gives zero context too.
+    assert torch.all(out.context[1] == 0)
 
 
 @pytest.mark.parametrize("name", ["local-m", "local-p"])
@@ -291,3 +294,24 @@ def test_additive_scores_gradients_match_finite_differences(name):
     query.requires_grad_(True)
     keys = keys.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda q, k: module(q, k, k, mask).context, (query, keys))
+
+
+def test_a_new_classic_variant_is_its_score():
+    """The family's template forward: a subclass that only defines ``score`` gets masking,
+    softmax and the weighted sum (float64 loops as the reference)."""
+    from attnlab.nn.attention.classic import ClassicAttention
+
+    class HalfDot(ClassicAttention):
+        def score(self, query, keys, precomputed):
+            return 0.5 * query @ keys.transpose(1, 2)
+
+    query, keys, mask = inputs("luong-dot")
+    out = HalfDot(DK, DK)(query, keys, keys, mask, need_weights=True)
+    for b in range(B):
+        for i in range(TQ):
+            scores = {j: 0.5 * float(query[b, i] @ keys[b, j]) for j in range(TK) if mask[b, j]}
+            probs = softmax_over(scores)
+            expected = sum(p * keys[b, j] for j, p in probs.items())
+            torch.testing.assert_close(out.context[b, i], expected, rtol=1e-12, atol=1e-12)
+            for j in range(TK):
+                assert float(out.weights[b, 0, i, j]) == pytest.approx(probs.get(j, 0.0), abs=1e-12)

@@ -18,6 +18,7 @@ from attnlab.nn.attention.kernel import (
     kernel_weights,
     orthogonal_features,
 )
+from attnlab.nn.attention.multihead import ScaledDotAttention
 
 D = 16
 
@@ -128,16 +129,98 @@ def test_scaled_dot_equals_torch_multihead_attention(case, need_weights):
         assert ours.weights is None
 
 
-@pytest.mark.parametrize("name", ["scaled-dot", "gated", "alibi"])
-@pytest.mark.parametrize("causal", [False, True])
-def test_sdpa_path_equals_explicit_path(name, causal):
-    attn = build(name, role=ROLE_CAUSAL_SELF if causal else ROLE_SELF, heads=4)
-    assert attn.uses_sdpa
-    query, _, key_mask = make_inputs()
-    fast = attn(query, query, query, key_mask, causal=causal, need_weights=False)
-    explicit = attn(query, query, query, key_mask, causal=causal, need_weights=True)
-    assert fast.weights is None and explicit.weights is not None
+def _multi_head_cases():
+    """Every registered multi-head variant in every role it declares (a role it does not
+    declare cannot be built: build_attention refuses it, tested elsewhere)."""
+    from attnlab.nn.attention.multihead import MultiHeadBase
+
+    for entry in ATTENTION.entries():
+        if not issubclass(entry.factory, MultiHeadBase):
+            continue  # the classic family: one path only
+        for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_RNN_CROSS):
+            if role in entry.meta.roles:
+                yield entry.name, role
+
+
+def _role_inputs(role):
+    """query, keys, key_mask, causal for ``role`` (self roles attend over the query itself)."""
+    if role == ROLE_RNN_CROSS:
+        query, keys, key_mask = make_inputs(tq=1, tk=6)
+    elif role == ROLE_CROSS:
+        query, keys, key_mask = make_inputs(tq=4, tk=6)
+    else:
+        query, _, key_mask = make_inputs()
+        keys = query
+    return query, keys, key_mask, role == ROLE_CAUSAL_SELF
+
+
+def test_the_fused_kernel_serves_exactly_the_plain_softmax_variants():
+    from attnlab.nn.attention.multihead import MultiHeadBase
+
+    multi_head = [e for e in ATTENTION.entries() if issubclass(e.factory, MultiHeadBase)]
+    fused = {e.name for e in multi_head if e.factory.uses_sdpa}
+    assert {"scaled-dot", "multihead", "gated", "alibi"} <= fused
+    own_scores = {
+        "additive", "relative", "sliding-window", "dilated", "linformer", "performer", "linear",
+    }
+    assert not fused & own_scores
+
+
+@pytest.mark.parametrize("name,role", list(_multi_head_cases()))
+def test_sdpa_path_equals_explicit_path(name, role):
+    """Without weights (the fused kernel, banded or kernel paths) = with weights (the explicit
+    softmax) = reference mode without weights, for every registered multi-head variant."""
+    from attnlab.nn.reference import reference_mode
+
+    attn = build(name, role=role, heads=4, window=2, dilation=2)
+    if name in ("scaled-dot", "gated", "alibi"):
+        assert attn.uses_sdpa
+    query, keys, key_mask, causal = _role_inputs(role)
+    fast = attn(query, keys, keys, key_mask, causal=causal, need_weights=False)
+    explicit = attn(query, keys, keys, key_mask, causal=causal, need_weights=True)
+    with reference_mode(attn):
+        reference = attn(query, keys, keys, key_mask, causal=causal, need_weights=False)
+    assert explicit.weights is not None
+    if attn.uses_sdpa:
+        assert fast.weights is None  # the fused kernel gives none
     torch.testing.assert_close(fast.context, explicit.context, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(reference.context, explicit.context, atol=1e-6, rtol=1e-5)
+
+
+class CosineAttention(ScaledDotAttention):
+    """A user's subclass that changes only ``scores``: cosine similarity times 5."""
+
+    def scores(self, q, k):
+        return 5.0 * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)
+
+
+def cosine_reference(attn, query, keys, key_mask, causal):
+    """float64 loops: softmax over the visible real keys of 5·cos(q_h, k_h), then W_o."""
+    q, k, v = _reference_setup(attn, query, keys)
+    b, h, tq, _ = q.shape
+    tk = k.shape[2]
+    context, _ = loop_softmax_attention(
+        lambda bi, hi, i, j: 5.0 * float(F.cosine_similarity(q[bi, hi, i], k[bi, hi, j], dim=0)),
+        lambda bi, hi, i, j: v[bi, hi, j],
+        lambda hi, i, j: not causal or j <= i + tk - tq,
+        b, h, tq, tk, key_mask,
+    )
+    return out_proj(context, attn)
+
+
+@pytest.mark.parametrize("role", [ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_RNN_CROSS])
+def test_a_scores_override_is_honoured_without_weights(role):
+    """The bug this guards: a subclass overriding ``scores`` trained as plain scaled-dot (the
+    fused kernel) while displaying its own weights."""
+    torch.manual_seed(0)
+    attn = CosineAttention(D, D, heads=2).eval()
+    assert not attn.uses_sdpa and not attn.plain
+    query, keys, key_mask, causal = _role_inputs(role)
+    fast = attn(query, keys, keys, key_mask, causal=causal, need_weights=False)
+    explicit = attn(query, keys, keys, key_mask, causal=causal, need_weights=True)
+    expected = cosine_reference(attn, query, keys, key_mask, causal)
+    torch.testing.assert_close(fast.context, explicit.context, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast.context.double(), expected, atol=1e-5, rtol=1e-5)
 
 
 # -- float64 references from each formula ------------------------------------------------------------
@@ -458,15 +541,22 @@ def _multi_head_roles():
             for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS):
                 if role in entry.meta.roles:
                     yield entry.name, role
+    for role in (ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS):
+        yield "cosine-subclass", role  # a scores override must not take the plain kernel
 
 
 @pytest.mark.parametrize("name,role", list(_multi_head_roles()))
 @pytest.mark.parametrize("empty_row", [False, True])
 def test_packed_forward_equals_padded_forward(name, role, empty_row):
-    """forward_packed (real rows only, fused QKV / KV projections) = forward at the real rows."""
+    """forward_layout on packed rows (real rows only, fused QKV / KV projections) = forward at
+    the real rows."""
     from attnlab.nn.packing import Packing
 
-    attn = build(name, role=role, heads=2)
+    if name == "cosine-subclass":
+        torch.manual_seed(0)
+        attn = CosineAttention(D, D, heads=2).eval()
+    else:
+        attn = build(name, role=role, heads=2)
     query, keys, key_mask = make_inputs(b=3, tq=5 if role == ROLE_CROSS else 6, tk=6, seed=3)
     q_mask = torch.ones(query.shape[:2], dtype=torch.bool)
     q_mask[1, 3:] = False  # the second query sentence is shorter
@@ -486,7 +576,9 @@ def test_packed_forward_equals_padded_forward(name, role, empty_row):
     expected = attn(padded_query, padded_keys, padded_keys, key_mask, causal=causal).context
     packed_query = q_pack.pack(query)
     packed_keys = packed_query if keys is query else k_pack.pack(keys)
-    out = attn.forward_packed(packed_query, q_pack, packed_keys, k_pack, key_mask, causal)
+    out = attn.forward_layout(
+        packed_query, q_pack, packed_keys, packed_keys, k_pack, key_mask, causal
+    ).context
     torch.testing.assert_close(out, q_pack.pack(expected), atol=1e-5, rtol=1e-5)
     assert torch.isfinite(out).all()
 

@@ -217,3 +217,82 @@ def test_tensorboard_round_trip(runs, tmp_path):
             )
     samples = [e for e in events if e["type"] == "sample"]
     assert len(texts) == len(samples) and " ".join(samples[0]["hyp"]) in texts[0]
+
+
+def _plain_rows(output: str, title: str) -> list[list[int]]:
+    lines = output.splitlines()
+    at = lines.index(title)
+    rows = []
+    for line in lines[at + 2 :]:
+        if line.startswith("("):
+            break
+        rows.append([int(c) for c in line.split()[1:]])
+    return rows
+
+
+def test_translate_method_takes_the_chosen_layer_and_head(runs):
+    """--method gradient / norm with --layer / --head = that head's own map (explain with a
+    per-head reference computed here from the trace), printed plain when piped."""
+    from attnlab.interpret.attribution import trace
+    from attnlab.runs import load_checkpoint
+
+    run = runs / "tr"
+    src = "3 5 7 2"
+    result = invoke(
+        "translate", str(run), src, "--show-attention", "--method", "gradient", "--layer", "0",
+        "--head", "1",
+    )
+    assert result.exit_code == 0, result.output
+    hyp = result.output.splitlines()[0].split()
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    n_heads = loaded.config.model.heads
+    layers = loaded.config.model.dec_layers
+    title = f"gradient (target × source), layer 0/{layers}, head 1/{n_heads}"
+    printed = _plain_rows(result.output, title)
+    ids = loaded.src_vocab.encode(src.split())
+    tgt = loaded.tgt_vocab.encode(hyp)
+    finished = len(printed) == len(tgt) + 1  # a row for </s>
+    assert finished or len(printed) == len(tgt)
+    rows = len(printed)
+    out_ids = [*tgt, 3][:rows]  # EOS_ID = 3
+    traced = trace(
+        loaded.model.eval(),
+        torch.tensor([ids] * rows),
+        torch.tensor([ids] * rows) != 0,
+        torch.tensor([[2, *tgt][:rows]] * rows),
+        torch.tensor([out_ids] * rows),
+        torch.arange(rows),
+    )
+    cross, grads = traced.maps["cross"], traced.grads["cross"]  # [B, L, H, T, S]
+    expected = [(grads[r, 0, 1, r] * cross[r, 0, 1, r]).clamp_min(0) for r in range(rows)]
+    assert printed == [[round(100 * float(v)) for v in row] for row in expected]
+    norm = invoke("translate", str(run), src, "--show-alignment", "--method", "norm", "--head", "0")
+    title = f"alignment from norm (target × source), layer {layers - 1}/{layers}, head 0/{n_heads}"
+    assert norm.exit_code == 0 and title in " ".join(norm.output.split())  # the title wraps
+
+
+def test_translate_method_refuses_combinations_that_mean_nothing(runs):
+    run = str(runs / "tr")
+    for args, message in (
+        (("--method", "rollout", "--layer", "0"), "--method rollout combines every layer and head"),
+        (("--method", "norm", "--role", "dec-self"), "it needs --role cross"),
+        (("--method", "gradient", "--head", "7"), "--head 7: this model has 2 heads; valid: 0..1"),
+    ):
+        result = CliRunner().invoke(cli, ["translate", run, "3 5", "--show-attention", *args])
+        assert result.exit_code == 2, args
+        assert [line for line in result.output.splitlines() if line.startswith("error: ")] == [
+            "error: " + result.output.split("error: ", 1)[1].strip()
+        ]
+        assert message in result.output, result.output
+
+
+def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):
+    out = tmp_path / "enc.svg"
+    result = invoke(
+        "translate", str(runs / "tr"), "3 5 7", "--show-attention", "--role", "enc-self",
+        "--export", str(out),
+    )
+    assert result.exit_code == 0
+    assert "encoder self-attention (source × source)" in result.output  # plain, piped
+    svg = out.read_text()
+    assert "<svg" in svg and "encoder" in svg and "\x1b" not in result.output

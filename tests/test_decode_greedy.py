@@ -148,13 +148,13 @@ def _real_model(arch: str):
 
 
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
-def test_real_model_greedy_alone_equals_batched(arch):
-    model = _real_model(arch)
+def test_real_model_greedy_alone_equals_batched(arch, device):
+    model = _real_model(arch).to(device)
     src, mask = pad_batch(SOURCES)
-    together = greedy_decode(model, src, mask, max_len=7, need_attention=True)
+    together = greedy_decode(model, src.to(device), mask.to(device), max_len=7, need_attention=True)
     for sentence, hyp in zip(SOURCES, together, strict=True):
         s, m = pad_batch([sentence])
-        (alone,) = greedy_decode(model, s, m, max_len=7, need_attention=True)
+        (alone,) = greedy_decode(model, s.to(device), m.to(device), max_len=7, need_attention=True)
         assert alone.tokens == hyp.tokens
         assert alone.log_prob == pytest.approx(hyp.log_prob, abs=1e-4)
         assert hyp.attention.shape == (len(hyp.tokens) + hyp.finished, len(sentence))

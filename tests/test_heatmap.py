@@ -83,7 +83,9 @@ def test_wide_matrix_is_cut_to_fit_with_a_marker():
     matrix = [[(i * 50 + j) % 7 / 6 for j in range(50)] for i in range(3)]
     console = record(render_heatmap(matrix, ["x", "y", "z"], cols, max_width=40), width=80)
     check_golden("wide_cut", console)
-    rows = body_lines(console, 3, 3)  # header height 3 ("w49")
+    lines = console.export_text(clear=False).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("x "))  # staggered rows
+    rows = body_lines(console, header, 3)
     for label, row in zip("xyz", rows, strict=True):
         assert len(row) <= 40
         hidden = int(row.rsplit("+", 1)[1])
@@ -94,16 +96,22 @@ def test_wide_matrix_is_cut_to_fit_with_a_marker():
 def test_rows_are_target_tokens_and_columns_are_source_tokens():
     console = record(render_heatmap(MATRIX, TARGET, SOURCE))
     lines = console.export_text(clear=False).splitlines()
-    header_height = max(len(s) for s in SOURCE)  # "fahrrad": 7 characters, written downwards
+    # Labels are whole tokens written across, staggered so that none overlaps: at width 60
+    # the cells widen to 4 ("fahrrad" + 1 would be 8; the cap is 4), two header rows.
+    header_height = 2
     header, rows, legend = lines[:header_height], lines[header_height:-1], lines[-1]
     assert len(rows) == len(TARGET)
     label_width = max(len(t) for t in TARGET)
+    cell = 4
     assert [r[:label_width].strip() for r in rows] == TARGET
-    assert all(len(r) == label_width + 1 + 2 * len(SOURCE) for r in rows)  # two characters a cell
-    # reading the header top-down in each column gives back the source tokens
+    assert all(len(r) == label_width + 1 + cell * len(SOURCE) for r in rows)
+    # every source token appears whole on one header line, starting in its own column
     for j, token in enumerate(SOURCE):
-        column = "".join(line.ljust(80)[label_width + 1 + 2 * j] for line in header).strip()
-        assert column == token
+        left = label_width + 1 + cell * j
+        starts = [line.find(token, left) for line in header]
+        assert any(left <= at < left + cell for at in starts), (token, header)
+    words = [w for line in header for w in line.split()]
+    assert sorted(words) == sorted(SOURCE)  # nothing split, nothing extra
     assert legend.startswith("0 ") and legend.endswith("0.90")
 
 
@@ -119,12 +127,13 @@ def test_half_block_packs_two_target_rows_per_line():
 def cell_colours(renderable, width: int = 60) -> list[list[tuple[int, int, int]]]:
     """Background colours of the cells, row by row, from the rendered segments."""
     console = Console(width=width, color_system="truecolor", file=io.StringIO())
+    cell = renderable.layout(width)[0]
     out = []
     for line in console.render_lines(renderable, pad=False):
         colours = [
             seg.style.bgcolor.triplet
             for seg in line
-            if seg.style and seg.style.bgcolor and seg.text.strip() == "" and len(seg.text) == 2
+            if seg.style and seg.style.bgcolor and seg.text.strip() == "" and len(seg.text) == cell
         ]
         if colours:
             out.append([tuple(c) for c in colours])

@@ -189,7 +189,7 @@ def test_explain_works_for_an_rnn():
     assert maps["raw"].shape == (3, 3)
     # one head, no self-attention: relevancy = the cross-attention, rollout = raw
     assert torch.allclose(maps["rollout"], maps["raw"])
-    assert model.fused  # the switch is restored
+    assert model.reference_mode is False  # the fast paths are switched back on
 
 
 # -- heads -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.nn.reference import reference_mode, set_reference_mode
 from attnlab.nn.rnn import RNNSeq2Seq
 from attnlab.nn.rnn_fused import fused_gru_encoder
 from attnlab.nn.seq2seq import BOS_ID, PAD_ID
@@ -34,7 +35,7 @@ def batch():
 
 
 def loss_and_grads(m: RNNSeq2Seq, fused: bool, seed: int = 0):
-    m.fused = fused
+    set_reference_mode(m, not fused)
     m.zero_grad()
     src, src_mask, tgt_in = batch()
     torch.manual_seed(seed)
@@ -103,7 +104,7 @@ def test_fused_decoder_zero_weights_for_a_source_without_tokens():
     src_mask[3] = False
     outs = []
     for fused in (True, False):
-        m.fused = fused
+        set_reference_mode(m, not fused)
         with torch.no_grad():
             outs.append(m(src, src_mask, tgt_in, need_weights=True))
     torch.testing.assert_close(outs[0].logits, outs[1].logits, rtol=0, atol=1e-12)
@@ -112,24 +113,32 @@ def test_fused_decoder_zero_weights_for_a_source_without_tokens():
 
 
 def test_fused_path_runs_only_where_it_applies(monkeypatch):
-    """LSTM, stacked layers, other attentions and scheduled sampling keep the reference loop."""
-    calls = []
+    """LSTM, stacked layers, other attentions, scheduled sampling and reference mode keep the
+    reference loop; the fused encoder serves any attention of a 1-layer GRU when training."""
+    calls, encoder_calls = [], []
     import attnlab.nn.rnn as rnn
 
-    real = rnn.fused_bahdanau_gru
+    real, real_encoder = rnn.fused_bahdanau_gru, rnn.fused_gru_encoder
     monkeypatch.setattr(rnn, "fused_bahdanau_gru", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        rnn, "fused_gru_encoder", lambda *a, **k: encoder_calls.append(1) or real_encoder(*a, **k)
+    )
     src, src_mask, tgt_in = batch()
     cases = [
-        (dict(), 1.0, 1),
-        (dict(cell="lstm"), 1.0, 0),
-        (dict(layers=2), 1.0, 0),
-        (dict(attention="luong-general"), 1.0, 0),
-        (dict(), 0.5, 0),
+        (dict(), 1.0, False, 1, 1),
+        (dict(cell="lstm"), 1.0, False, 0, 0),
+        (dict(layers=2), 1.0, False, 0, 0),
+        (dict(attention="luong-general"), 1.0, False, 0, 1),
+        (dict(), 0.5, False, 0, 1),
+        (dict(), 1.0, True, 0, 0),
     ]
-    for kwargs, tf, expected in cases:
+    for kwargs, tf, reference, expected, expected_encoder in cases:
         calls.clear()
-        model(**kwargs).train()(src, src_mask, tgt_in, teacher_forcing=tf)
-        assert len(calls) == expected, kwargs
+        encoder_calls.clear()
+        m = model(**kwargs).train()
+        with reference_mode(m, reference):
+            m(src, src_mask, tgt_in, teacher_forcing=tf)
+        assert (len(calls), len(encoder_calls)) == (expected, expected_encoder), kwargs
 
 
 @pytest.mark.parametrize("feed", [True, False])
@@ -147,7 +156,7 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
         prev = torch.full((src.size(0),), BOS_ID)
         states = {}
         for fused in (True, False):
-            m.fused = fused
+            set_reference_mode(m, not fused)
             state, outs = m.start_state(enc), []
             tokens = prev
             for _ in range(4):
@@ -164,7 +173,7 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
     for cfg in (DecodeConfig(), DecodeConfig(beam=3, nbest=2, alpha=0.6, beta=0.2)):
         results = {}
         for fused in (True, False):
-            m.fused = fused
+            set_reference_mode(m, not fused)
             results[fused] = decode_batch(m, src, src_mask, cfg, need_attention=True)
         for lean, ref in zip(results[True], results[False], strict=True):
             assert [h.tokens for h in lean] == [h.tokens for h in ref]
@@ -184,6 +193,9 @@ def test_lean_step_runs_only_in_eval_without_grad(monkeypatch):
     assert not calls
     with torch.no_grad():
         m.step(prev, m.start_state(enc), enc)
+        assert calls == [1]
+        with reference_mode(m):
+            m.step(prev, m.start_state(enc), enc)  # reference mode: the general step
         assert calls == [1]
         m.train()
         m.step(prev, m.start_state(enc), enc)  # training mode (dropout): the general step

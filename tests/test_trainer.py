@@ -224,7 +224,7 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     overrides = [
         "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",
         "model.emb=16", "train.max_steps=40", "train.batch_size=32", "train.eval_every=10",
-        "train.lr=0.01", "train.samples=0", f"model.arch={arch}",
+        "train.lr=0.01", "train.samples=0", "train.eval_sentences=30", f"model.arch={arch}",
     ]
     if arch == "transformer":
         overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
@@ -241,7 +241,9 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     assert [e["step"] for e in evals] == [10, 20, 30, 40]
     assert len({e["bleu"] for e in evals}) > 1  # the model changed between evals
     for event in evals:
-        result = CliRunner().invoke(cli, ["eval", str(snapshots[event["step"]]), "--json"])
+        assert event["n"] == 30  # train.eval_sentences of the 40 dev sentences
+        snapshot = str(snapshots[event["step"]])
+        result = CliRunner().invoke(cli, ["eval", snapshot, "--max-sentences", "30", "--json"])
         assert result.exit_code == 0, result.output
         fresh = json.loads(result.output)
         assert fresh["step"] == event["step"]
@@ -296,3 +298,80 @@ def test_cpu_and_cuda_out_of_memory_are_both_kind_oom():
     assert is_out_of_memory(MemoryError())
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_a_tiny_run_trains_on_each_device(tmp_path, tiny_config, device):
+    """End to end on the device (CUDA: bf16 autocast, pinned batches); the checkpoint's
+    weights are finite and score the same dev loss as the eval event logged."""
+    summary = Trainer(tiny_config, tmp_path / "run", device=device.type).run()
+    assert summary["reason"] == "finished" and summary["step"] == tiny_config.train.max_steps
+    assert summary["device"].startswith(device.type)
+    start = next(e for e in iter_events(tmp_path / "run") if e["type"] == "start")
+    assert start["device"].startswith(device.type) and start["world_size"] == 1
+    steps = [e for e in iter_events(tmp_path / "run") if e["type"] == "step"]
+    assert all(math.isfinite(e["loss"]) and e["world_size"] == 1 for e in steps)
+    loaded = load_checkpoint(tmp_path / "run" / "checkpoints" / "last", device=device)
+    assert next(loaded.model.parameters()).device.type == device.type
+    assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
+
+
+def test_compile_failure_falls_back_to_eager_with_one_note(
+    tmp_path, tiny_config, monkeypatch, capsys
+):
+    """train.compile: a model torch.compile cannot handle trains eagerly, said once."""
+    calls = []
+
+    def broken_compile(module, *args, **kwargs):
+        def compiled(*a, **k):
+            calls.append(1)
+            raise RuntimeError("backend exploded\nsecond line")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    config = replace(tiny_config, train=replace(tiny_config.train, compile=True))
+    summary = Trainer(config, tmp_path / "run").run()
+    assert summary["reason"] == "finished" and calls == [1]  # tried once, then eager
+    notes = [e for e in iter_events(tmp_path / "run") if e["type"] == "note"]
+    assert len(notes) == 1 and "backend exploded" in notes[0]["message"]
+    assert "second line" not in notes[0]["message"]
+    err = capsys.readouterr().err
+    assert err.count("note: torch.compile failed") == 1
+
+
+def test_compiled_training_equals_eager_when_compile_is_the_identity(
+    tmp_path, tiny_config, monkeypatch
+):
+    """With compile on, the trainer steps through the compiled callable (here the module
+    itself): the same weights as compile off."""
+    monkeypatch.setattr(torch, "compile", lambda module, *a, **k: module)
+    config = replace(tiny_config, train=replace(tiny_config.train, compile=True, eval_every=1000))
+    Trainer(config, tmp_path / "on").run()
+    Trainer(replace(config, train=replace(config.train, compile=False)), tmp_path / "off").run()
+    on, _ = read_tensors(tmp_path / "on" / "checkpoints" / "last" / "model.safetensors")
+    off, _ = read_tensors(tmp_path / "off" / "checkpoints" / "last" / "model.safetensors")
+    assert on.keys() == off.keys() and all(torch.equal(on[k], off[k]) for k in on)
+
+
+def test_a_run_killed_inside_its_first_save_resumes_from_the_start(tmp_path, tiny_config):
+    """No checkpoint yet (the kill fell inside the first save): --resume starts over and clears
+    the killed save's scratch directory even when its PID now belongs to a live process."""
+    import shutil
+
+    straight = tmp_path / "straight"
+    Trainer(tiny_config, straight, device="cpu").run()
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    shutil.rmtree(run_dir / "checkpoints")
+    scratch = run_dir / "checkpoints" / f".last.tmp-{os.getppid()}-0123abcd"  # a live PID
+    scratch.mkdir(parents=True)
+    (scratch / "model.safetensors").write_bytes(b"half")
+    summary = Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert summary["reason"] == "finished" and summary["step"] == 6
+    assert not scratch.exists()
+    assert load_checkpoint(run_dir / "checkpoints" / "last").step == 6
+
+    def losses(directory):
+        return [e["loss"] for e in iter_events(directory) if e["type"] == "step"]
+
+    assert losses(run_dir)[-6:] == losses(straight)  # the second session repeats the run exactly

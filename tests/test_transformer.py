@@ -12,6 +12,7 @@ from attnlab.errors import AttnlabError
 from attnlab.nn.attention import ATTENTION
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS
 from attnlab.nn.model import ARCHITECTURES, build_model
+from attnlab.nn.reference import set_reference_mode
 from attnlab.nn.seq2seq import BOS_ID, PAD_ID, select_state
 from attnlab.nn.transformer import TransformerSeq2Seq, check_transformer
 
@@ -76,12 +77,12 @@ def _model_kwargs(case):
 
 
 @pytest.mark.parametrize("case", CACHE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
-def test_cached_step_decoding_equals_full_forward(case):
+def test_cached_step_decoding_equals_full_forward(case, device):
     kwargs = _model_kwargs(case)
     if kwargs.get("cross_attention", "scaled-dot") not in ATTENTION:
         pytest.skip("variant not registered")
-    model = make_model(**kwargs)
-    src, src_mask, tgt_in = batch()
+    model = make_model(**kwargs).to(device)
+    src, src_mask, tgt_in = (t.to(device) for t in batch())
     with torch.no_grad():
         full = model(src, src_mask, tgt_in).logits
         cached, _ = decode_with_cache(model, src, src_mask, tgt_in)
@@ -100,7 +101,7 @@ def ragged_batch(empty_source: bool = False):
 
 def forward_and_grads(model, src, src_mask, tgt_in, packed: bool):
     """Logits and every parameter's gradient of a loss over the real target positions."""
-    model.pack_padding = packed
+    set_reference_mode(model, not packed)
     model.zero_grad(set_to_none=True)
     logits = model(src, src_mask, tgt_in).logits
     weights = torch.linspace(-1.0, 1.0, logits.shape[-1])  # any loss that touches every logit
@@ -124,6 +125,7 @@ def test_padding_free_forward_equals_padded_forward(case):
     packed, packed_grads = forward_and_grads(model, src, src_mask, tgt_in, packed=True)
     torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
     assert torch.all(packed[~real] == 0)  # padded positions are not computed
+    assert not torch.all(padded[~real] == 0)  # ... and reference mode did take the padded pass
     assert packed_grads.keys() == padded_grads.keys()
     for name, grad in padded_grads.items():
         torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
@@ -153,7 +155,7 @@ def test_forward_with_weights_takes_the_padded_path_with_the_same_logits():
 
 
 def test_cpu_dropout_is_inverted_bernoulli_dropout():
-    from attnlab.nn.transformer import Dropout
+    from attnlab.nn.dropout import Dropout
 
     torch.manual_seed(0)
     drop = Dropout(0.25).train()

@@ -74,7 +74,12 @@ async def test_choose_train_stop_inspect_export(tmp_path: Path) -> None:
         await pilot.click("#export-go")
         await until(pilot, lambda: export.last_export is not None)
         assert bundle.is_file()
-        assert f"attnlab translate {bundle}" in str(app.query_one("#export-result").content)
+        # the command sits on its own unwrapped line (#export-command), with a Copy button
+        assert f"attnlab translate {bundle}" in str(app.query_one("#export-command").content)
+        copied: list[str] = []
+        app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+        await pilot.click("#export-copy")
+        assert copied == [export.command] and copied[0].startswith(f"attnlab translate {bundle}")
     done = subprocess.run(
         [sys.executable, "-m", "attnlab", "translate", str(bundle), " ".join(result.src)],
         capture_output=True,

@@ -72,3 +72,21 @@ def test_typed_sentence_and_out_of_range_sample(tmp_path: Path) -> None:
     assert result.src == ["1", "2", "3"] and result.ref is None and result.alignment_accuracy is None
     with pytest.raises(AttnlabError, match="out of range"):
         analyse(InspectRequest(run_dir, "best", "dev", 10_000))
+
+
+def test_every_registered_decoder_runs_from_inspect(tmp_path: Path) -> None:
+    from attnlab.decode.search import DECODERS
+    from attnlab.tui.inspect_engine import decoder_choices
+
+    run_dir = saved_run(tmp_path, [])
+    assert [value for _label, value in decoder_choices()] == DECODERS.names()
+    default = analyse(InspectRequest(run_dir, "best", "dev", 1, beam=2))
+    named = analyse(InspectRequest(run_dir, "best", "dev", 1, beam=2, decoder="beam"))
+    assert [h.tokens for h in default.hypotheses] == [h.tokens for h in named.hypotheses]
+    assert [h.score for h in default.hypotheses] == [h.score for h in named.hypotheses]
+    for name in DECODERS.names():
+        result = analyse(InspectRequest(run_dir, "best", "dev", 1, beam=2, decoder=name))
+        spec = DECODERS.get(name).meta
+        assert len(result.hypotheses) == (2 if spec.nbest else 1), name
+        hyp = result.hypotheses[0]
+        assert hyp.maps["cross"].shape[2:] == (len(hyp.tokens) + 1, len(result.src))

@@ -81,3 +81,46 @@ def test_runs_screen(lab, snap_compare) -> None:
 
 def test_help_screen_at_80x24(lab, snap_compare) -> None:
     assert snap_compare(lab, terminal_size=(80, 24), run_before=_ready, press=["question_mark"])
+
+
+# -- 80x24 (the smallest supported terminal); named *_lab_80x24 ------------------------------
+
+SMALL = (80, 24)
+
+
+def test_setup_screen_lab_80x24(lab, snap_compare) -> None:
+    assert snap_compare(lab, terminal_size=SMALL, run_before=_ready)
+
+
+def test_train_screen_lab_80x24(lab, snap_compare) -> None:
+    async def follow(pilot) -> None:
+        await _ready(pilot)
+        await pilot.press("2")
+        train = pilot.app.query_one(TrainView)
+        train.follow_run(Path("runs/reverse-rnn-bahdanau-a"))
+        train.queue.append(tiny_config("queued"))  # the queue list under the progress bar
+        train.poll()
+        await pilot.pause()
+
+    assert snap_compare(lab, terminal_size=SMALL, run_before=follow)
+
+
+def test_inspect_screen_lab_80x24(lab, snap_compare) -> None:
+    async def show(pilot) -> None:
+        await _ready(pilot)
+        sample = Sample(0, ["3", "1", "4", "2"], ["2", "4", "1", "3"], ["2", "4", "1", "3"],
+                        [[0.05, 0.05, 0.1, 0.8], [0.05, 0.1, 0.75, 0.1], [0.1, 0.7, 0.1, 0.1], [0.85, 0.05, 0.05, 0.05]])
+        pilot.app.query_one(InspectView).show_logged_sample(Path("runs/reverse-rnn-bahdanau-a"), sample)
+        await pilot.press("3", "down")
+        await pilot.pause()
+
+    assert snap_compare(lab, terminal_size=SMALL, run_before=show)
+
+
+def test_export_screen_lab_80x24(lab, snap_compare) -> None:
+    async def export(pilot) -> None:
+        await _ready(pilot)
+        await pilot.press("5")
+        await pilot.pause()
+
+    assert snap_compare(lab, terminal_size=SMALL, run_before=export)

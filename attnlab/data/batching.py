@@ -33,6 +33,17 @@ class Batch:
         real = int(self.src_mask.sum()) + self.n_tokens
         return 1.0 - real / max(total, 1)
 
+    def pin_memory(self) -> Batch:
+        """Page-locked copies (CUDA): ``to(device)`` then copies asynchronously."""
+        return Batch(
+            self.src.pin_memory(),
+            self.src_mask.pin_memory(),
+            self.tgt_in.pin_memory(),
+            self.tgt_out.pin_memory(),
+            self.tgt_mask.pin_memory(),
+            self.examples,
+        )
+
     def to(self, device: torch.device | str) -> Batch:
         return Batch(
             self.src.to(device, non_blocking=True),

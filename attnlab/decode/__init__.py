@@ -1,22 +1,29 @@
-"""Decoding: greedy, batched beam (length / coverage penalties, diverse groups), sampling.
+"""Decoding: greedy, batched beam (length / coverage penalties, diverse groups), sampling, MBR.
 
-``decode_batch(model, src, src_mask, DecodeConfig)`` picks the search from the config;
-every search returns ``Hypothesis`` objects carrying tokens, per-token log-probs, the
-penalties, the final score and (on request) the cross-attention.
+``decode_batch(model, src, src_mask, DecodeConfig)`` runs the strategy ``decode.decoder``
+names in the ``DECODERS`` registry (or the one the older flags select); every search returns
+``Hypothesis`` objects carrying tokens, per-token log-probs, the penalties, the final score
+and (on request) the cross-attention.
 """
 
 from attnlab.decode.beam import beam_search
 from attnlab.decode.greedy import greedy_decode, max_lengths
 from attnlab.decode.hypothesis import Hypothesis
 from attnlab.decode.sampling import sample_decode
-from attnlab.decode.search import check_decode_config, decode_batch
+from attnlab.decode.search import DECODERS, check_decode, check_decode_config, decode_batch
+from attnlab.decode.strategy import DecoderSpec, DecodingStrategy, register_decoder
 
 __all__ = [
+    "DECODERS",
+    "DecoderSpec",
+    "DecodingStrategy",
     "Hypothesis",
     "beam_search",
+    "check_decode",
     "check_decode_config",
     "decode_batch",
     "greedy_decode",
     "max_lengths",
+    "register_decoder",
     "sample_decode",
 ]

@@ -12,8 +12,8 @@
   (‖Σ_h α_hij f_h(x_j)‖, the paper's multi-head form). The classic single-head family has no
   projections: f = identity, ‖α_ij x_j‖.
 
-The hooks: a forward hook on every attention module (``attnlab.nn.attention.Attention``)
-records the values it read and the weights it returned and, with gradients, calls
+The hooks: a forward hook on every attention (a Transformer's ``AttentionBlock``, an RNN's
+``attnlab.nn.attention.Attention``), in reference mode (no fast path skips it), records the values it read and the weights it returned and, with gradients, calls
 ``retain_grad`` on those weights. Transformers call each module once per pass; an RNN
 decoder calls its one module per step (the calls are joined along the query axis).
 """
@@ -107,37 +107,57 @@ class _Record:
     values: Tensor | None = None
 
 
+def _hook_targets(model: nn.Module) -> dict[tuple[str, int], nn.Module]:
+    """(role, layer) -> the module whose call returns that attention's weights: a
+    Transformer's ``AttentionBlock`` (it calls its variant's ``forward_layout``, which a hook on
+    the variant would miss), else the attention module itself (an RNN calls it per step)."""
+    from attnlab.nn.transformer import AttentionBlock
+
+    parents = {id(block.attn): block for block in model.modules() if isinstance(block, AttentionBlock)}
+    return {key: parents.get(id(module), module) for key, module in attention_modules(model).items()}
+
+
+def _called_with(module: nn.Module, args: tuple[Any, ...], output: Any) -> tuple[Any, Any]:
+    """(weights, padded values [B, Tk, D] | None) of one call of a hook target."""
+    from attnlab.nn.transformer import AttentionBlock
+
+    if isinstance(module, AttentionBlock):  # (query, q_layout, keys, k_layout, ...) -> (y, w)
+        values = args[3].unpack(args[2]) if len(args) >= 4 else None
+        return output[1], values
+    return getattr(output, "weights", None), (args[2] if len(args) >= 3 else None)
+
+
 @contextmanager
 def recording(model: nn.Module, retain: bool) -> Iterator[dict[tuple[str, int], _Record]]:
     """Record every attention module's values and weights during the block."""
     records: dict[tuple[str, int], _Record] = {}
     handles = []
-    for key, module in attention_modules(model).items():
+    for key, module in _hook_targets(model).items():
         record = records.setdefault(key, _Record())
 
         def hook(
             mod: nn.Module, args: tuple[Any, ...], output: Any, record: _Record = record
         ) -> None:
-            weights = getattr(output, "weights", None)
+            weights, values = _called_with(mod, args, output)
             if weights is None:
                 return
             if retain and weights.requires_grad:
                 weights.retain_grad()
             record.weights.append(weights)
-            if record.values is None and len(args) >= 3:
-                record.values = args[2]
+            if record.values is None and values is not None:
+                record.values = values
 
         handles.append(module.register_forward_hook(hook))
-    fused = getattr(model, "fused", None)
-    if fused is not None:
-        model.fused = False  # the fused RNN kernels have no per-step attention module call
+    from attnlab.nn.reference import reference_mode
+
     try:
-        yield records
+        # The fast paths (fused RNN kernels, the lean step) call no attention module: the
+        # reference paths do, with the same values (attnlab.nn.reference).
+        with reference_mode(model):
+            yield records
     finally:
         for handle in handles:
             handle.remove()
-        if fused is not None:
-            model.fused = fused
 
 
 def _join(parts: list[Tensor], grad: bool) -> Tensor | None:
@@ -220,11 +240,13 @@ def explain(
     tgt_ids: list[int],
     eos: bool = True,
     layer: int = -1,
+    head: int | None = None,
 ) -> dict[str, Tensor]:
     """Every method's target × source map for one sentence pair (teacher-forced on
     ``tgt_ids``): rows = target tokens (+ ``</s>`` when ``eos``), columns = source tokens.
     Methods a model cannot give (no gradient path through its weights, no value vectors)
-    are absent. ``layer`` picks the cross-attention layer of raw / gradient / norm."""
+    are absent. ``layer`` picks the cross-attention layer of raw / gradient / norm, ``head``
+    one head of them (None: raw and gradient average the heads, norm sums them inside ‖·‖)."""
     from attnlab.nn.seq2seq import BOS_ID, EOS_ID
 
     device = next(model.parameters()).device
@@ -239,18 +261,25 @@ def explain(
         traced = trace(model, src, src != 0, tgt_in, tgt_out, torch.arange(rows, device=device))
     finally:
         model.train(was_training)
-    return methods_from_trace(traced, layer)
+    return methods_from_trace(traced, layer, head)
 
 
-def methods_from_trace(traced: Traced, layer: int = -1) -> dict[str, Tensor]:
-    """Per-method [T, S] maps from a trace of T copies (copy r explains row r)."""
+def methods_from_trace(
+    traced: Traced, layer: int = -1, head: int | None = None
+) -> dict[str, Tensor]:
+    """Per-method [T, S] maps from a trace of T copies (copy r explains row r); with ``head``
+    raw, gradient and norm are that head's own α, (∇A ⊙ A)⁺ and α‖f_h(x)‖."""
     cross = traced.maps.get("cross")
     if cross is None:
         raise AttnlabError("this model returns no cross-attention weights to explain")
     rows = torch.arange(cross.shape[0], device=cross.device)
     n_layers = cross.shape[1]
     index = layer if -n_layers <= layer < n_layers else -1
-    out: dict[str, Tensor] = {"raw": cross[0, index].mean(dim=0)}
+    heads = cross.shape[2]
+    if head is not None and not 0 <= head < heads:
+        raise AttnlabError(f"head {head}: this model has {heads} heads; valid: 0..{heads - 1}")
+    pick = slice(None) if head is None else slice(head, head + 1)  # keeps the head axis
+    out: dict[str, Tensor] = {"raw": cross[0, index, pick].mean(dim=0)}
     enc, dec = traced.maps.get("enc_self"), traced.maps.get("dec_self")
     first = [None if m is None else m[0] for m in (enc, dec)]
     out["rollout"] = encoder_decoder_relevancy(first[0], first[1], cross[0])
@@ -261,12 +290,14 @@ def methods_from_trace(traced: Traced, layer: int = -1) -> dict[str, Tensor]:
     ):
         relevancy = encoder_decoder_relevancy(enc, dec, cross, traced.grads)  # [B, T, S]
         out["relevancy"] = relevancy[rows, rows]
-        weighted = gradient_weighted(cross[:, index], traced.grads["cross"][:, index])
+        weighted = gradient_weighted(
+            cross[:, index, pick], traced.grads["cross"][:, index, pick]
+        )
         out["gradient"] = weighted[rows, rows]
     vectors = traced.vectors.get("cross")
     if vectors is not None:
-        combined, _ = value_norm_weighted(cross[0, index], vectors[index][0])
-        out["norm"] = combined
+        combined, per_head = value_norm_weighted(cross[0, index], vectors[index][0])
+        out["norm"] = combined if head is None else per_head[head]
     return out
 
 

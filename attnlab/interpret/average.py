@@ -1,8 +1,9 @@
 """Checkpoint averaging and the step copies it averages (``train.keep_last``).
 
-With ``train.keep_last = N`` (> 0), after each save of ``checkpoints/last`` the trainer calls
-``keep_step_copy``: the weights and meta of that save are copied to
-``checkpoints/step-<step>`` and all but the N newest step copies are removed.
+With ``train.keep_last = N`` (> 0), after each save of ``checkpoints/last`` the trainer (rank 0,
+the one writer) calls ``keep_step_copy``: the weights and meta of that save are copied to
+``checkpoints/step-<step>`` as a whole (attnlab.runs's directory swap) and all but the N newest
+step copies are retired.
 ``average_checkpoints`` averages the N newest copies elementwise (floating-point tensors in
 float64, cast back; integer buffers are taken from the newest) into one exported
 ``.safetensors`` bundle that ``eval`` / ``translate`` load.
@@ -10,53 +11,28 @@ float64, cast back; integer buffers are taken from the newest) into one exported
 
 from __future__ import annotations
 
-import re
-import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnlab.errors import AttnlabError
 
-STEP_PREFIX = "step-"
-_STEP = re.compile(r"^step-(\d+)$")
-
 
 def step_copies(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, directory) of every complete ``checkpoints/step-*`` copy, oldest first."""
-    from attnlab.runs import CHECKPOINTS, META_FILE
+    from attnlab.runs import step_checkpoints
 
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = _STEP.match(child.name)
-        if match and (child / META_FILE).is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
+    return step_checkpoints(run_dir)
 
 
 def keep_step_copy(run_dir: Path, step: int, keep_last: int) -> Path | None:
-    """Copy ``checkpoints/last`` (weights + meta) to ``checkpoints/step-<step>``, then keep
-    only the ``keep_last`` newest copies. Nothing happens when ``keep_last`` is 0."""
-    from attnlab.runs import CHECKPOINTS, META_FILE, MODEL_FILE, checkpoint_dir
+    """``checkpoints/last`` -> ``checkpoints/step-<step>`` (atomic), keeping the ``keep_last``
+    newest copies (attnlab.runs.keep_step_checkpoint). Nothing happens when it is 0."""
+    from attnlab.runs import keep_step_checkpoint
 
-    if keep_last <= 0:
-        return None
-    source = checkpoint_dir(run_dir, "last")
-    target = Path(run_dir) / CHECKPOINTS / f"{STEP_PREFIX}{int(step)}"
-    staging = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    shutil.copy2(source / MODEL_FILE, staging / MODEL_FILE)
-    shutil.copy2(source / META_FILE, staging / META_FILE)  # meta last: the copy is complete
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    for _step, directory in step_copies(run_dir)[:-keep_last]:
-        shutil.rmtree(directory, ignore_errors=True)
-    return target
+    return keep_step_checkpoint(run_dir, step, keep_last)
 
 
 def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
@@ -83,15 +59,34 @@ def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     return out
 
 
-def average_checkpoints(run_dir: Path, last: int, out_file: Path) -> tuple[Path, list[int]]:
-    """Average the ``last`` newest step copies of ``run_dir`` into ``out_file`` (.safetensors)."""
+def read_step_copy(step: int, directory: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """One step copy through the checkpoint reader (every file must carry one step), which
+    must also be the step its name says."""
+    from attnlab.runs import read_checkpoint
+
+    state, meta = read_checkpoint(directory)
+    if meta["step"] != step:
+        raise AttnlabError(
+            f"checkpoint {directory} holds step {meta['step']}, not the step {step} of its "
+            "name; it was not written by keep_last: remove it or average fewer (--last)"
+        )
+    return state, meta
+
+
+def average_checkpoints(
+    run_dir: Path, last: int, out_file: Path, force: bool = False
+) -> tuple[Path, list[int]]:
+    """Average the ``last`` newest step copies of ``run_dir`` into ``out_file`` (.safetensors,
+    written whole; an existing file is replaced only with ``force``)."""
     import json
 
-    from attnlab.runs import EXPORT_FORMAT, read_checkpoint, save_tensors
+    from attnlab.runs import EXPORT_FORMAT, remove_stale_temps, save_tensors
 
     out_file = Path(out_file)
     if out_file.suffix != ".safetensors":
         raise AttnlabError(f"{out_file}: the output file name must end in .safetensors")
+    if out_file.is_dir():
+        raise AttnlabError(f"{out_file}: is a directory; give a .safetensors file name")
     if last < 1:
         raise AttnlabError(f"--last must be at least 1, got {last}")
     copies = step_copies(run_dir)
@@ -104,8 +99,10 @@ def average_checkpoints(run_dir: Path, last: int, out_file: Path) -> tuple[Path,
         raise AttnlabError(
             f"{run_dir}: --last {last} but the run kept only {len(copies)} step checkpoints"
         )
+    if out_file.exists() and not force:
+        raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
     chosen = copies[-last:]
-    states, metas = zip(*(read_checkpoint(path) for _step, path in chosen), strict=True)
+    states, metas = zip(*(read_step_copy(step, path) for step, path in chosen), strict=True)
     averaged = average_state_dicts(list(states))
     meta = metas[-1]
     steps = [step for step, _ in chosen]
@@ -120,5 +117,6 @@ def average_checkpoints(run_dir: Path, last: int, out_file: Path) -> tuple[Path,
         "attnlab.params": str(meta.get("params", 0)),
         "attnlab.averaged_steps": json.dumps(steps),
     }
+    remove_stale_temps(out_file.parent, out_file.name)
     save_tensors(out_file, averaged, metadata)
     return out_file, steps

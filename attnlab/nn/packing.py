@@ -1,4 +1,8 @@
-"""Padding-free ("packed") rows for the Transformer's position-wise layers.
+"""Layouts of a batch's activations: padded [B, T, ...] or padding-free ("packed") [N, ...].
+
+The layout is a property of the batch, carried beside the activations: the Transformer's
+layers are written once against it (``Layout``), and only what mixes positions asks it to
+move between the two forms (attention's heads, and variants that want the padded form).
 
 A batch of B sentences padded to T positions holds N <= B·T real tokens; with random
 (unbucketed) batches of lengths 3-20 about 40 % of the rows are padding. Projections,
@@ -11,13 +15,94 @@ results equal the padded computation's (up to float rounding); pad rows are neve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """[B,T,H·dh] -> [B,H,T,dh]"""
+    b, t, d = x.shape
+    return x.view(b, t, heads, d // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """[B,H,T,dh] -> [B,T,H·dh]"""
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+class Layout(Protocol):
+    """How a batch's activations are laid out. Position-wise layers (projections, layer norms,
+    feed-forward, residuals) are indifferent; attention asks the layout for its heads."""
+
+    def pack(self, x: Tensor) -> Tensor:
+        """Padded [B, T, ...] -> this layout."""
+        ...
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """This layout -> padded [B, T, ...] (zeros at padding)."""
+        ...
+
+    def batch_shape(self, x: Tensor) -> tuple[int, int]:
+        """(B, T) of the padded batch that ``x`` (in this layout) belongs to."""
+        ...
+
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
+        """Each linear applied to ``x``, split into heads in the padded layout: [B,H,T,dh] each."""
+        ...
+
+    def merge_heads(self, context: Tensor) -> Tensor:
+        """Heads [B,H,T,dh] -> this layout's rows of width H·dh."""
+        ...
+
+    def sdpa_shortcut(
+        self, key_mask: Tensor, causal: bool, tq: int, tk: int, dtype: torch.dtype
+    ) -> tuple[bool, Tensor | None] | None:
+        """For plain softmax attention over keys in this layout: (is_causal, attn_mask) of a
+        direct F.scaled_dot_product_attention call, or None for the general masked path."""
+        ...
+
+
+class Padded:
+    """The padded layout [B, T, ...]: every method is the identity or the plain head split.
+    It never looks at the mask on the host (no device sync), so it serves every device."""
+
+    def pack(self, x: Tensor) -> Tensor:
+        return x
+
+    def unpack(self, x: Tensor) -> Tensor:
+        return x
+
+    def batch_shape(self, x: Tensor) -> tuple[int, int]:
+        return x.shape[0], x.shape[1]
+
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
+        return tuple(split_heads(linear(x), heads) for linear in linears)
+
+    def merge_heads(self, context: Tensor) -> Tensor:
+        return merge_heads(context)
+
+    def sdpa_shortcut(
+        self, key_mask: Tensor, causal: bool, tq: int, tk: int, dtype: torch.dtype
+    ) -> tuple[bool, Tensor | None] | None:
+        return None
+
+
+PADDED = Padded()
+
+
 class Packing:
-    """The real positions of a [B, T] bool mask, with pack / unpack between the two layouts."""
+    """The packed layout of a [B, T] bool mask (True = real token): activations are the [N, ...]
+    real rows. Built on the host once per batch (cheap on CPU, a sync on an accelerator)."""
 
     def __init__(self, mask: Tensor):
         self.batch, self.length = mask.shape
@@ -48,6 +133,33 @@ class Packing:
         # In place into fresh zeros (autograd tracks the copy for x): no clone of the zeros.
         out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.index, x)
         return out.view(self.batch, self.length, *x.shape[1:])
+
+    def batch_shape(self, x: Tensor) -> tuple[int, int]:
+        return self.batch, self.length
+
+    def project_heads(
+        self, x: Tensor, linears: Sequence[nn.Linear], heads: int
+    ) -> tuple[Tensor, ...]:
+        """The projections run on the real rows only, as one fused matmul (e.g. QKV), the
+        weights staying separate parameters; the heads come back padded (zeros at padding)."""
+        if len(linears) == 1:
+            return unpack_heads(linears[0](x), self, 1, heads)
+        weight = torch.cat([linear.weight for linear in linears])
+        bias = torch.cat([linear.bias for linear in linears])
+        return unpack_heads(F.linear(x, weight, bias), self, len(linears), heads)
+
+    def merge_heads(self, context: Tensor) -> Tensor:
+        return self.pack(context.transpose(1, 2)).flatten(1)  # [N,H·dh]
+
+    def sdpa_shortcut(
+        self, key_mask: Tensor, causal: bool, tq: int, tk: int, dtype: torch.dtype
+    ) -> tuple[bool, Tensor | None] | None:
+        if causal:
+            # Every query sees itself: no empty row, and is_causal needs no mask tensor.
+            return (True, None) if tq == tk and bool(key_mask.all()) else None
+        if self.all_nonempty and key_mask is self.mask:
+            return False, self.key_bias(dtype)
+        return None
 
 
 class _UnpackHeads(torch.autograd.Function):

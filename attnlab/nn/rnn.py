@@ -17,12 +17,15 @@ at once). Luong-style wiring without input feeding under full teacher forcing ne
 loop at all: the RNN runs over the whole target and attention takes Tq = T queries.
 Training a 1-layer GRU with Bahdanau attention under full teacher forcing uses
 attnlab.nn.rnn_fused (encoder and decoder as one autograd node each with hand-written
-backpropagation through time, the same numbers); ``fused = False`` turns it off.
+backpropagation through time, the same numbers), and decoding it takes a lean step. One
+predicate (``RNNSeq2Seq.fast_path``) decides where these run; reference mode
+(attnlab.nn.reference) turns them all off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
@@ -65,14 +68,17 @@ class RNNEncoder(nn.Module):
         self.layers = layers
         self.directions = 2 if bidirectional else 1
         self.out_dim = hidden * self.directions
-        self.fused = True  # False: always nn.GRU over packed sequences (the reference)
 
-    def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """-> encoder_states [B,S,D], final h [L,B,D], final c [L,B,D] (LSTM) or None."""
+    def forward(
+        self, src: Tensor, src_mask: Tensor, fused: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """-> encoder_states [B,S,D], final h [L,B,D], final c [L,B,D] (LSTM) or None.
+        ``fused``: the fused 1-layer GRU (attnlab.nn.rnn_fused; the model decides), else
+        nn.GRU / nn.LSTM over packed sequences (the reference)."""
         # An empty source still needs one step for packing; its mask keeps it unseen.
         lengths = src_mask.sum(dim=1).clamp(min=1)
         embedded = self.dropout(self.embed(src))
-        if self._can_fuse(embedded):
+        if fused:
             states, final = fused_gru_encoder(embedded, lengths, self.rnn)
             return states, self._merge_directions(final), None
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -82,20 +88,6 @@ class RNNEncoder(nn.Module):
         if isinstance(final, tuple):
             return states, self._merge_directions(final[0]), self._merge_directions(final[1])
         return states, self._merge_directions(final), None
-
-    def _can_fuse(self, embedded: Tensor) -> bool:
-        """The fused encoder (attnlab.nn.rnn_fused) covers a 1-layer GRU without autocast, on
-        CPU (on CUDA cuDNN's packed GRU is faster). It pays off in the backward pass only:
-        without gradients (decoding) nn.GRU is faster."""
-        return (
-            self.fused
-            and embedded.device.type == "cpu"
-            and torch.is_grad_enabled()
-            and isinstance(self.rnn, nn.GRU)
-            and self.layers == 1
-            and embedded.dtype in (torch.float32, torch.float64)
-            and not torch.is_autocast_enabled(embedded.device.type)
-        )
 
     def _merge_directions(self, final: Tensor) -> Tensor:
         """[L·dirs,B,H] -> [L,B,dirs·H]: each layer's forward and backward final states side by side."""
@@ -113,8 +105,19 @@ class _Memory:
     precomputed: Any  # the attention's key-side work (or the encoder summary for "none")
 
 
+class FastPath(Enum):
+    """The RNN model's fast paths; each computes what its reference computes."""
+
+    ENCODER = "encoder"  # fused GRU encoder (reference: nn.GRU over packed sequences)
+    DECODER = "decoder"  # fused teacher-forced GRU + Bahdanau decoder (reference: the step loop)
+    STEP = "step"  # lean eval decoding step (reference: the general step)
+
+
 class RNNSeq2Seq(Seq2Seq):
     """Attentional RNN encoder-decoder (Bahdanau et al. 2015; Luong et al. 2015)."""
+
+    # True: every fast path off (attnlab.nn.reference); tests compare the two.
+    reference_mode: bool = False
 
     def __init__(
         self,
@@ -161,23 +164,33 @@ class RNNSeq2Seq(Seq2Seq):
         self.bridge_cell = nn.Linear(enc_dim, hidden) if cell == "lstm" else None
         self.combine = nn.Linear(context_dim + hidden, hidden)  # W_c: h̃ = tanh(W_c [c; s])
         self.output = OutputLayer(hidden, tgt_vocab_size)  # W_o
-        self.fused_decoder = True  # see the ``fused`` property
 
-    @property
-    def fused(self) -> bool:
-        """Whether the fused GRU encoder / GRU + Bahdanau decoder (attnlab.nn.rnn_fused) may
-        run; False forces nn.GRU over packed sequences and the step loop (the reference)."""
-        return self.fused_decoder
-
-    @fused.setter
-    def fused(self, value: bool) -> None:
-        self.fused_decoder = value
-        self.encoder.fused = value
+    def fast_path(self, path: FastPath, like: Tensor) -> bool:
+        """The one eligibility predicate of the fast paths, for a computation on ``like``'s
+        device and dtype. All need a 1-layer GRU in float32/64 without autocast on the CPU
+        (where per-node autograd overhead dominates; cuDNN's GRU is faster elsewhere); the
+        decoder's also Bahdanau attention exactly (its backward is written for that math).
+        The fused encoder pays off in the backward only; the lean step is for eval decoding."""
+        if (
+            self.reference_mode
+            or like.device.type != "cpu"
+            or like.dtype not in (torch.float32, torch.float64)
+            or torch.is_autocast_enabled(like.device.type)
+            or self.cell != "gru"
+            or self.layers != 1
+        ):
+            return False
+        if path is FastPath.ENCODER:
+            return torch.is_grad_enabled()
+        if type(self.attention) is not BahdanauAttention:
+            return False
+        return path is FastPath.DECODER or not (self.training or torch.is_grad_enabled())
 
     # -- encoder side ---------------------------------------------------------------------
 
     def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
-        states, final_h, final_c = self.encoder(src, src_mask)
+        fused = self.fast_path(FastPath.ENCODER, self.encoder.embed.weight)
+        states, final_h, final_c = self.encoder(src, src_mask, fused)
         extras = {"final_h": final_h.transpose(0, 1)}  # [B,L,D], batch-first for beams
         if final_c is not None:
             extras["final_c"] = final_c.transpose(0, 1)
@@ -254,7 +267,7 @@ class RNNSeq2Seq(Seq2Seq):
         enc: EncoderOutput,
         need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
-        if not self.training and not torch.is_grad_enabled() and self._can_fuse(self._memory(enc)):
+        if self.fast_path(FastPath.STEP, enc.states):
             return self._lean_step(prev_tokens, state, enc, need_weights)
         hidden: Hidden = state["hidden"].transpose(0, 1).contiguous()
         if "cell" in state:
@@ -293,37 +306,21 @@ class RNNSeq2Seq(Seq2Seq):
         sampling = teacher_forcing < 1.0
         if not (self.attend_previous or self.input_feeding or sampling):
             return self._forward_parallel(tgt_in, hidden, memory, need_weights)
-        if not sampling and self._can_fuse(memory):
+        if not sampling and self.fast_path(FastPath.DECODER, memory.states):
             return self._forward_fused(tgt_in, hidden, memory, need_weights)
         return self._forward_loop(tgt_in, hidden, memory, teacher_forcing, need_weights)
-
-    def _can_fuse(self, memory: _Memory) -> bool:
-        """The fused decoder covers exactly: 1-layer GRU, Bahdanau, no autocast, on CPU (where
-        per-node autograd overhead dominates; elsewhere the step loop, tested on every device)."""
-        return (
-            self.fused_decoder
-            and memory.states.device.type == "cpu"
-            and self.cell == "gru"
-            and self.layers == 1
-            and type(self.attention) is BahdanauAttention
-            and isinstance(memory.precomputed, Tensor)
-            and memory.states.dtype in (torch.float32, torch.float64)
-            and not torch.is_autocast_enabled(memory.states.device.type)
-        )
 
     def _lean_step(
         self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
-        """``step`` for what ``_can_fuse`` covers, in eval mode: the same ops on the same shapes
-        (so the same numbers), without the module calls, eval-mode dropouts and reshapes of
-        the general step. A search over a few rows (a beam of one sentence, a batch's last
-        unfinished sentences) pays for the calls, not the arithmetic."""
-        attention = self.attention
+        """``step`` where ``fast_path(STEP)`` holds: the same ops on the same shapes (so the
+        same numbers), without the module calls, eval-mode dropouts and reshapes of the general
+        step. A search over a few rows (a beam of one sentence, a batch's last unfinished
+        sentences) pays for the calls, not the arithmetic."""
+        attention: BahdanauAttention = self.attention  # type: ignore[assignment]
         h = state["hidden"][:, 0]  # [B,H], the one layer
         embedded = torch.embedding(self.embed.weight, prev_tokens).unsqueeze(1)  # [B,1,E]
-        query = F.linear(h.unsqueeze(1), attention.query_proj.weight)  # [B,1,A]
-        energy = (query.unsqueeze(2) + enc.extras[_PRE].unsqueeze(1)).tanh_()  # [B,1,S,A]
-        scores = F.linear(energy, attention.energy.weight).squeeze(-1)  # [B,1,S]
+        scores = attention.score_step(h.unsqueeze(1), enc.extras[_PRE])  # [B,1,S]
         weights = masked_softmax(scores, enc.mask.unsqueeze(1))  # [B,1,S]
         context = torch.bmm(weights, enc.states)  # [B,1,D]
         parts = [embedded, context, state["feed"].unsqueeze(1)] if self.input_feeding else [embedded, context]

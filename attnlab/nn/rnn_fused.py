@@ -17,14 +17,16 @@ node each (attnlab.nn.rnn gives the equations):
   (and the embeddings' and the encoder states') is one large matrix product after the loop.
 
 They are an optimisation only: ``tests/test_rnn_fused.py`` checks values and gradients
-against nn.GRU / the reference loop in float64, and ``RNNSeq2Seq.fused = False`` switches
-them off. On the CPU the dropout masks are drawn from the same random stream as the
-reference, so even training with dropout gives the same numbers.
+against nn.GRU / the reference loop in float64, and reference mode (attnlab.nn.reference)
+switches them off. Bahdanau's score is ``BahdanauAttention.score_step`` (its parameters:
+``step_weights``); the decoder here is its hand-differentiated form. On the CPU the
+dropout masks are drawn from the same random stream as the reference, so even training
+with dropout gives the same numbers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -44,30 +46,63 @@ def _gate_factors(
 # -- decoder ------------------------------------------------------------------------------------
 
 
+class DecoderInputs(NamedTuple):
+    """FusedBahdanauGRU's inputs, in ``apply`` order; ``backward`` returns their gradients as
+    one of these (None where there is none)."""
+
+    emb: Any  # [B,T,E] target embeddings (dropout applied)
+    h0: Any  # [B,H] bridged initial state
+    keys: Any  # [B,S,A] U h_j (the attention's precompute)
+    values: Any  # [B,S,D] encoder states
+    bias: Any  # [B,S] 0 for real keys, -inf for padding
+    any_key: Any  # [B,1] 1 / 0 (rows without keys), None when all have keys
+    drop: Any  # [T,B,H] dropout mask of h̃ (scaled), or None
+    w_q: Any  # [A,H] W
+    w_v: Any  # [1,A] v
+    w_ih: Any  # [3H, E+D(+H)]
+    b_ih: Any  # [3H]
+    w_hh: Any  # [3H,H]
+    b_hh: Any  # [3H]
+    w_c: Any  # [H, D+H]
+    b_c: Any  # [H]
+    feeding: Any  # bool: h̃_{t-1} is part of the GRU input
+
+
+class DecoderSaved(NamedTuple):
+    """What FusedBahdanauGRU's forward keeps for its backward (time-major buffers)."""
+
+    emb_t: Tensor  # [T·B,E] the embeddings, time-major rows
+    keys: Tensor  # [B,S,A]
+    values: Tensor  # [B,S,D]
+    drop: Tensor | None  # [T,B,H]
+    w_q: Tensor
+    w_v: Tensor
+    w_ih: Tensor
+    w_hh: Tensor
+    w_c: Tensor
+    states: Tensor  # [T+1,B,H] s_0..s_T
+    rest: Tensor  # [T,B,D(+H)] [c_t; h̃_{t-1}]
+    cs: Tensor  # [T,B,D+H] [c_t; s_t]
+    sq: Tensor  # [T,B,3H+A] [W_hh s_{t-1} + b_hh; W s_{t-1}]
+    gates: Tensor  # [T,B,2H] r, z
+    gates_n: Tensor  # [T,B,H] n
+    tanh_a: Tensor  # [T,B,H] tanh(W_c [c; s] + b_c)
+    energies: Tensor  # [T,B,S,A] tanh(W s + U h)
+    alphas: Tensor  # [T,B,S] attention weights
+
+
 class FusedBahdanauGRU(torch.autograd.Function):
     """Teacher-forced decoder: c_t = attend(s_{t-1}); s_t = GRU([E y_{t-1}; c_t; h̃_{t-1}],
-    s_{t-1}); h̃_t = dropout(tanh(W_c [c_t; s_t] + b_c)). Returns h̃ [B,T,H], weights [B,T,S]."""
+    s_{t-1}); h̃_t = dropout(tanh(W_c [c_t; s_t] + b_c)). Inputs: ``DecoderInputs``.
+    Returns h̃ [B,T,H], weights [B,T,S]."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        emb: Tensor,  # [B,T,E] target embeddings (dropout applied)
-        h0: Tensor,  # [B,H] bridged initial state
-        keys: Tensor,  # [B,S,A] U h_j (the attention's precompute)
-        values: Tensor,  # [B,S,D] encoder states
-        bias: Tensor,  # [B,S] 0 for real keys, -inf for padding
-        any_key: Tensor | None,  # [B,1] 1 / 0 (rows without keys), None when all have keys
-        drop: Tensor | None,  # [T,B,H] dropout mask of h̃ (scaled), or None
-        w_q: Tensor,  # [A,H] W
-        w_v: Tensor,  # [1,A] v
-        w_ih: Tensor,  # [3H, E+D(+H)]
-        b_ih: Tensor,  # [3H]
-        w_hh: Tensor,  # [3H,H]
-        b_hh: Tensor,  # [3H]
-        w_c: Tensor,  # [H, D+H]
-        b_c: Tensor,  # [H]
-        feeding: bool,
-    ) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, *args: Any) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        inp = DecoderInputs(*args)
+        emb, h0, keys, values, bias = inp.emb, inp.h0, inp.keys, inp.values, inp.bias
+        any_key, drop, feeding = inp.any_key, inp.drop, inp.feeding
+        w_q, w_v, w_ih, b_ih = inp.w_q, inp.w_v, inp.w_ih, inp.b_ih
+        w_hh, b_hh, w_c, b_c = inp.w_hh, inp.b_hh, inp.w_c, inp.b_c
         batch, steps, e_dim = emb.shape
         hidden, d_dim = h0.shape[1], values.shape[2]
         g3 = 3 * hidden
@@ -120,18 +155,21 @@ class FusedBahdanauGRU(torch.autograd.Function):
             feed = torch.mul(a, drop[t], out=outs[t]) if drop is not None else a
         ctx.feeding = feeding
         ctx.e_dim = e_dim
-        ctx.save_for_backward(
-            emb_t, keys, values, drop, w_q, w_v, w_ih, w_hh, w_c, states, rest, cs, sq,
-            gates, gates_n, tanh_a, energies, alphas,
-        )
+        ctx.save_for_backward(*DecoderSaved(
+            emb_t=emb_t, keys=keys, values=values, drop=drop, w_q=w_q, w_v=w_v, w_ih=w_ih,
+            w_hh=w_hh, w_c=w_c, states=states, rest=rest, cs=cs, sq=sq, gates=gates,
+            gates_n=gates_n, tanh_a=tanh_a, energies=energies, alphas=alphas,
+        ))
         weights = alphas.transpose(0, 1)
         ctx.mark_non_differentiable(weights)
         return outs.transpose(0, 1), weights
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor | None, _grad_weights: Any) -> tuple[Any, ...]:  # type: ignore[override]
-        (emb_t, keys, values, drop, w_q, w_v, w_ih, w_hh, w_c, states, rest, cs, sq,
-         gates, gates_n, tanh_a, energies, alphas) = ctx.saved_tensors
+        sv = DecoderSaved(*ctx.saved_tensors)
+        keys, values, drop, w_q, w_ih, w_hh = sv.keys, sv.values, sv.drop, sv.w_q, sv.w_ih, sv.w_hh
+        states, rest, cs, sq, tanh_a = sv.states, sv.rest, sv.cs, sv.sq, sv.tanh_a
+        gates, energies, alphas = sv.gates, sv.energies, sv.alphas
         feeding, e_dim = ctx.feeding, ctx.e_dim
         steps, batch, hidden = tanh_a.shape
         d_dim, g3, a_dim = values.shape[2], 3 * hidden, w_q.shape[0]
@@ -139,13 +177,13 @@ class FusedBahdanauGRU(torch.autograd.Function):
             grad = tanh_a.new_zeros(tanh_a.shape)
         else:
             grad = grad_out.transpose(0, 1)  # [T,B,H]
-        v = w_v[0]
+        v = sv.w_v[0]
         # Derivative factors of every step, vectorised before the loop.
         f_a = 1 - tanh_a * tanh_a
         if drop is not None:
             f_a = f_a * drop
         r, z = gates[..., :hidden], gates[..., hidden:]
-        f_n, f_z, f_r = _gate_factors(states[:-1], r, z, gates_n, sq[..., 2 * hidden : g3])
+        f_n, f_z, f_r = _gate_factors(states[:-1], r, z, sv.gates_n, sq[..., 2 * hidden : g3])
         w_sq = torch.cat([w_hh, w_q])  # [3H+A, H]
         w_rest = w_ih[:, e_dim:]
         new = tanh_a.new_empty
@@ -160,7 +198,7 @@ class FusedBahdanauGRU(torch.autograd.Function):
         for t in range(steps - 1, -1, -1):
             d_h = grad[t] if d_feed is None else grad[t] + d_feed
             du = torch.mul(d_h, f_a[t], out=d_u[t])
-            d_cs = du @ w_c  # [B, D+H]
+            d_cs = du @ sv.w_c  # [B, D+H]
             d_s = d_s + d_cs[:, d_dim:]
             gi, gq = d_gi[t], d_sq[t]
             d_n = torch.mul(d_s, f_n[t], out=gi[:, 2 * hidden :])
@@ -186,17 +224,18 @@ class FusedBahdanauGRU(torch.autograd.Function):
         # Weight (and input) gradients: one large product each over all T·B rows.
         rows = steps * batch
         d_gi2, d_sq2, d_u2 = d_gi.view(rows, -1), d_sq.view(rows, -1), d_u.view(rows, -1)
-        g_w_ih = d_gi2.t() @ torch.cat([emb_t, rest.view(rows, -1)], dim=1)
+        g_w_ih = d_gi2.t() @ torch.cat([sv.emb_t, rest.view(rows, -1)], dim=1)
         g_emb = (d_gi2 @ w_ih[:, :e_dim]).view(steps, batch, e_dim).transpose(0, 1)
         g_w_sq = d_sq2.t() @ states[:-1].reshape(rows, hidden)  # [W_hh; W] together
         g_w_c = d_u2.t() @ cs.view(rows, -1)
         g_w_v = d_scores.reshape(1, -1) @ energies.reshape(-1, energies.shape[-1])  # [1,A]
         # dL/dV = sum_t alpha_t^T dc_t, batched over B
         g_values = torch.bmm(alphas.permute(1, 2, 0), d_ctx.transpose(0, 1))
-        return (
-            g_emb, d_s, d_keys, g_values, None, None, None, g_w_sq[g3:], g_w_v, g_w_ih,
-            d_gi2.sum(0), g_w_sq[:g3], d_sq2[:, :g3].sum(0), g_w_c, d_u2.sum(0), None,
-        )
+        return tuple(DecoderInputs(
+            emb=g_emb, h0=d_s, keys=d_keys, values=g_values, bias=None, any_key=None, drop=None,
+            w_q=g_w_sq[g3:], w_v=g_w_v, w_ih=g_w_ih, b_ih=d_gi2.sum(0), w_hh=g_w_sq[:g3],
+            b_hh=d_sq2[:, :g3].sum(0), w_c=g_w_c, b_c=d_u2.sum(0), feeding=None,
+        ))
 
 
 def fused_bahdanau_gru(
@@ -205,7 +244,7 @@ def fused_bahdanau_gru(
     keys: Tensor,
     values: Tensor,
     mask: Tensor,
-    attention: Any,
+    attention: Any,  # BahdanauAttention
     rnn: torch.nn.GRU,
     combine: torch.nn.Linear,
     dropout: float,
@@ -229,12 +268,12 @@ def fused_bahdanau_gru(
         else:
             drop = emb.new_empty(batch, steps, rnn.hidden_size).bernoulli_(keep).div_(keep)
             drop = drop.transpose(0, 1).contiguous()
-    return FusedBahdanauGRU.apply(
-        emb, h0, keys, values, bias, key_rows, drop,
-        attention.query_proj.weight, attention.energy.weight,
-        rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
-        combine.weight, combine.bias, feeding,
-    )
+    w_q, w_v = attention.step_weights()
+    return FusedBahdanauGRU.apply(*DecoderInputs(
+        emb=emb, h0=h0, keys=keys, values=values, bias=bias, any_key=key_rows, drop=drop,
+        w_q=w_q, w_v=w_v, w_ih=rnn.weight_ih_l0, b_ih=rnn.bias_ih_l0, w_hh=rnn.weight_hh_l0,
+        b_hh=rnn.bias_hh_l0, w_c=combine.weight, b_c=combine.bias, feeding=feeding,
+    ))
 
 
 # -- encoder ------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ declares the role (``model.self_attention``, ``model.decoder_self_attention``,
 ``model.cross_attention``). ``forward(..., need_weights=True)`` returns every layer's and
 head's weights; ``step`` decodes one token with a key/value cache kept in the decoder state
 (batch-first tensors, so beam search can reorder it with ``index_select``).
+
+Every layer is written once against a ``Layout`` (attnlab.nn.packing) carried beside its
+activations: padded [B,T,D] (weights, decoding, accelerators, reference mode) or packed [N,D]
+real rows (training on the CPU: the same logits at the real positions, no work on padding).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from attnlab.errors import AttnlabError
 from attnlab.nn.attention import ATTENTION, Attention, build_attention
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
 from attnlab.nn.attention.multihead import MultiHeadBase
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.model import ARCHITECTURES, ArchSpec
 from attnlab.nn.output_layer import OutputLayer
-from attnlab.nn.packing import Packing
+from attnlab.nn.packing import PADDED, Layout, Packing
 from attnlab.nn.positions import AbsolutePositions, Rotary
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
@@ -52,40 +57,28 @@ class AttentionBlock(nn.Module):
         self.cacheable = isinstance(self.attn, MultiHeadBase)  # caches projected keys / values
 
     def forward(
-        self, query: Tensor, keys: Tensor, key_mask: Tensor, causal: bool, need_weights: bool,
-        precomputed: Any = None,
+        self, query: Tensor, q_layout: Layout, keys: Tensor, k_layout: Layout, key_mask: Tensor,
+        causal: bool, need_weights: bool, precomputed: Any = None,
     ) -> tuple[Tensor, Tensor | None]:
-        out = self.attn(
-            query, keys, keys, key_mask, causal=causal, need_weights=need_weights, precomputed=precomputed
-        )
+        """query rows in ``q_layout``, keys (= values) rows in ``k_layout`` (``keys is query``
+        for self-attention) -> (context rows in ``q_layout``, weights [B,H,Tq,Tk] | None)."""
+        if isinstance(self.attn, MultiHeadBase):  # works on any layout's rows
+            out = self.attn.forward_layout(
+                query, q_layout, keys, keys, k_layout, key_mask, causal, need_weights, precomputed
+            )
+            context = out.context
+        else:  # any other variant: its own forward on the padded layout
+            padded_query = q_layout.unpack(query)
+            padded_keys = padded_query if keys is query else k_layout.unpack(keys)
+            out = self.attn(
+                padded_query, padded_keys, padded_keys, key_mask, causal=causal,
+                need_weights=need_weights, precomputed=precomputed,
+            )
+            context = q_layout.pack(out.context)
         weights = out.weights
         if weights is not None and weights.dim() == 3:  # a single-head variant: [B,Tq,Tk]
             weights = weights.unsqueeze(1)
-        return self.proj(out.context), weights
-
-    def forward_packed(
-        self, query: Tensor, q_pack: Packing, keys: Tensor, k_pack: Packing, key_mask: Tensor, causal: bool
-    ) -> Tensor:
-        """Packed rows in and out (attnlab.nn.packing); ``keys is query`` for self-attention."""
-        if isinstance(self.attn, MultiHeadBase):
-            return self.proj(self.attn.forward_packed(query, q_pack, keys, k_pack, key_mask, causal))
-        # Any other variant: its own forward on the padded layout.
-        padded_query = q_pack.unpack(query)
-        padded_keys = padded_query if keys is query else k_pack.unpack(keys)
-        out = self.attn(padded_query, padded_keys, padded_keys, key_mask, causal=causal, need_weights=False)
-        return self.proj(q_pack.pack(out.context))
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout whose CPU training mask comes from ``rand_like(x) >= p``: the same Bernoulli(1-p)
-    keep-mask and 1/(1-p) scaling, ~2x faster than torch's CPU ``bernoulli_`` (which took a third
-    of a training step at p = 0.1). Elsewhere (CUDA, eval, p = 0) it is nn.Dropout."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
-            return super().forward(x)
-        keep = torch.rand_like(x) >= self.p
-        return x * keep.to(x.dtype) * (1.0 / (1.0 - self.p))
+        return self.proj(context), weights
 
 
 class FeedForward(nn.Module):
@@ -126,18 +119,15 @@ class EncoderLayer(nn.Module):
         self.sub_attn = Sublayer(m.d_model, m.dropout, pre)
         self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
 
-    def forward(self, x: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, layout: Layout, mask: Tensor, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: the source's activations in ``layout``; mask [B,S] its real tokens."""
         h = self.sub_attn.inp(x)
-        y, weights = self.self_attn(h, h, mask, False, need_weights)
+        y, weights = self.self_attn(h, layout, h, layout, mask, False, need_weights)
         x = self.sub_attn.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
         return x, weights
-
-    def forward_packed(self, x: Tensor, pack: Packing, mask: Tensor) -> Tensor:
-        """x [N,D]: the real rows of the source (``pack``)."""
-        h = self.sub_attn.inp(x)
-        x = self.sub_attn.out(x, self.self_attn.forward_packed(h, pack, h, pack, mask, False))
-        return self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -154,37 +144,32 @@ class DecoderLayer(nn.Module):
         self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
 
     def forward(
-        self, x: Tensor, enc_states: Tensor, enc_mask: Tensor, need_weights: bool,
-        self_keys: Tensor | None = None, self_kv: Any = None, cross_kv: Any = None,
+        self, x: Tensor, layout: Layout, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
+        need_weights: bool, self_keys: Tensor | None = None, self_kv: Any = None,
+        cross_kv: Any = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """x [B,Tq,D]. Full pass: keys are this layer's own inputs. Cached step: ``self_kv`` =
+        """x: the target's activations in ``layout``; enc_states the source's in ``enc_layout``.
+        Full pass: keys are this layer's own inputs. Cached step (padded): ``self_kv`` =
         projected (k, v) of every position so far, or ``self_keys`` = the inputs so far [B,Tk,D]
         for variants without a projected cache."""
         h = self.sub_self.inp(x)
         keys = h if self_keys is None else self_keys
-        tk = self_kv[0].shape[2] if self_kv is not None else keys.shape[1]
+        batch, tk = layout.batch_shape(keys)
+        if self_kv is not None:
+            tk = self_kv[0].shape[2]
         # Decoder positions are never padding as keys: causality alone hides what follows.
-        self_mask = torch.ones(x.shape[0], tk, dtype=torch.bool, device=x.device)
-        y, self_weights = self.self_attn(h, keys, self_mask, True, need_weights, precomputed=self_kv)
+        self_mask = torch.ones(batch, tk, dtype=torch.bool, device=x.device)
+        y, self_weights = self.self_attn(
+            h, layout, keys, layout, self_mask, True, need_weights, precomputed=self_kv
+        )
         x = self.sub_self.out(x, y)
         y, cross_weights = self.cross_attn(
-            self.sub_cross.inp(x), enc_states, enc_mask, False, need_weights, precomputed=cross_kv
+            self.sub_cross.inp(x), layout, enc_states, enc_layout, enc_mask, False, need_weights,
+            precomputed=cross_kv,
         )
         x = self.sub_cross.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
         return x, self_weights, cross_weights
-
-    def forward_packed(
-        self, x: Tensor, pack: Packing, enc_states: Tensor, enc_pack: Packing, enc_mask: Tensor,
-        self_mask: Tensor,
-    ) -> Tensor:
-        """x [N,D]: the real target rows (``pack``); enc_states [Ns,D]: the real source rows.
-        ``self_mask`` is all True, as in ``forward``: causality alone hides what follows."""
-        h = self.sub_self.inp(x)
-        x = self.sub_self.out(x, self.self_attn.forward_packed(h, pack, h, pack, self_mask, True))
-        h = self.sub_cross.inp(x)
-        x = self.sub_cross.out(x, self.cross_attn.forward_packed(h, pack, enc_states, enc_pack, enc_mask, False))
-        return self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
 
 
 def _stack(weights: list[Tensor | None]) -> Tensor | None:
@@ -195,14 +180,15 @@ def _stack(weights: list[Tensor | None]) -> Tensor | None:
 
 
 class TransformerSeq2Seq(Seq2Seq):
+    # True: always the padded layout and explicit attention (attnlab.nn.reference).
+    reference_mode: bool = False
+
     def __init__(self, config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         m = config.model
         self.config = config
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model = m.d_model
-        # forward() without weights runs padding-free on CPU; False = always the padded path.
-        self.pack_padding = True
         hparams = config.attention_params()
         self.tgt_embed = nn.Embedding(tgt_vocab_size, m.d_model, padding_idx=PAD_ID)
         if m.share_embeddings:
@@ -244,11 +230,14 @@ class TransformerSeq2Seq(Seq2Seq):
 
     # -- encoder ------------------------------------------------------------------------------
 
-    def _encode(self, src: Tensor, src_mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        x = self._embed(self.src_embed, src)
+    def _encode(
+        self, src: Tensor, src_mask: Tensor, need_weights: bool, layout: Layout = PADDED
+    ) -> tuple[Tensor, Tensor | None]:
+        """-> the source's final states in ``layout`` (+ every layer's weights on request)."""
+        x = layout.pack(self._embed(self.src_embed, src))
         weights = []
         for layer in self.encoder_layers:
-            x, w = layer(x, src_mask, need_weights)
+            x, w = layer(x, layout, src_mask, need_weights)
             weights.append(w)
         return self.encoder_norm(x), _stack(weights) if need_weights else None
 
@@ -259,75 +248,65 @@ class TransformerSeq2Seq(Seq2Seq):
     # -- decoder: full pass ---------------------------------------------------------------------
 
     def _decode(
-        self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool
+        self, tgt_in: Tensor, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
+        need_weights: bool, layout: Layout = PADDED,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        x = self._embed(self.tgt_embed, tgt_in)
+        """-> logits [B,T,V] (zeros at padding in the packed layout) and the weights."""
+        x = layout.pack(self._embed(self.tgt_embed, tgt_in))
         self_weights, cross_weights = [], []
         for layer in self.decoder_layers:
-            x, sw, cw = layer(x, enc.states, enc.mask, need_weights)
+            x, sw, cw = layer(x, layout, enc_states, enc_layout, enc_mask, need_weights)
             self_weights.append(sw)
             cross_weights.append(cw)
-        logits = self.output(self.decoder_norm(x))
+        logits = layout.unpack(self.output(self.decoder_norm(x)))
         if not need_weights:
             return logits, None, None
         return logits, _stack(self_weights), _stack(cross_weights)
 
-    # -- padding-free full pass (training) --------------------------------------------------------
-
-    def _packed_ok(self, src: Tensor, need_weights: bool) -> bool:
-        # On CPU (where the matmuls are the cost) the real rows are found on the host for free;
-        # on an accelerator that would be a device sync per batch, for launch-bound kernels.
-        return self.pack_padding and not need_weights and src.device.type == "cpu"
-
-    def _encode_packed(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Packing]:
-        pack = Packing(src_mask)
-        x = pack.pack(self._embed(self.src_embed, src))
-        for layer in self.encoder_layers:
-            x = layer.forward_packed(x, pack, src_mask)
-        return self.encoder_norm(x), pack
-
-    def _decode_packed(self, tgt_in: Tensor, enc_states: Tensor, enc_pack: Packing, src_mask: Tensor) -> Tensor:
-        pack = Packing(tgt_in != PAD_ID)
-        x = pack.pack(self._embed(self.tgt_embed, tgt_in))
-        self_mask = torch.ones(tgt_in.shape, dtype=torch.bool, device=tgt_in.device)
-        for layer in self.decoder_layers:
-            x = layer.forward_packed(x, pack, enc_states, enc_pack, src_mask, self_mask)
-        return pack.unpack(self.output(self.decoder_norm(x)))  # [B,T,V]; zeros at padding
-
-    def _forward_packed(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float) -> ModelOutput:
-        states, enc_pack = self._encode_packed(src, src_mask)
-        if teacher_forcing < 1.0:
-            with torch.no_grad():
-                predictions = self._decode_packed(tgt_in, states, enc_pack, src_mask).argmax(-1)
-            tgt_in = self._mix_predictions(tgt_in, predictions, teacher_forcing)
-        return ModelOutput(logits=self._decode_packed(tgt_in, states, enc_pack, src_mask), attentions={})
+    def _layouts(
+        self, src_mask: Tensor, tgt_in: Tensor, need_weights: bool
+    ) -> tuple[Layout, Layout]:
+        """Source and target layouts of a full pass: packed (padding-free) on the CPU without
+        weights, where the matmuls are the cost and the real rows are found on the host for
+        free; padded otherwise (on an accelerator that would be a device sync per batch, for
+        launch-bound kernels), and in reference mode."""
+        if self.reference_mode or need_weights or src_mask.device.type != "cpu":
+            return PADDED, PADDED
+        return Packing(src_mask), Packing(tgt_in != PAD_ID)
 
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float = 1.0,
         need_weights: bool = False,
     ) -> ModelOutput:
         """Logits [B,T,V] of teacher-forced decoding (+ every layer's weights on request).
-        Without weights on CPU this runs padding-free (``_forward_packed``): the same logits at
-        the real target positions, zeros at the padded ones."""
-        if self._packed_ok(src, need_weights):
-            return self._forward_packed(src, src_mask, tgt_in, teacher_forcing)
-        states, enc_self = self._encode(src, src_mask, need_weights)
-        enc = EncoderOutput(states=states, mask=src_mask)
+        Without weights on CPU this runs padding-free (``_layouts``): the same logits at the
+        real target positions, zeros at the padded ones."""
+        src_layout, tgt_layout = self._layouts(src_mask, tgt_in, need_weights)
+        states, enc_self = self._encode(src, src_mask, need_weights, src_layout)
         if teacher_forcing < 1.0:
-            tgt_in = self._scheduled_sampling_inputs(tgt_in, enc, teacher_forcing)
-        logits, dec_self, cross = self._decode(tgt_in, enc, need_weights)
+            tgt_in = self._scheduled_sampling_inputs(
+                tgt_in, states, src_layout, src_mask, teacher_forcing, tgt_layout
+            )
+            # A new batch: a predicted <pad> is padding to the packed layout, as it always was.
+            tgt_layout = self._layouts(src_mask, tgt_in, need_weights)[1]
+        logits, dec_self, cross = self._decode(
+            tgt_in, states, src_layout, src_mask, need_weights, tgt_layout
+        )
         attentions = {}
         for key, value in (("enc_self", enc_self), ("dec_self", dec_self), ("cross", cross)):
             if value is not None:
                 attentions[key] = value
         return ModelOutput(logits=logits, attentions=attentions)
 
-    def _scheduled_sampling_inputs(self, tgt_in: Tensor, enc: EncoderOutput, teacher_forcing: float) -> Tensor:
+    def _scheduled_sampling_inputs(
+        self, tgt_in: Tensor, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
+        teacher_forcing: float, layout: Layout,
+    ) -> Tensor:
         """Two passes (Bengio et al. 2015 adapted to parallel decoding): predict every position
         with the gold prefix, then feed the model's previous prediction at each position t > 0
         with probability 1 - teacher_forcing, decided per token."""
         with torch.no_grad():
-            logits, _, _ = self._decode(tgt_in, enc, need_weights=False)
+            logits, _, _ = self._decode(tgt_in, enc_states, enc_layout, enc_mask, False, layout)
             predictions = logits.argmax(-1)  # [B,T]: prediction for position t + 1
         return self._mix_predictions(tgt_in, predictions, teacher_forcing)
 
@@ -381,7 +360,9 @@ class TransformerSeq2Seq(Seq2Seq):
             cross_kv = state.get(f"cross_kv{i}")
             if cross_kv is not None:
                 new_state[f"cross_kv{i}"] = cross_kv
-            x, _, cw = layer(x, enc.states, enc.mask, need_weights, self_keys, self_kv, cross_kv)
+            x, _, cw = layer(
+                x, PADDED, enc.states, PADDED, enc.mask, need_weights, self_keys, self_kv, cross_kv
+            )
             cross_weights.append(cw)
         logits = self.output.step_logits(self.decoder_norm(x)[:, 0])
         cross = _stack(cross_weights) if need_weights else None

@@ -9,7 +9,13 @@ checks its ``os.stat`` signature every step): ``pause`` (stop stepping, keep pol
 ``resume``, ``save`` (write ``last`` now), ``stop`` (save ``last``, ``done`` reason
 "stopped"). In-process callers can use ``Trainer.control(command)`` instead. SIGINT/SIGTERM
 (when ``run`` is called from the main thread) finish the current step, save ``last`` and end
-with ``done`` reason "interrupted"; a second signal aborts at once.
+with ``done`` reason "interrupted"; a second signal aborts at once. A signal during set-up
+(before the ``start`` event) raises KeyboardInterrupt once set-up is over, with nothing written.
+
+``run`` holds the run directory's lock (attnlab.runs.lock_run_dir) from set-up to the end, or
+uses the one its caller took (``lock=``). Under DDP (attnlab.train.distributed) rank 0 alone
+holds it and writes the run directory; a signal during set-up, rank 0's evaluation outcome
+and every control word are agreed by all ranks, so they stop on the same step.
 """
 
 from __future__ import annotations
@@ -20,32 +26,42 @@ import os
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnlab.config import ExperimentConfig, to_dict
-from attnlab.data.batching import iterate_batches, make_batch
+from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.interpret.average import keep_step_copy
+from attnlab.naming import attention_roles
 from attnlab.runs import (
     CONTROL_FILE,
+    WriteError,
+    check_resume_weights,
     checkpoint_dir,
+    has_resumable_checkpoint,
     jsonable,
+    lock_run_dir,
     optimizer_from_tensors,
     optimizer_to_tensors,
+    prepare_checkpoints,
     read_trainer_state,
+    require_run_dir,
     save_checkpoint,
     write_config,
 )
-from attnlab.train.events import EventLog
+from attnlab.train import distributed
+from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS, PeerFailed, shard_plan
+from attnlab.train.events import EventLog, NullEventLog
 from attnlab.train.schedules import (
     LRSchedule,
     best_eval_decision,
@@ -56,6 +72,9 @@ from attnlab.train.schedules import (
 PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
 EXIT_CODES = {"finished": 0, "early-stop": 0, "stopped": 0, "interrupted": 130, "error": 1}
+
+# Outcomes of an evaluation (rank 0's, shared with every rank under DDP).
+EVAL_GO_ON, EVAL_STOP_EARLY, EVAL_NON_FINITE = 0, 1, 2
 
 
 class NonFiniteLoss(RuntimeError):
@@ -94,6 +113,7 @@ class Trainer:
         resume: bool = False,
         dataset: Any = None,
         install_signals: bool = True,
+        lock: Any = None,
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -102,13 +122,18 @@ class Trainer:
         self.resume = resume
         self.dataset = dataset
         self.install_signals = install_signals
+        self.lock = lock  # a RunLock the caller holds on run_dir; None: run() takes one
+        self.started = False  # True once the "start" event is written
         self._pending: str | None = None  # a command from control() (another thread)
         self._signalled = False
+        self._signal_at: float | None = None  # when this process got its first signal
         self._control_sig: tuple[int, int, int] | None = None
         # A control file written after this moment is for us (even during set-up); an older
         # one is left over from an earlier session of the run and is ignored. The slack covers
-        # file systems whose timestamps come from a coarse clock.
-        self._created_ns = time.time_ns() - CONTROL_SLACK_NS
+        # file systems whose timestamps come from a coarse clock. Under `attnlab train --nproc`
+        # the launcher's start counts (its Ctrl+C may reach RUN/control before we exist).
+        now = time.time_ns()
+        self._created_ns = min(now, distributed.launch_time_ns() or now) - CONTROL_SLACK_NS
         self.step = 0
 
     # -- public control -----------------------------------------------------------------------
@@ -119,6 +144,12 @@ class Trainer:
             raise ValueError(f"unknown control command {command!r}")
         self._pending = command
 
+    def interrupt(self) -> None:
+        """What a first SIGINT does: stop at the next step (or right after set-up)."""
+        if self._signal_at is None:
+            self._signal_at = time.monotonic()  # a repeat counts from here (see the handler)
+        self._signalled = True
+
     # -- set-up -------------------------------------------------------------------------------
 
     def _setup(self) -> None:
@@ -127,11 +158,12 @@ class Trainer:
 
         cfg = self.config.train
         seed_everything(cfg.seed)
+        self.dist = distributed.init(self.device_name)  # one process: rank 0 of 1, no-op
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
-        self.device = resolve_device(self.device_name)
-        if self.dataset is None:
-            self.dataset = load_dataset(self.config.data)
+        self.device = self.dist.device if self.dist.active else resolve_device(self.device_name)
+        if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
+            self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
         self.dataset_meta = self.dataset.meta()
         self.model = build_model(self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab))
         self.model.to(self.device)
@@ -147,16 +179,42 @@ class Trainer:
         self.total_tokens = 0
         self.train_time = 0.0  # seconds spent stepping (tokens/s over the run)
         self._last_saved_step = -1
-        if self.resume:
+        # Rank 0 finishes or clears what a killed save left behind, before any rank reads it.
+        self.dist.primary_first(self._prepare_checkpoints)
+        if self.resume and has_resumable_checkpoint(self.run_dir):
             self._load_resume_state()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.run_dir, self.config)
-        self.events = EventLog(self.run_dir, self.on_event)
+        # else: killed before its first checkpoint, the run starts over (same seed, same losses)
+        self._prepare_parallel()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
         self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
+        if self._interrupted_in_setup():  # Ctrl+C during set-up: stop before writing anything
+            raise KeyboardInterrupt
+        primary = self.dist.is_primary
+        if primary:  # one writer: rank 0
+            write_config(self.run_dir, self.config)
+        self.events = EventLog(self.run_dir, self.on_event) if primary else NullEventLog()
+
+    def _prepare_checkpoints(self) -> None:
+        if self.dist.is_primary:
+            prepare_checkpoints(self.run_dir)
+
+    def _interrupted_in_setup(self) -> bool:
+        """A signal during set-up. Under DDP any rank's signal, or the ``interrupt`` that
+        ``attnlab train --nproc`` writes to RUN/control (rank 0 reads it), agreed by every rank
+        in one collective: all stop here together, before anything is written."""
+        if not self.dist.active:
+            return self._signalled
+        word = self._poll_control() if self.dist.is_primary else None
+        if word == "interrupt":
+            self._signalled = True
+        elif word is not None:
+            self._pending = word  # pause / save / stop: acted on at the first step
+        _, signalled, _ = self.dist.sync_step(0, self._signalled, 0)
+        return signalled
 
     def _load_resume_state(self) -> None:
         weights, state, tensors = read_trainer_state(self.run_dir)
+        check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
@@ -182,13 +240,81 @@ class Trainer:
             if len(cuda_states) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(cuda_states)
 
+    def _prepare_parallel(self) -> None:
+        """DDP (broadcasts rank 0's weights), per-rank dropout seeds and opt-in torch.compile.
+        ``self.model`` stays the plain module: evaluation and checkpoints use it."""
+        cfg = self.config.train
+        self._eager_model = distributed.wrap_model(self.model, self.dist)
+        self.train_model = self._eager_model
+        if self.dist.active:
+            distributed.share_redraw_generator(self.model, cfg.seed)  # features agree
+            if not (self.resume and self.dist.is_primary):  # a resumed rank 0 keeps its RNG
+                torch.manual_seed(cfg.seed + self.dist.rank + 7919 * self.step)
+                random.seed(cfg.seed + self.dist.rank + 7919 * self.step)
+        if cfg.compile:
+            try:
+                self.train_model = torch.compile(self._eager_model)
+            except Exception as err:  # e.g. no compiler on this platform
+                self._compile_failed(err)
+
+    def _compile_failed(self, err: BaseException) -> None:
+        """One line on stderr and in the events; training goes on eagerly."""
+        self.train_model = self._eager_model
+        cause = f"{type(err).__name__}: {_first_line(err)}"
+        message = f"torch.compile failed ({cause}); training eagerly"
+        if self.dist.is_primary:
+            print(f"note: {message}", file=sys.stderr, flush=True)
+        if hasattr(self, "events"):
+            self.events.emit("note", self.step, message=message)
+        else:
+            self._compile_note = message
+
+    def _forward(self, batch: Any, ratio: float) -> Any:
+        args = (batch.src, batch.src_mask, batch.tgt_in)
+        with autocast(self.device, self.config.train.amp):
+            if self.train_model is self._eager_model:
+                return self.train_model(*args, teacher_forcing=ratio)
+            try:
+                return self.train_model(*args, teacher_forcing=ratio)
+            except Exception as err:  # compilation happens at the call (and on new shapes)
+                if is_out_of_memory(err):
+                    raise
+                self._compile_failed(err)
+                return self.train_model(*args, teacher_forcing=ratio)
+
+    def _sync_control(self, tokens: int) -> tuple[str | None, int]:
+        """Rank 0's control word and any rank's signal, agreed by every rank (plus the global
+        token count of this step) in one collective; alone: the local word, as is."""
+        word = self._poll_control() if self.dist.is_primary else None
+        if word == "interrupt":  # written by `attnlab train --nproc` on Ctrl+C / SIGTERM
+            word, self._signalled = None, True
+        code, signalled, total = self.dist.sync_step(CONTROL_CODES[word], self._signalled, tokens)
+        self._signalled = self._signalled or signalled  # a signal may land meanwhile
+        return CONTROL_WORDS[code], total
+
+    def _global_loss(self, window_loss: torch.Tensor) -> torch.Tensor:
+        return self.dist.all_reduce_sum(window_loss)
+
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
         """Train until max_steps, early stop, stop or interrupt; return a summary dict."""
-        self._setup()
-        self._start_time = time.perf_counter()
+        # Handlers first: a signal during set-up becomes a flag, not a KeyboardInterrupt that
+        # an import or a library's bare ``except`` could swallow.
         restore = self._install_signal_handlers()
+        lock = self.lock
+        try:
+            # One lock holder, rank 0 (the others would wait on it); it made the run dir.
+            if lock is None and distributed.is_primary_process():
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                lock = lock_run_dir(self.run_dir)
+            self._setup()
+        except BaseException:
+            restore()
+            if lock is not None and lock is not self.lock:
+                lock.release()
+            raise
+        self._start_time = time.perf_counter()
         reason = "error"
         try:
             self.events.emit(
@@ -201,22 +327,31 @@ class Trainer:
                 device=describe(self.device),
                 resumed=self.resume,
                 max_steps=self.config.train.max_steps,
+                # The variant in each attention role as built (dec-self "" resolved).
+                roles=asdict(attention_roles(self.config.model)),
                 pid=os.getpid(),
                 host=socket.gethostname(),
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
+                world_size=self.dist.world_size,
             )
+            self.started = True
+            if getattr(self, "_compile_note", None):
+                self.events.emit("note", self.step, message=self._compile_note)
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
                 self.events.emit("error", self.step, message=str(err), kind="nan")
                 reason = "error"
+            except PeerFailed:  # rank 0 stopped on an error and reports it; this rank ends
+                reason = "error"
             except Exception as err:
                 oom = is_out_of_memory(err)
+                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
                 self.events.emit(
                     "error",
                     self.step,
-                    message=f"{type(err).__name__}: {err}",
-                    kind="oom" if oom else "exception",
+                    message=str(err) if io else f"{type(err).__name__}: {err}",
+                    kind="oom" if oom else "io" if io else "exception",
                 )
                 self._done("error")
                 raise
@@ -224,8 +359,11 @@ class Trainer:
         finally:
             restore()
             self.events.close()
-            with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
-                (self.run_dir / CONTROL_FILE).unlink()
+            if self.dist.is_primary:
+                with contextlib.suppress(OSError):  # consumed: a later --resume starts clean
+                    (self.run_dir / CONTROL_FILE).unlink()
+            if lock is not None and lock is not self.lock:
+                lock.release()
         return self.summary(reason)
 
     def _loop(self) -> str:
@@ -241,51 +379,57 @@ class Trainer:
         window_start = time.perf_counter()
         grad_norm: torch.Tensor | None = None
         last_ratio, last_lr = 1.0, cfg.lr
+        first_step = self.step + 1  # logged at once: progress and ETA move from the first step
         model.train()
+        world = self.dist.world_size
         while self.step < cfg.max_steps:
-            command = self._poll_control()
+            examples = next(batches)  # this rank's share of the step (see _batches)
+            cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
+            if self.device.type == "cuda":
+                cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
+            # Counted on the CPU copy (no device sync); summed over ranks with the control word.
+            command, n_tokens = self._sync_control(cpu_batch.n_tokens)
             if command == "pause":
                 window_busy_s += time.perf_counter() - window_start
                 command = self._paused()
                 window_start = time.perf_counter()
             if command == "stop":
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
                 return "stopped"
             if command == "save":
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
             if self._signalled:
-                self._check_finite(window_loss)
+                self._check_finite(self._global_loss(window_loss))
                 self._save("last")
                 return "interrupted"
 
-            examples = next(batches)
-            cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
-            n_tokens = cpu_batch.n_tokens  # counted on the CPU copy: no device sync
             batch = cpu_batch.to(self.device)
             last_ratio = teacher_forcing_ratio(cfg, self.step)
             last_lr = self.lr_schedule.lr(self.step)
             for group in optimizer.param_groups:
                 group["lr"] = last_lr
-            with autocast(self.device, cfg.amp):
-                out = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=last_ratio)
+            out = self._forward(batch, last_ratio)
             loss_sum = token_loss_sum(out.logits, batch.tgt_out, cfg.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            (loss_sum / n_tokens).backward()
+            # Normalised by the global token count; DDP averages gradients over the N ranks,
+            # hence × N: the update equals one process's on the merged batches.
+            ((loss_sum * world) / n_tokens).backward()
             if cfg.clip > 0:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip)
             optimizer.step()
             self.step += 1
-            self.batch_in_epoch += 1
+            self.batch_in_epoch += world  # plan batches consumed (by all ranks together)
             window_loss += loss_sum.detach()
             window_tokens += n_tokens
             window_padding += cpu_batch.padding_fraction
             window_steps += 1
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
-            if self.step % cfg.log_every == 0 or at_eval:
-                loss_value = float(window_loss) / max(window_tokens, 1)  # the one sync per window
+            if self.step % cfg.log_every == 0 or at_eval or self.step == first_step:
+                # The one sync per window (all ranks: the global loss).
+                loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(
                         f"loss became {loss_value} between steps {self.step - window_steps + 1} "
@@ -305,13 +449,14 @@ class Trainer:
                     elapsed_s=round(self.elapsed(), 3),
                     tokens=self.total_tokens,
                     padding=round(window_padding / max(window_steps, 1), 4),
+                    world_size=world,
                 )
                 window_loss.zero_()
                 window_padding = 0.0
                 window_tokens, window_steps, window_busy_s = 0, 0, 0.0
                 window_start = time.perf_counter()
             if at_eval:
-                stop_early = self._evaluate()
+                stop_early = self._evaluate_on_primary()
                 window_start = time.perf_counter()  # eval time does not count as training
                 if stop_early:
                     return "early-stop"  # _evaluate saved last at this step
@@ -320,29 +465,71 @@ class Trainer:
         return "finished"
 
     def _batches(self) -> Iterator[list[Example]]:
-        """Endless shuffled epochs; resumes at (epoch, batch_in_epoch)."""
+        """Endless shuffled epochs; resumes at (epoch, batch_in_epoch). Every rank computes the
+        same seeded plan and takes its share (``shard_plan``); ``batch_in_epoch`` counts plan
+        batches, so a run resumes with any number of processes."""
         cfg = self.config.train
         train = self.dataset.splits.train
-        skip = self.batch_in_epoch
         while True:
-            iterator = iterate_batches(
+            plan = plan_batches(
                 train, cfg.batch_size, cfg.batch_tokens, shuffle=True, seed=cfg.seed + self.epoch,
                 bucket=cfg.bucket,
             )
-            for index, examples in enumerate(iterator):
-                if index < skip:
-                    continue
-                yield examples
-            skip = 0
+            share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
+            for index in share:
+                yield [train[i] for i in plan[index]]
             self.epoch += 1
             self.batch_in_epoch = 0
 
     # -- evaluation and checkpoints -----------------------------------------------------------
 
+    def _evaluate_on_primary(self) -> bool:
+        """Rank 0 evaluates (and saves) while the others wait. Every rank then learns the
+        outcome — go on, stop early, or stop on a non-finite dev loss or weights (NonFiniteLoss
+        on every rank: none waits for a peer that stopped) — and takes rank 0's bookkeeping:
+        best checkpoint, patience, LR schedule (a plateau schedule reacts to the eval)."""
+        failure: list[NonFiniteLoss] = []
+
+        def evaluate() -> int:
+            try:
+                return EVAL_STOP_EARLY if self._evaluate() else EVAL_GO_ON
+            except NonFiniteLoss as err:  # an outcome to share, not a failure of rank 0
+                failure.append(err)
+                return EVAL_NON_FINITE
+
+        outcome = self.dist.primary_only(evaluate)
+        if self.dist.active:
+            self._set_eval_state(self.dist.broadcast_object(self._eval_state()))
+        if outcome == EVAL_NON_FINITE:
+            raise failure[0] if failure else NonFiniteLoss(
+                f"rank 0 stopped on a non-finite dev loss or weights at step {self.step}"
+            )
+        return outcome == EVAL_STOP_EARLY
+
+    def _eval_state(self) -> dict[str, Any]:
+        """What an evaluation decides (on rank 0) and every rank keeps."""
+        return {
+            "best_value": self.best_value,
+            "best_metrics": self.best_metrics,
+            "last_metrics": self.last_metrics,
+            "bad_evals": self.bad_evals,
+            "lr_schedule": self.lr_schedule.state_dict(),
+            "last_saved_step": self._last_saved_step,
+        }
+
+    def _set_eval_state(self, state: dict[str, Any]) -> None:
+        self.best_value = state["best_value"]
+        self.best_metrics = state["best_metrics"]
+        self.last_metrics = state["last_metrics"]
+        self.bad_evals = state["bad_evals"]
+        self.lr_schedule.load_state_dict(state["lr_schedule"])
+        self._last_saved_step = state["last_saved_step"]
+
     def _evaluate(self) -> bool:
         """Score dev, log eval + samples, save best/last; True when early stopping says stop."""
         cfg = self.config.train
-        decode_cfg = replace(self.config.decode, beam=1, sample=False, nbest=1)  # batched greedy
+        # Batched greedy, whatever decoder the run names for translate / eval.
+        decode_cfg = replace(self.config.decode, decoder="greedy", beam=1, sample=False, nbest=1)
         with autocast(self.device, cfg.amp):
             result = evaluate_split(
                 self.model,
@@ -382,8 +569,14 @@ class Trainer:
 
     def _save(self, tag: str) -> None:
         """Write a checkpoint, only of finite weights (else the last good one stays)."""
+        if self.dist.is_primary:  # deleted under us: fail with one line, do not re-create it
+            require_run_dir(self.run_dir)
         if not self._weights_finite():
             raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
+        if not self.dist.is_primary:  # one writer; the weights are the same on every rank
+            if tag == "last":
+                self._last_saved_step = self.step
+            return
         metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
         directory = save_checkpoint(
             self.run_dir,
@@ -464,7 +657,7 @@ class Trainer:
             word = path.read_text(encoding="utf-8").strip().lower()
         except OSError:
             return None
-        return word if word in ("pause", "resume", "save", "stop") else None
+        return word if word in ("pause", "resume", "save", "stop", "interrupt") else None
 
     def _paused(self) -> str | None:
         """Wait while paused; returns the command that ended the pause (resume/stop/save)."""
@@ -472,7 +665,7 @@ class Trainer:
         self.events.emit("control", self.step, command="pause")
         try:
             while not self._signalled:
-                command = self._poll_control()
+                command, _ = self._sync_control(0)  # every rank pauses and wakes together
                 if command == "save":
                     self._save("last")
                 elif command in ("resume", "stop"):
@@ -489,11 +682,19 @@ class Trainer:
             return lambda: None
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
+        # Under torchrun a terminal's Ctrl+C reaches a rank twice (directly and forwarded by
+        # torchrun): a repeat within this grace is the same request.
+        grace = distributed.SIGNAL_GRACE_S if distributed.launched_by_torchrun() else 0.0
+
         def handler(signum: int, frame: Any) -> None:
-            if self._signalled:  # second signal: abort now
+            now = time.monotonic()
+            if self._signal_at is not None and now - self._signal_at >= grace:
+                # second signal: abort now
                 for sig, old in previous.items():
                     signal.signal(sig, old)
                 raise KeyboardInterrupt
+            if self._signal_at is None:
+                self._signal_at = now
             self._signalled = True
 
         for sig in previous:
@@ -541,6 +742,11 @@ def is_out_of_memory(err: BaseException) -> bool:
     if isinstance(err, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
         return True
     return isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else ""
 
 
 def _finite_or_none(value: float) -> float | None:

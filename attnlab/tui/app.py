@@ -21,7 +21,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from attnlab.config import ExperimentConfig, validate
 from attnlab.errors import AttnlabError
@@ -109,6 +109,9 @@ class AttnLab(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Tab / Shift+Tab stay in the tab body: the tab bar is for the mouse and 1..5 (a
+        # focused tab bar would take the arrows, which then switch tabs).
+        self.query_one("#tabs", TabbedContent).query_one(Tabs).can_focus = False
         self.call_after_refresh(self._after_first_frame)
 
     async def _after_first_frame(self) -> None:
@@ -131,9 +134,16 @@ class AttnLab(App[None]):
         self.views_ready = True
         self.load_registries()
 
+    def on_unmount(self) -> None:
+        # The lab is closing: remove its children's scratch directories (attnlab-lab-*).
+        from attnlab.tui.launcher import remove_scratch_dirs
+
+        remove_scratch_dirs()
+
     def on_resize(self, event: events.Resize) -> None:
         # At 80 columns the side panels shrink (see app.tcss ".narrow").
         self.set_class(event.size.width < 90, "narrow")
+        self.set_class(event.size.height < 30, "short")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="registries")
     def load_registries(self) -> None:
@@ -184,7 +194,11 @@ class AttnLab(App[None]):
         self.screen.set_focus(target.first() if target else None)
 
     def action_blur(self) -> None:
-        self.screen.set_focus(None)
+        """Esc leaves a field for the tab's body (the heatmap, the tables), whose keys then
+        work; in Setup nothing keeps focus, so letter keys are commands."""
+        tab = self.query_one("#tabs", TabbedContent).active
+        target = self.query(TAB_FOCUS[tab]) if tab in TAB_FOCUS else None
+        self.screen.set_focus(target.first() if target else None)
 
     def action_train(self) -> None:
         self.setup_view.request_training(queue=False)

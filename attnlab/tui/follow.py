@@ -1,19 +1,22 @@
 """Follow a run directory's ``events.jsonl`` and keep what the Train and Compare views draw.
 
 Pure logic (no textual, no torch): a ``RunFollower`` is fed the events that
-``attnlab.train.events.read_events`` returns and accumulates the curves (train / dev loss,
+``attnlab.train.events.EventReader`` returns and accumulates the curves (train / dev loss,
 dev BLEU / chrF / exact match against step), the latest step figures, the last eval's
 samples, the log lines and the run's state. The Train view polls it on a timer; the tests
-feed it a hand-written ``events.jsonl``.
+feed it a hand-written ``events.jsonl``. Malformed lines are skipped and reported in the log;
+a run directory deleted (or replaced) while followed ends the following, as a failure.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.train.events import read_events
+from attnlab.train.events import EventReader, check_event
 
 # States shown in the Train view's status line.
 STARTING, RUNNING, PAUSED, FINISHED, STOPPED, FAILED = (
@@ -63,6 +66,13 @@ def _num(value: Any, default: float = float("nan")) -> float:
         return default
 
 
+def _count(value: Any) -> int:
+    """A non-negative int from a logged value (0 for anything that is not a finite number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(int(value), 0) if math.isfinite(value) else 0
+
+
 def exact_match_percent(value: Any) -> float:
     """Exact match is logged as a fraction in [0, 1]; plots share BLEU's 0-100 scale."""
     number = _num(value)
@@ -94,14 +104,71 @@ class RunFollower:
     config: dict[str, Any] = field(default_factory=dict)
     curves: Curves = field(default_factory=Curves)
     log: list[str] = field(default_factory=list)
+    deleted: bool = False  # the run directory vanished (or was replaced) while followed
     _pending_samples: list[Sample] = field(default_factory=list)
     _samples_step: int = -1
+    # Clock anchors (event "time" is the child's time.time()): elapsed ticks from the start
+    # event, and the step rate is measured from the session's first step.
+    _anchor_time: float | None = None  # wall time of the last start/step event
+    _anchor_elapsed: float = 0.0  # the run's elapsed seconds at that event
+    _start_step: int = 0
+    _start_elapsed: float = 0.0
+    _reader: EventReader | None = None
+    _dir_id: tuple[int, int] | None = None  # (device, inode) of the run directory once seen
+    _warned: tuple[int, int, str] = (0, 0, "")  # (skipped, dropped, io error) last reported
+
+    @property
+    def skipped(self) -> int:
+        """Malformed lines of events.jsonl skipped so far."""
+        return self._reader.skipped if self._reader is not None else 0
+
+    def warning(self) -> str:
+        """The reader's warning (skipped lines, mistyped fields), or ""."""
+        return self._reader.warning() if self._reader is not None else ""
 
     def poll(self) -> list[dict[str, Any]]:
         """Read new events from disk and apply them; returns what was read."""
-        events, self.offset = read_events(self.run_dir, self.offset)
+        if self.deleted:
+            return []
+        if self._reader is None:
+            self._reader = EventReader(Path(self.run_dir), self.offset)
+        events = self._reader.read()
+        self.offset = self._reader.offset
         self.apply(events)
+        self._report_bad_lines()
+        self._check_directory()
         return events
+
+    def _report_bad_lines(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        seen = (reader.skipped, reader.dropped, reader.io_error)
+        if seen != self._warned and (reader.skipped or reader.dropped or reader.io_error):
+            self.log.append(f"warning: {reader.warning()}")
+        self._warned = seen
+
+    def _check_directory(self) -> None:
+        """Once seen, the run directory must stay the same directory: if it is deleted (or
+        deleted and re-created, or events.jsonl is replaced by a shorter file) stop following."""
+        try:
+            st = os.stat(self.run_dir)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        shrunk = self._reader is not None and self._reader.shrunk
+        if self._dir_id is None and now is not None and not shrunk:
+            self._dir_id = now  # first sight (a new run's child creates it after the lab starts)
+            return
+        if self._dir_id is None or (now == self._dir_id and not shrunk):
+            return
+        self.deleted = True
+        # (A directory re-created at once may get the same inode back: then the shorter log
+        # is what tells.)
+        what = "was deleted" if now is None else "was replaced (or its events.jsonl truncated)"
+        message = f"run directory {self.run_dir} {what}; no longer following it"
+        if not self.finished:  # a run that ended keeps its outcome
+            self.error, self.state = message, FAILED
+        self.log.append(f"step {self.step:>6}  {message}")
 
     @property
     def finished(self) -> bool:
@@ -111,15 +178,33 @@ class RunFollower:
     def progress(self) -> float:
         return min(self.step / self.max_steps, 1.0) if self.max_steps else 0.0
 
-    def eta_s(self) -> float | None:
-        """Seconds left at the mean pace so far (None before the first logged step)."""
-        if self.step <= 0 or self.elapsed_s <= 0 or not self.max_steps:
+    def live_elapsed_s(self, now: float | None = None) -> float:
+        """The run's elapsed seconds, ticking from the start event while it runs (frozen when
+        paused or ended, or with no clock given)."""
+        if self._anchor_time is None or self.finished:
+            return self.elapsed_s
+        if now is None or self.state == PAUSED:
+            return self._anchor_elapsed
+        return self._anchor_elapsed + max(now - self._anchor_time, 0.0)
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Seconds left at this session's step rate (known after its first logged step);
+        with ``now``, counted down from the last step event. None before the first step."""
+        steps = self.step - self._start_step
+        seconds = self.elapsed_s - self._start_elapsed
+        if steps <= 0 or seconds <= 0 or not self.max_steps:
             return None
-        return max(self.max_steps - self.step, 0) * self.elapsed_s / self.step
+        eta = max(self.max_steps - self.step, 0) * seconds / steps
+        if now is not None and self._anchor_time is not None and not self.finished and self.state != PAUSED:
+            eta -= max(now - self._anchor_time, 0.0)
+        return max(eta, 0.0)
 
     def apply(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            handler = getattr(self, f"_on_{event.get('type', '')}", None)
+        for raw in events:
+            event, _, _ = check_event(raw)  # hand-fed events get the reader's shape checks too
+            if event is None or self.deleted:
+                continue
+            handler = getattr(self, f"_on_{event['type']}", None)
             if handler is not None:
                 handler(event)
 
@@ -128,10 +213,16 @@ class RunFollower:
     def _on_start(self, e: dict[str, Any]) -> None:
         self.name = str(e.get("name", "")) or Path(str(e.get("run_dir", self.run_dir))).name
         self.config = e.get("config") or {}
-        self.max_steps = int(e.get("max_steps") or (self.config.get("train") or {}).get("max_steps", 0) or 0)
-        self.params = int(e.get("params", 0) or 0)
+        train = self.config.get("train")
+        self.max_steps = _count(e.get("max_steps")) or _count(
+            train.get("max_steps") if isinstance(train, dict) else 0
+        )
+        self.params = _count(e.get("params"))
         self.device = str(e.get("device", ""))
         self.state = RUNNING
+        self.step = self._start_step = int(e.get("step", 0) or 0)
+        self._start_elapsed = self.elapsed_s  # a resumed run continues its clock
+        self._set_anchor(e, self.elapsed_s)
         resumed = " (resumed)" if e.get("resumed") else ""
         self._log(e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}")
 
@@ -141,6 +232,7 @@ class RunFollower:
         self.lr = _num(e.get("lr"))
         self.tokens_per_s = _num(e.get("tokens_per_s"))
         self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
+        self._set_anchor(e, self.elapsed_s)
         if self.state == STARTING:
             self.state = RUNNING
         c = self.curves
@@ -188,12 +280,15 @@ class RunFollower:
     def _on_control(self, e: dict[str, Any]) -> None:
         command = str(e.get("command", ""))
         if command == "pause":
+            self._anchor_elapsed = self.live_elapsed_s(_num(e.get("time"), None))  # the clock stops
             self.state = PAUSED
         elif command == "resume" and self.state == PAUSED:
             self.state = RUNNING
+            self._set_anchor(e, self._anchor_elapsed)  # ... and restarts here
         self._log(e, f"{command} acknowledged")
 
     def _on_checkpoint(self, e: dict[str, Any]) -> None:
+        self.step = int(e.get("step", self.step))  # a stop saves at the step it reached
         tag = str(e.get("tag", "last"))
         self.checkpoints[tag] = str(e.get("path", ""))
         self._log(e, f"checkpoint {tag} saved")
@@ -205,6 +300,8 @@ class RunFollower:
 
     def _on_done(self, e: dict[str, Any]) -> None:
         self.done_reason = str(e.get("reason", "finished"))
+        self.step = int(e.get("step", self.step))  # the final step, not the last logged one
+        self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
         if self.done_reason == "error" or self.error:
             self.state = FAILED
         elif self.done_reason in ("stopped", "interrupted"):
@@ -214,6 +311,11 @@ class RunFollower:
         if e.get("best"):
             self.best = dict(e["best"])
         self._log(e, f"done: {self.done_reason}")
+
+    def _set_anchor(self, e: dict[str, Any], elapsed: float) -> None:
+        when = _num(e.get("time"))
+        if when == when:  # not NaN: events written by the trainer carry their wall time
+            self._anchor_time, self._anchor_elapsed = when, elapsed
 
     def _log(self, e: dict[str, Any], text: str) -> None:
         # Step, not wall-clock time: the log reads the same wherever and whenever it is replayed.

@@ -17,7 +17,8 @@ HELP_TEXT = """\
   p           pause / resume the active run
   x           stop the active run (it saves a checkpoint)
   s           save a checkpoint now
-  Esc         leave a text field (so letter keys act as commands)
+  Esc         leave a field for the tab's body (so letter keys act as commands)
+  Tab         next field in this tab (1..5 or the mouse switch tabs)
   ?  F1       this help          Ctrl+Q  quit (asks when a run is active)
 
 [b]Setup[/b]    Tab / Shift+Tab move between fields; Enter opens a menu.
@@ -25,9 +26,11 @@ HELP_TEXT = """\
   Queue + adds the experiment to the queue; palette: "Queue every variant".
 
 [b]Train[/b]    plots of train/dev loss and dev BLEU/chrF/exact match; the samples table
-  (Enter on a sample opens its attention in Inspect) and the event log.
+  (Enter on a sample opens its attention in Inspect) and the event log. Runs queued
+  with t / Queue + are listed under the progress bar: Del removes the highlighted one.
 
-[b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence), Enter to decode.
+[b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence); d decodes
+  (Enter in a field, or the Decode button, does the same). Esc returns to the heatmap.
   arrows      move the heatmap cursor (weight and tokens shown below it)
   n / b       step decoding forward / back one target token (bar chart of that row)
   a           show all rows again
@@ -82,3 +85,33 @@ class QuitScreen(ModalScreen[str]):
 
     def action_choose(self, choice: str) -> None:
         self.dismiss(choice)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question (e.g. overwrite an existing file); Esc or n answers no."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "Cancel"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(self.question, id="confirm-text")
+            with Horizontal(classes="buttons"):
+                yield Button("Overwrite (y)", id="yes", variant="warning", compact=True)
+                yield Button("Cancel (n)", id="no", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # the safe answer is the default
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)

@@ -11,7 +11,6 @@ gold source token.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,8 @@ class InspectRequest:
     split: str = "dev"
     index: int = 0
     text: str = ""  # a typed sentence replaces the split/index example
-    beam: int = 1
+    beam: int = 1  # hypotheses wanted: the beam size, samples or MBR's n-best
+    decoder: str = ""  # a registered decoding strategy; "" = beam (greedy for 1)
 
 
 @dataclass
@@ -92,13 +92,28 @@ def _load(path: Path) -> Any:
 def _examples(loaded: Any, split: str) -> list[Any]:
     from attnlab.config import dumps_toml
     from attnlab.data.dataset import load_dataset
+    from attnlab.evaluate import with_checkpoint_vocabularies
 
     key = dumps_toml(loaded.config)
     with _lock:
         if key not in _datasets:
             _datasets.clear()
-            _datasets[key] = load_dataset(loaded.config.data)
+            _datasets[key] = with_checkpoint_vocabularies(load_dataset(loaded.config.data), loaded)
         return _datasets[key].splits.split(split)
+
+
+def decoder_choices() -> list[tuple[str, str]]:
+    """(label, value) per registered decoding strategy, for Inspect's menu."""
+    from attnlab.decode.search import DECODERS
+
+    return [(name, name) for name in DECODERS.names()]
+
+
+def decode_config(loaded_cfg: Any, decoder: str, width: int) -> Any:
+    """The checkpoint's decode config set up for ``decoder`` with ``width`` hypotheses."""
+    from attnlab.decode.search import DECODERS
+
+    return DECODERS.get(decoder or "beam").factory().configure(loaded_cfg, max(int(width), 1))
 
 
 def analyse(request: InspectRequest) -> InspectResult:
@@ -106,6 +121,7 @@ def analyse(request: InspectRequest) -> InspectResult:
 
     from attnlab.decode.search import decode_batch
     from attnlab.errors import AttnlabError
+    from attnlab.evaluate import target_text
     from attnlab.nn.seq2seq import BOS_ID, PAD_ID
 
     path = checkpoint_path(request.run_dir, request.checkpoint)
@@ -128,10 +144,11 @@ def analyse(request: InspectRequest) -> InspectResult:
     device = next(model.parameters()).device
     src = torch.tensor([ds.src_vocab.encode(src_tokens)], device=device)  # [1, S]
     src_mask = src != PAD_ID
-    beam = max(int(request.beam), 1)
-    decode_cfg = dataclasses.replace(loaded.config.decode, beam=beam, nbest=beam, groups=1, sample=False)
+    decode_cfg = decode_config(loaded.config.decode, request.decoder, request.beam)
     with torch.no_grad():
-        hyps = decode_batch(model, src, src_mask, decode_cfg, need_attention=True)[0]
+        hyps = decode_batch(
+            model, src, src_mask, decode_cfg, need_attention=True, to_text=target_text(ds)
+        )[0]
 
         def forced(ids: list[int]) -> dict[str, np.ndarray]:
             tgt_in = torch.tensor([[BOS_ID, *ids]], device=device)  # [1, T]
@@ -149,7 +166,8 @@ def analyse(request: InspectRequest) -> InspectResult:
                 "enc_self": (src_tokens, src_tokens),
                 "dec_self": (inputs, inputs),
             }
-            for method, matrix in method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished).items():
+            explained = method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished)
+            for method, matrix in explained.items():
                 maps[method] = matrix
                 labels[method] = labels["cross"]
             result_hyps.append(
@@ -163,7 +181,9 @@ def analyse(request: InspectRequest) -> InspectResult:
     return InspectResult(request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy)
 
 
-def method_maps(model: Any, src_ids: list[int], tgt_ids: list[int], finished: bool) -> dict[str, np.ndarray]:
+def method_maps(
+    model: Any, src_ids: list[int], tgt_ids: list[int], finished: bool
+) -> dict[str, np.ndarray]:
     """Rollout / relevancy / gradient / norm maps of one hypothesis (attnlab.interpret), each
     [L=1, H=1, T+1, S] like the cross rows (an unfinished hypothesis gets a zero last row)."""
     from attnlab.errors import AttnlabError

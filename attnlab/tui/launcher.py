@@ -5,12 +5,17 @@ and runs ``python -m attnlab train --preset FILE --out RUNS --run-name NAME --qu
 OOM or CUDA error kills only the child. The child reads one word from ``RUN/control``
 (``pause``, ``resume``, ``save``, ``stop``) at every step; the lab follows ``RUN/events.jsonl``.
 Pure logic (no textual), so it is tested without the app.
+
+Each child gets a scratch directory ``attnlab-lab-*`` in the system temp folder (its preset file
+and stderr); ``remove_scratch_dirs`` (called when the lab exits, and at interpreter exit) removes
+them, and starting a child sweeps the ones left by labs that were killed.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,18 +25,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.config import ExperimentConfig, dumps_toml
+from attnlab.config import ExperimentConfig, dumps_toml, safe_name
 
 CONTROL_FILE = "control"
 CONTROL_WORDS = ("pause", "resume", "save", "stop")
+SCRATCH_PREFIX = "attnlab-lab-"
+OWNER_FILE = "owner"  # "<lab pid> <child pid>": the sweep keeps a scratch dir while either lives
+UNOWNED_MAX_AGE_S = 3600.0  # scratch dirs from before owner files: removed once this old
 
 
 def run_name_for(config: ExperimentConfig, runs_dir: Path, now: float | None = None) -> str:
-    """A new run directory name: ``<task>-<attention>-<YYYYmmdd-HHMMSS>`` (+ ``-2``...)."""
-    m = config.model
-    attention = m.attention if m.arch == "rnn" else f"{m.self_attention}-{m.cross_attention}"
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{config.data.task}-{m.arch}-{attention}-{stamp}")
+    """A new run directory name by the engine's rule (``attnlab.naming.run_name_for``:
+    ``<task>-<arch>-<variants>-<YYYYmmdd-HHMMSS>``), plus ``-2``, ``-3``... when taken;
+    always a valid run name (attnlab.config.check_name: naming leaves room for the suffix)."""
+    from attnlab.naming import run_name_for as shared_name
+
+    base = shared_name(config, now)
     name, n = base, 1
     while (runs_dir / name).exists():
         n += 1
@@ -75,6 +84,7 @@ class TrainingProcess:
     command: list[str] = field(default_factory=list)
     _proc: subprocess.Popen[bytes] | None = None
     _scratch: Path | None = None
+    _terminated_at: float | None = None  # monotonic time of the SIGTERM sent by terminate()
 
     @property
     def run_dir(self) -> Path:
@@ -94,9 +104,12 @@ class TrainingProcess:
         runs_dir = Path(runs_dir)
         runs_dir.mkdir(parents=True, exist_ok=True)
         name = run_name or run_name_for(config, runs_dir)
-        scratch = Path(tempfile.mkdtemp(prefix="attnlab-lab-"))
+        sweep_scratch_dirs()
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         preset = scratch / f"{name}.toml"
-        preset.write_text(dumps_toml(config), encoding="utf-8")
+        # The child validates the preset's name (the default run-name prefix): keep it valid.
+        named = config.replace(name=safe_name(config.name))
+        preset.write_text(dumps_toml(named), encoding="utf-8")
         argv = list((command or train_command)(preset, runs_dir, name))
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -111,7 +124,10 @@ class TrainingProcess:
                 # "keep running in the background" survives the lab quitting.
                 start_new_session=True,
             )
-        return cls(config, runs_dir, name, argv, proc, scratch)
+        (scratch / OWNER_FILE).write_text(f"{os.getpid()} {proc.pid}\n", encoding="utf-8")
+        process = cls(config, runs_dir, name, argv, proc, scratch)
+        _register(process)
+        return process
 
     @property
     def pid(self) -> int | None:
@@ -158,3 +174,85 @@ class TrainingProcess:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+
+    def terminate(self, grace_s: float = 5.0) -> None:
+        """Stop the child without blocking the caller: SIGTERM on the first call (the trainer
+        stops at its next step), SIGKILL on a call ``grace_s`` later. Call it until ``running``
+        is False (the lab does, on every poll)."""
+        if not self.running:
+            return
+        assert self._proc is not None
+        now = time.monotonic()
+        if self._terminated_at is None:
+            self._terminated_at = now
+            self._proc.send_signal(signal.SIGTERM)
+        elif now - self._terminated_at >= grace_s:
+            self.kill()
+
+    def remove_scratch(self) -> bool:
+        """Remove this child's scratch directory unless the child may still need its preset
+        (running, and no ``config.toml`` in its run directory yet). True when it is gone."""
+        if self._scratch is None:
+            return True
+        if self.running and not (self.run_dir / "config.toml").is_file():
+            return False
+        shutil.rmtree(self._scratch, ignore_errors=True)
+        self._scratch = None
+        return True
+
+
+# -- scratch directories ------------------------------------------------------------------------
+
+_STARTED: list[TrainingProcess] = []  # children of this lab whose scratch dir may remain
+_AT_EXIT: list[bool] = []  # non-empty once remove_scratch_dirs is registered with atexit
+
+
+def _register(process: TrainingProcess) -> None:
+    if not _AT_EXIT:
+        atexit.register(remove_scratch_dirs)  # also when the lab dies of an exception
+        _AT_EXIT.append(True)
+    _STARTED.append(process)
+
+
+def remove_scratch_dirs() -> None:
+    """Remove the scratch directories of this lab's children (called when the lab exits).
+
+    A child kept running that has not read its preset yet keeps its directory; the next lab's
+    sweep removes it once that child has exited."""
+    _STARTED[:] = [process for process in _STARTED if not process.remove_scratch()]
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True
+    return True
+
+
+def sweep_scratch_dirs(temp_dir: Path | None = None) -> list[Path]:
+    """Remove the ``attnlab-lab-*`` directories of ours whose lab and child have both exited
+    (a lab killed with SIGKILL cannot clean up after itself). Returns what was removed."""
+    removed = []
+    temp = Path(temp_dir or tempfile.gettempdir())
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for scratch in temp.glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            if not scratch.is_dir() or (uid is not None and scratch.stat().st_uid != uid):
+                continue
+            owner = scratch / OWNER_FILE
+            if owner.is_file():
+                pids = [int(word) for word in owner.read_text(encoding="utf-8").split()[:2]]
+                in_use = any(_alive(pid) for pid in pids)
+            else:
+                in_use = time.time() - scratch.stat().st_mtime < UNOWNED_MAX_AGE_S
+        except (OSError, ValueError):
+            continue  # vanished meanwhile, or not ours to judge
+        if not in_use:
+            shutil.rmtree(scratch, ignore_errors=True)
+            removed.append(scratch)
+    return removed

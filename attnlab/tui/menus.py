@@ -66,6 +66,7 @@ class Menus:
     variants: dict[str, VariantInfo]
     hparams: dict[str, HParamInfo]
     presets: list[str] = field(default_factory=list)
+    decoders: list[tuple[str, str]] = field(default_factory=list)  # (label, name), Inspect's
 
     def variants_for(self, role: str) -> list[str]:
         return [name for name, v in self.variants.items() if role in v.roles]
@@ -118,7 +119,9 @@ def load_menus() -> Menus:
         presets = preset_names()
     except OSError:
         presets = []
-    return Menus(tasks, archs, variants, hparams, presets)
+    from attnlab.tui.inspect_engine import decoder_choices
+
+    return Menus(tasks, archs, variants, hparams, presets, decoder_choices())
 
 
 def attention_keys(arch: str) -> dict[str, str]:
@@ -135,6 +138,35 @@ def chosen_variants(arch: str, values: Mapping[str, Any]) -> list[str]:
         if name and name not in names:
             names.append(str(name))
     return names
+
+
+ROLE_TITLES = {
+    "model.attention": "attention",
+    "model.self_attention": "enc self",
+    "model.decoder_self_attention": "dec self",
+    "model.cross_attention": "cross",
+}
+
+
+def hparam_groups(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[tuple[str, list[HParamInfo]]]:
+    """The chosen variants' hyper-parameters grouped by variant, titled with the roles that
+    use it (``"enc self + dec self: performer"``); a parameter read by several chosen variants
+    is listed once, under the first (they share one ``model.<name>`` value)."""
+    roles: dict[str, list[str]] = {}
+    for key in attention_keys(arch):
+        name = values.get(key)
+        if key == "model.decoder_self_attention" and not name:
+            name = values.get("model.self_attention")
+        if name:
+            roles.setdefault(str(name), []).append(ROLE_TITLES[key])
+    seen: set[str] = set()
+    groups = []
+    for name, titles in roles.items():
+        info = menus.variants.get(name)
+        params = [menus.hparams[h] for h in (info.hparams if info else ()) if h not in seen]
+        seen.update(h.name for h in params)
+        groups.append((f"{' + '.join(titles)}: {name}", params))
+    return groups
 
 
 def field_range_text(key: str) -> str:

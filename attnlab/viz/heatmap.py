@@ -1,12 +1,15 @@
 """Attention heatmaps as Rich renderables: a pure function of a matrix and its tokens.
 
-Target tokens are rows, source tokens are columns (labels written vertically above them),
-each cell is coloured on a sequential (viridis-like) scale from 0 to the matrix maximum,
+Target tokens are rows, source tokens are columns. Column labels are whole tokens written
+horizontally and staggered over a few header rows so that they never overlap (or, when even
+that does not fit, the columns are numbered and a legend maps numbers to tokens); each cell is coloured on a sequential (viridis-like) scale from 0 to the matrix maximum,
 with a legend below. ``half_block`` packs two target rows into one text row with ``▀``
 (foreground = upper row, background = lower row) for an overview of large matrices.
 
 No textual and no torch import here: the CLI prints these, the tests snapshot them, and
-the TUI reuses ``heatmap_cell_style`` / ``heatmap_rgb`` for its own widget.
+the TUI reuses ``heatmap_cell_style`` / ``heatmap_rgb`` and the header layout of
+:mod:`attnlab.viz.text` for its own widget. :func:`render_plain_heatmap` is the colourless form
+(weights x 100 as aligned integers) for piped output.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
+from attnlab.viz.text import column_header, column_legend, header_rows, middle_ellipsis
+
 # viridis stops (position, RGB): perceptually ordered, readable on dark and light themes
 SCALE_STOPS: tuple[tuple[float, tuple[int, int, int]], ...] = (
     (0.0, (0x44, 0x01, 0x54)),
@@ -30,7 +35,9 @@ SCALE_STOPS: tuple[tuple[float, tuple[int, int, int]], ...] = (
 )
 LEVELS = 101  # the scale is quantised to 101 colours (0.00 .. 1.00 of the maximum)
 MAX_ROW_LABEL = 12
-MAX_COL_LABEL = 8
+MAX_COL_LABEL = 11
+MAX_HEADER_ROWS = 4  # staggered label rows before the columns are numbered instead
+MAX_CELL = 4  # cells widen up to this (from 2, or 3 with values) when the width allows
 LEGEND_WIDTH = 20
 HALF_BLOCK = "▀"
 
@@ -82,10 +89,8 @@ def _as_rows(matrix: Any) -> list[list[float]]:
 
 
 def _fit(label: str, width: int) -> str:
-    """``label`` cut to ``width`` characters with an ellipsis."""
-    if len(label) <= width:
-        return label
-    return label[: max(width - 1, 0)] + "…"
+    """``label`` cut to ``width`` characters with an ellipsis in the middle."""
+    return middle_ellipsis(label, width)
 
 
 class Heatmap:
@@ -133,7 +138,10 @@ class Heatmap:
         budget = max(width - self._label_width() - 1, 1)
         if self.half_block:
             return 1, min(self.n_cols, budget)
-        widths = (3, 2, 1) if self.show_values else (2, 1)
+        base = 3 if self.show_values else 2
+        longest = max((len(x) for x in self.col_labels), default=1)
+        wide = min(max(longest + 1, base), MAX_CELL)
+        widths = tuple(range(wide, base - 1, -1)) + ((2, 1) if self.show_values else (1,))
         for cell in widths:
             if cell * self.n_cols <= budget:
                 return cell, self.n_cols
@@ -153,7 +161,9 @@ class Heatmap:
         width = self.max_width or options.max_width
         cell, shown = self.layout(min(width, options.max_width))
         used = self._label_width() + 1 + cell * shown + (3 if shown < self.n_cols else 0)
+        header = self._header_plain(cell, shown, width)[0]
         used = max(used, len(self._legend_text().plain), len(self.title or ""))
+        used = max(used, self._label_width() + 1 + max((len(x) for x in header), default=0))
         return Measurement(min(used, options.max_width), min(used, options.max_width))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -170,26 +180,30 @@ class Heatmap:
         out: list[Text] = []
         if self.title:
             out.append(Text(self.title, style="bold"))
-        out.extend(self._header(label_width, cell, shown))
+        out.extend(self._header(label_width, cell, shown, width))
         if self.half_block:
             out.extend(self._half_rows(label_width, shown))
         else:
             out.extend(self._full_rows(label_width, cell, shown))
         out.append(self._legend_text())
+        _, numbered = self._header_plain(cell, shown, width)
+        if numbered:
+            labels = self.col_labels[:shown]
+            out.extend(Text(line, style="dim") for line in column_legend(labels, width))
         return out
 
-    def _header(self, label_width: int, cell: int, shown: int) -> list[Text]:
-        """Source tokens written top-down, one character per line, above their columns."""
-        labels = [_fit(x, MAX_COL_LABEL) for x in self.col_labels[:shown]]
-        height = max((len(x) for x in labels), default=0)
-        lines = []
-        for k in range(height):
-            text = Text(" " * (label_width + 1))
-            for label in labels:
-                char = label[k] if k < len(label) else " "
-                text.append(char.ljust(cell) if cell > 1 else char, style="bold")
-            lines.append(text)
-        return lines
+    def _header_plain(self, cell: int, shown: int, width: int) -> tuple[list[str], bool]:
+        """Header lines (whole tokens, staggered) and whether the columns are numbered."""
+        limit = max(width - self._label_width() - 1, 1)
+        placements, numbered = column_header(
+            self.col_labels[:shown], cell, MAX_HEADER_ROWS, MAX_COL_LABEL, limit
+        )
+        return header_rows(placements), numbered
+
+    def _header(self, label_width: int, cell: int, shown: int, width: int) -> list[Text]:
+        """Source tokens as whole words above their columns (staggered, never split)."""
+        lines, _ = self._header_plain(cell, shown, width)
+        return [Text(" " * (label_width + 1) + line, style="bold") for line in lines]
 
     def _more(self, shown: int) -> str:
         hidden = self.n_cols - shown
@@ -264,3 +278,37 @@ def render_heatmap(
         if len(row) != len(col_labels):
             raise ValueError(f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels")
     return Heatmap(rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax)
+
+
+PLAIN_MAX_LABEL = 11
+
+
+def render_plain_heatmap(
+    matrix: Sequence[Sequence[float]] | Any,
+    row_labels: Iterable[str],
+    col_labels: Iterable[str],
+    title: str | None = None,
+) -> str:
+    """The colourless form for pipes and files: weights x 100 as right-aligned integers.
+
+    Every column is as wide as its token (at least 3, for "100") plus a space, so numbers
+    never run together; the header names the columns, each row starts with its token, and a
+    last line says how to read the numbers.
+    """
+    rows = _as_rows(matrix)
+    rlabels = [middle_ellipsis(str(x), PLAIN_MAX_LABEL) for x in row_labels]
+    clabels = [middle_ellipsis(str(x), PLAIN_MAX_LABEL) for x in col_labels]
+    if len(rows) != len(rlabels) or any(len(r) != len(clabels) for r in rows):
+        raise ValueError(f"matrix is not {len(rlabels)}x{len(clabels)} like its labels")
+    label_w = max((len(x) for x in rlabels), default=0)
+    widths = [max(len(c), 3) for c in clabels]
+    lines = [title] if title else []
+    lines.append(" " * label_w + "".join(" " + c.rjust(w) for c, w in zip(clabels, widths, strict=True)))
+    for label, row in zip(rlabels, rows, strict=True):
+        cells = (
+            " " + (f"{round(100 * v):d}" if v == v else "?").rjust(w)
+            for v, w in zip(row, widths, strict=True)
+        )
+        lines.append(label.rjust(label_w) + "".join(cells))
+    lines.append("(weights x 100; rows: queries, columns: keys; each row sums to ~100)")
+    return "\n".join(lines)

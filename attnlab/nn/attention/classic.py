@@ -6,6 +6,10 @@ decoder calls them with Tq = 1 per step, or Tq = T when a whole teacher-forced s
 be attended at once; the Transformer uses bahdanau / luong-dot / luong-general /
 luong-concat as cross-attention). ``heads`` and ``dropout`` are accepted for the common
 constructor signature and ignored: these variants have one head and no attention dropout.
+
+``ClassicAttention.forward`` is the family's one template (score -> restrict -> masked softmax
+-> weighted sum); a variant is its ``score`` plus, for the windowed ones, ``restrict``. Only
+``none`` (no scores at all) has a forward of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
@@ -73,8 +78,10 @@ def _positions(query_pos: Tensor | None, batch: int, tq: int, device: torch.devi
     return pos
 
 
-class _ClassicAttention(Attention):
-    """Shared constructor: remembers the dimensions; context width = key (value) width."""
+class ClassicAttention(Attention):
+    """The family's template: ``forward`` = ``score`` -> ``restrict`` -> masked softmax ->
+    weighted sum of the values. A variant defines ``score`` (how the query meets each key)
+    and, if it looks at a window only, ``restrict``. Context width = key (value) width."""
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
         super().__init__()
@@ -82,14 +89,52 @@ class _ClassicAttention(Attention):
         self.key_dim = key_dim
         self.out_dim = key_dim
 
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+        """query [B,Tq,Dq], keys [B,Tk,Dk] (``precomputed``: this variant's ``precompute(keys)``
+        or None) -> scores [B,Tq,Tk] before masking."""
+        raise NotImplementedError
+
+    def restrict(
+        self, scores: Tensor, query: Tensor, key_mask: Tensor, query_pos: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+        """Hook of the windowed variants: (scores, allowed keys [Tq|B,Tq,Tk] or None, extras
+        such as the window centre). The global variants see every real key."""
+        return scores, None, {}
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_mask: Tensor,
+        *,
+        causal: bool = False,
+        need_weights: bool = False,
+        query_pos: Tensor | None = None,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        scores = self.score(query, keys, precomputed)
+        scores, allowed, extras = self.restrict(scores, query, key_mask, query_pos)
+        context, weights = _attend(scores, values, key_mask, causal, allowed)
+        return AttentionOutput(context, weights, extras)
+
+
+def last_real_value(values: Tensor, key_mask: Tensor) -> Tensor:
+    """values [B,Tk,D] at each row's last real key -> [B,D]; zeros for a row with no real key."""
+    positions = torch.arange(1, key_mask.shape[1] + 1, device=key_mask.device)
+    last = (positions * key_mask).argmax(-1)  # the last True; 0 for an all-False row
+    picked = values[torch.arange(values.shape[0], device=values.device), last]
+    return picked.masked_fill(~key_mask.any(-1, keepdim=True), 0.0)
+
 
 @register_attention
-class NoAttention(_ClassicAttention):
+class NoAttention(ClassicAttention):
     """c_t = c (fixed): the encoder's final state fed at every step. Cho et al. 2014.
 
     The bottleneck baseline: no alignment at all. The RNN model passes the encoder summary
     as ``precomputed`` (it sets ``uses_encoder_summary``); without one, the last real key
-    stands in. The weights are all zeros (``exposes_weights=False``): they carry no meaning.
+    stands in, and a sentence with no real key gets a zero context (the base contract).
+    The weights are all zeros (``exposes_weights=False``): they carry no meaning.
     """
 
     spec = AttentionSpec(
@@ -120,15 +165,14 @@ class NoAttention(_ClassicAttention):
         if isinstance(precomputed, Tensor):
             summary = precomputed  # [B,D]
         else:
-            last = (key_mask.long().sum(-1) - 1).clamp(min=0)  # [B]
-            summary = values[torch.arange(batch, device=values.device), last]
+            summary = last_real_value(values, key_mask)
         context = summary.unsqueeze(1).expand(batch, tq, summary.shape[-1])
         weights = values.new_zeros(batch, 1, tq, keys.shape[1])
         return AttentionOutput(context, weights)
 
 
 @register_attention
-class BahdanauAttention(_ClassicAttention):
+class BahdanauAttention(ClassicAttention):
     """score(s_{t-1}, h_j) = vᵀ tanh(W s_{t-1} + U h_j). Bahdanau, Cho & Bengio 2015."""
 
     spec = AttentionSpec(
@@ -150,30 +194,27 @@ class BahdanauAttention(_ClassicAttention):
     def precompute(self, keys: Tensor) -> Tensor:
         return self.key_proj(keys)  # U h: [B,Tk,A], once per source batch
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
-        projected_keys = self.precompute(keys) if precomputed is None else precomputed
-        projected_query = self.query_proj(query)  # [B,Tq,A]
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+        return self.score_step(query, self.precompute(keys) if precomputed is None else precomputed)
+
+    def score_step(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        """vᵀ tanh(W s + U h) from U h (``precompute``): query [B,Tq,Dq], projected_keys
+        [B,Tk,A] -> [B,Tq,Tk]. The decoder's fast paths call it too (one home for the math;
+        attnlab.nn.rnn_fused's backward differentiates it by hand, with ``step_weights``)."""
+        w_query, w_energy = self.step_weights()
+        projected_query = F.linear(query, w_query)  # [B,Tq,A]
         # [B,Tq,1,A] + [B,1,Tk,A] -> [B,Tq,Tk,A] -> [B,Tq,Tk]
         # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
         energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
-        scores = self.energy(energy).squeeze(-1)
-        context, weights = _attend(scores, values, key_mask, causal)
-        return AttentionOutput(context, weights)
+        return F.linear(energy, w_energy).squeeze(-1)
+
+    def step_weights(self) -> tuple[Tensor, Tensor]:
+        """(W [A,Dq], v [1,A]): the parameters ``score_step`` applies to the query."""
+        return self.query_proj.weight, self.energy.weight
 
 
 @register_attention
-class LuongDotAttention(_ClassicAttention):
+class LuongDotAttention(ClassicAttention):
     """score(s_t, h_j) = s_tᵀ h_j. Luong, Pham & Manning 2015."""
 
     spec = AttentionSpec(
@@ -194,24 +235,11 @@ class LuongDotAttention(_ClassicAttention):
                 "or use luong-general"
             )
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
-        scores = torch.bmm(query, keys.transpose(1, 2))  # [B,Tq,Tk]
-        context, weights = _attend(scores, values, key_mask, causal)
-        return AttentionOutput(context, weights)
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+        return torch.bmm(query, keys.transpose(1, 2))  # [B,Tq,Tk]
 
 
-class _GeneralScore(_ClassicAttention):
+class _GeneralScore(ClassicAttention):
     """Shared by luong-general and the local variants: score(s_t, h_j) = s_tᵀ W_a h_j."""
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
@@ -221,7 +249,7 @@ class _GeneralScore(_ClassicAttention):
     def precompute(self, keys: Tensor) -> Tensor:
         return self.key_proj(keys)  # W_a h: [B,Tk,Dq]
 
-    def _scores(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
         projected_keys = self.precompute(keys) if precomputed is None else precomputed
         return torch.bmm(query, projected_keys.transpose(1, 2))  # [B,Tq,Tk]
 
@@ -239,25 +267,9 @@ class LuongGeneralAttention(_GeneralScore):
         paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
     )
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
-        scores = self._scores(query, keys, precomputed)
-        context, weights = _attend(scores, values, key_mask, causal)
-        return AttentionOutput(context, weights)
-
 
 @register_attention
-class LuongConcatAttention(_ClassicAttention):
+class LuongConcatAttention(ClassicAttention):
     """score(s_t, h_j) = v_aᵀ tanh(W_a [s_t; h_j]). Luong, Pham & Manning 2015."""
 
     spec = AttentionSpec(
@@ -278,29 +290,16 @@ class LuongConcatAttention(_ClassicAttention):
         # W_a [s; h] = W_s s + W_h h: the key half is done once per source batch.
         return keys @ self.concat_proj.weight[:, self.query_dim :].t()  # [B,Tk,A]
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
         projected_keys = self.precompute(keys) if precomputed is None else precomputed
         projected_query = query @ self.concat_proj.weight[:, : self.query_dim].t()  # [B,Tq,A]
         # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
         energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
-        scores = self.energy(energy).squeeze(-1)  # [B,Tq,Tk]
-        context, weights = _attend(scores, values, key_mask, causal)
-        return AttentionOutput(context, weights)
+        return self.energy(energy).squeeze(-1)  # [B,Tq,Tk]
 
 
 @register_attention
-class LuongLocationAttention(_ClassicAttention):
+class LuongLocationAttention(ClassicAttention):
     """a_t = softmax(W_a s_t) over source positions. Luong, Pham & Manning 2015.
 
     The weights depend on the decoder state only, not on the keys: W_a maps the state to
@@ -330,29 +329,22 @@ class LuongLocationAttention(_ClassicAttention):
         self.max_src_len = max_src_len
         self.location = nn.Linear(query_dim, max_src_len, bias=False)  # W_a
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
+    def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
+        """Position scores W_a s_t for the first Tk positions; zeros past max_src_len."""
         tk = keys.shape[1]
         scores = self.location(query)  # [B,Tq,max_src_len]
         if tk <= self.max_src_len:
-            scores = scores[..., :tk]
-            allowed = None
-        else:
-            scores = torch.cat([scores, scores.new_zeros(*scores.shape[:-1], tk - self.max_src_len)], -1)
-            allowed = torch.arange(tk, device=keys.device) < self.max_src_len  # [Tk]
-            allowed = allowed.expand(scores.shape[1], tk)
-        context, weights = _attend(scores, values, key_mask, causal, allowed)
-        return AttentionOutput(context, weights)
+            return scores[..., :tk]
+        return torch.cat([scores, scores.new_zeros(*scores.shape[:-1], tk - self.max_src_len)], -1)
+
+    def restrict(
+        self, scores: Tensor, query: Tensor, key_mask: Tensor, query_pos: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+        tk = scores.shape[-1]
+        if tk <= self.max_src_len:
+            return scores, None, {}
+        allowed = torch.arange(tk, device=scores.device) < self.max_src_len  # [Tk]
+        return scores, allowed.expand(scores.shape[1], tk), {}
 
 
 def _local_window(centre: Tensor, tk: int, window: int) -> tuple[Tensor, Tensor]:
@@ -386,25 +378,14 @@ class LocalMonotonicAttention(_GeneralScore):
         super().__init__(query_dim, key_dim, heads, dropout)
         self.window = window
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
+    def restrict(
+        self, scores: Tensor, query: Tensor, key_mask: Tensor, query_pos: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
         batch, tq = query.shape[:2]
         last = (key_mask.sum(-1, keepdim=True) - 1).clamp(min=0).float()  # [B,1]
         centre = torch.minimum(_positions(query_pos, batch, tq, query.device), last)  # [B,Tq]
-        _, in_window = _local_window(centre, keys.shape[1], self.window)
-        scores = self._scores(query, keys, precomputed)
-        context, weights = _attend(scores, values, key_mask, causal, in_window)
-        return AttentionOutput(context, weights, {"position": centre})
+        _, in_window = _local_window(centre, scores.shape[-1], self.window)
+        return scores, in_window, {"position": centre}
 
 
 @register_attention
@@ -434,23 +415,12 @@ class LocalPredictiveAttention(_GeneralScore):
         self.position_proj = nn.Linear(query_dim, query_dim, bias=False)  # W_p
         self.position_score = nn.Linear(query_dim, 1, bias=False)  # v_p
 
-    def forward(
-        self,
-        query: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_mask: Tensor,
-        *,
-        causal: bool = False,
-        need_weights: bool = False,
-        query_pos: Tensor | None = None,
-        precomputed: Any = None,
-    ) -> AttentionOutput:
+    def restrict(
+        self, scores: Tensor, query: Tensor, key_mask: Tensor, query_pos: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
         source_len = key_mask.sum(-1, keepdim=True).to(query.dtype)  # S: [B,1]
         gate = torch.sigmoid(self.position_score(torch.tanh(self.position_proj(query))))
         centre = source_len * gate.squeeze(-1)  # p_t: [B,Tq]
-        offsets, in_window = _local_window(centre, keys.shape[1], self.window)
+        offsets, in_window = _local_window(centre, scores.shape[-1], self.window)
         sigma = self.window / 2.0
-        scores = self._scores(query, keys, precomputed) - offsets.pow(2) / (2.0 * sigma**2)
-        context, weights = _attend(scores, values, key_mask, causal, in_window)
-        return AttentionOutput(context, weights, {"position": centre})
+        return scores - offsets.pow(2) / (2.0 * sigma**2), in_window, {"position": centre}

@@ -41,11 +41,12 @@ def _safe_divide(num: Tensor, den: Tensor) -> Tensor:
 def kernel_weights(phi_q: Tensor, phi_k: Tensor, key_mask: Tensor, causal: bool) -> Tensor:
     """The implied normalised weights φ(q_i)·φ(k_j) / Σ_j' [B,H,Tq,Tk] (quadratic; viewing and
     reference only)."""
+    # Zero padded keys before the product (not the product after): a padded φ(k) may be huge
+    # or inf, and inf·0 = NaN.
+    phi_k = phi_k.masked_fill(~key_mask[:, None, :, None], 0.0)
     scores = phi_q @ phi_k.transpose(-1, -2)
-    mask = key_mask[:, None, None, :]
     if causal:
-        mask = mask & causal_mask(phi_q.shape[2], phi_k.shape[2], phi_q.device)
-    scores = scores * mask
+        scores = scores.masked_fill(~causal_mask(phi_q.shape[2], phi_k.shape[2], phi_q.device), 0.0)
     return _safe_divide(scores, scores.sum(-1))
 
 
@@ -55,7 +56,9 @@ def kernel_attention(
     """Linear-time kernel attention. phi_q [B,H,Tq,m], phi_k [B,H,Tk,m], v [B,H,Tk,dv],
     key_mask [B,Tk] -> context [B,H,Tq,dv]."""
     tq, tk = phi_q.shape[2], phi_k.shape[2]
-    phi_k = phi_k * key_mask[:, None, :, None].to(phi_k.dtype)  # padded keys contribute nothing
+    # Padded keys contribute nothing. masked_fill, not a product: inf·0 would be NaN.
+    padded = ~key_mask[:, None, :, None]
+    phi_k, v = phi_k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
     if not causal or tq == 1:
         # Bottom-right causal with one query (a cached decoding step) sees every key.
         kv = phi_k.transpose(-1, -2) @ v  # Σ_j φ(k_j) v_jᵀ  [B,H,m,dv]
@@ -157,13 +160,17 @@ class KernelAttention(MultiHeadBase):
 
 
 def orthogonal_features(m: int, dim: int, generator: torch.Generator | None = None) -> Tensor:
-    """[m, dim] orthogonal random features: blocks of orthonormal rows scaled by χ(dim) norms."""
-    blocks = []
-    for _ in range(-(-m // dim)):
-        gaussian = torch.randn(dim, dim, generator=generator)
-        q, _ = torch.linalg.qr(gaussian)
-        blocks.append(q.t())
-    rows = torch.cat(blocks)[:m]
+    """[m, dim] orthogonal random features (FAVOR+): blocks of `dim` orthonormal directions,
+    each block Haar-distributed, each row rescaled to the norm of an independent N(0, I_dim)
+    vector (χ(dim)). Every row is then marginally N(0, I_dim), so the estimator is unbiased."""
+    n_blocks = -(-m // dim)
+    gaussian = torch.randn(n_blocks, dim, dim, generator=generator)
+    q, r = torch.linalg.qr(gaussian)
+    # QR is unique only up to column signs, and LAPACK's choice biases Q (its diagonal leans
+    # negative). Making diag(R) positive gives a Haar-distributed Q (Mezzadri 2007).
+    signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+    q = q * torch.where(signs == 0, torch.ones_like(signs), signs).unsqueeze(-2)
+    rows = q.transpose(-1, -2).reshape(n_blocks * dim, dim)[:m]
     norms = torch.randn(m, dim, generator=generator).norm(dim=1, keepdim=True)
     return rows * norms
 
@@ -176,13 +183,16 @@ def favor_features(x: Tensor, omega: Tensor, mask: Tensor | None, is_query: bool
     log_phi = projection - (x * x).sum(-1, keepdim=True) / 2
     # A per-row (query) or per-sequence (keys) constant cancels in the normalised ratio;
     # subtracting the max keeps exp() in range. Keys use their real positions only.
+    scale = 1.0 / math.sqrt(omega.shape[0])
     if is_query:
-        stabiliser = log_phi.amax(-1, keepdim=True)
-    else:
-        masked = log_phi if mask is None else log_phi.masked_fill(~mask[:, None, :, None], float("-inf"))
-        stabiliser = masked.amax(dim=(-1, -2), keepdim=True)
-        stabiliser = torch.where(torch.isfinite(stabiliser), stabiliser, torch.zeros_like(stabiliser))
-    return torch.exp(log_phi - stabiliser.detach()) / math.sqrt(omega.shape[0])
+        return torch.exp(log_phi - log_phi.amax(-1, keepdim=True).detach()) * scale
+    if mask is not None:
+        # Padded keys go to -inf *before* exp: their log φ can exceed the real keys' max and
+        # overflow to inf, and a later inf·0 would turn the whole sentence into NaN.
+        log_phi = log_phi.masked_fill(~mask[:, None, :, None], float("-inf"))
+    stabiliser = log_phi.amax(dim=(-1, -2), keepdim=True)
+    stabiliser = torch.where(torch.isfinite(stabiliser), stabiliser, torch.zeros_like(stabiliser))
+    return torch.exp(log_phi - stabiliser.detach()) * scale
 
 
 @register_attention
@@ -192,7 +202,9 @@ class PerformerAttention(KernelAttention):
     spec = AttentionSpec(
         name="performer",
         roles=KERNEL_ROLES,
-        formula="softmax kernel ≈ φ(q)·φ(k), φ(x) = exp(ωᵀx − ‖x‖²/2)/√m, ω orthogonal",
+        formula=(
+            "softmax kernel ≈ φ(q)·φ(k), φ(x) = exp(ωᵀx − ‖x‖²/2)/√m, ω orthogonal, ω_r ~ N(0,I)"
+        ),
         complexity="O(T·m·d) time, O(T·m) memory; causal by prefix sums",
         known_for="Unbiased positive random features for softmax; error falls as m grows.",
         paper="Choromanski et al. 2021",
@@ -210,6 +222,9 @@ class PerformerAttention(KernelAttention):
         self.features = features
         self.redraw = redraw
         self._calls = 0
+        # Data-parallel training sets one generator seeded alike on every rank (features
+        # must agree across ranks); None draws from the global RNG.
+        self.redraw_generator: torch.Generator | None = None
         # Persistent: a checkpoint keeps the features it was evaluated with.
         self.register_buffer("omega", orthogonal_features(features, self.head_dim))
 
@@ -223,7 +238,7 @@ class PerformerAttention(KernelAttention):
         if self.training and self.redraw > 0:
             self._calls += 1
             if self._calls % self.redraw == 0:
-                self.redraw_features()
+                self.redraw_features(self.redraw_generator)
         return super().attend(q, k, v, key_mask, causal, need_weights)
 
     def feature_map(self, x: Tensor, mask: Tensor | None, is_query: bool) -> Tensor:

@@ -4,7 +4,8 @@
 into H heads, an output projection, optional rotary positions, and a key/value cache
 interface (``project_kv``; ``precomputed`` = the stacked projected keys and values). A
 variant overrides ``scores`` (how a query meets a key), ``bias`` (position terms added to
-the scores), ``allowed`` (a sparsity pattern) or the whole ``attend`` step.
+the scores), ``allowed`` (a sparsity pattern) or the whole ``attend`` step; which of them
+it overrides decides, once per class, whether the fused SDPA kernel may compute it.
 """
 
 from __future__ import annotations
@@ -29,22 +30,10 @@ from attnlab.nn.attention.base import (
     masked_softmax,
     register_attention,
 )
-from attnlab.nn.packing import Packing, unpack_heads
+from attnlab.nn.packing import PADDED, Layout, split_heads
 from attnlab.nn.positions import Rotary
 
 TRANSFORMER_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
-
-
-def split_heads(x: Tensor, heads: int) -> Tensor:
-    """[B,T,H·dh] -> [B,H,T,dh]"""
-    b, t, d = x.shape
-    return x.view(b, t, heads, d // heads).transpose(1, 2)
-
-
-def merge_heads(x: Tensor) -> Tensor:
-    """[B,H,T,dh] -> [B,T,H·dh]"""
-    b, h, t, dh = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
 def key_pattern_mask(key_mask: Tensor, allowed: Tensor | None) -> Tensor:
@@ -57,11 +46,44 @@ def key_pattern_mask(key_mask: Tensor, allowed: Tensor | None) -> Tensor:
     return mask & allowed[None]
 
 
+# The hooks that define how a class attends; which of them a class overrides decides (once, per
+# class) whether torch's fused kernel computes its attention.
+SCORE_HOOKS = ("scores", "attend")
+PATTERN_HOOKS = ("bias", "allowed")
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(MultiHeadBase, hook)
+
+
 class MultiHeadBase(Attention):
-    """Shared machinery of the multi-head variants (not registered itself)."""
+    """Shared machinery of the multi-head variants (not registered itself).
+
+    Fast paths are decided once per class, in ``__init_subclass__``, from the hooks it
+    overrides, never at a call site (so an override cannot be skipped by one path):
+
+    - ``uses_sdpa``: ``scores`` and ``attend`` are the base's, so the attention is
+      softmax(q·kᵀ/√d_h + bias) over the allowed keys, which F.scaled_dot_product_attention
+      computes (with the class's ``bias`` / ``allowed`` as its mask) when weights are not needed;
+    - ``plain``: ``uses_sdpa`` and no ``bias`` / ``allowed`` of its own either: plain (causal)
+      softmax attention, for which a packed batch calls the kernel with the mask its layout
+      already holds (``is_causal``, or the cached key-padding bias).
+
+    ``forward`` is ``forward_layout`` on the padded layout; the Transformer's padding-free pass
+    calls ``forward_layout`` with packed rows (attnlab.nn.packing). One code path either way.
+    """
 
     supports_rotary: ClassVar[bool] = True
-    uses_sdpa: ClassVar[bool] = False  # may call F.scaled_dot_product_attention without weights
+    uses_sdpa: ClassVar[bool] = False  # derived per class, see __init_subclass__
+    plain: ClassVar[bool] = False  # derived per class, see __init_subclass__
+    # True: always the explicit path (the reference of the fused kernel); see attnlab.nn.reference
+    reference_mode: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = {h for h in (*SCORE_HOOKS, *PATTERN_HOOKS) if _overrides(cls, h)}
+        cls.uses_sdpa = not own & set(SCORE_HOOKS)
+        cls.plain = not own
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0):
         super().__init__()
@@ -84,7 +106,7 @@ class MultiHeadBase(Attention):
     # -- projections and the key/value cache ------------------------------------------------
 
     def project_kv(self, keys: Tensor, values: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
-        """keys/values [B,Tk,Dk] at absolute positions start.. -> k, v [B,H,Tk,dh]."""
+        """keys/values [B,Tk,Dk] (padded) at absolute positions start.. -> k, v [B,H,Tk,dh]."""
         k = split_heads(self.k_proj(keys), self.heads)
         if self.rotary is not None:
             k = self.rotary(k, start)
@@ -106,57 +128,74 @@ class MultiHeadBase(Attention):
         query_pos: Tensor | None = None,
         precomputed: Any = None,
     ) -> AttentionOutput:
-        if precomputed is None:
-            k, v = self.project_kv(keys, values)
-        elif isinstance(precomputed, Tensor):
-            k, v = precomputed.unbind(1)
-        else:
-            k, v = precomputed
-        tq, tk = query.shape[1], k.shape[2]
-        q = split_heads(self.q_proj(query), self.heads)  # [B,H,Tq,dh]
-        if self.rotary is not None:
-            q = self.rotary(q, tk - tq)  # bottom-right aligned: query i sits at tk - tq + i
-        context, weights = self.attend(q, k, v, key_mask, causal, need_weights)
-        context = self.gate(query, context)
-        return AttentionOutput(self.out_proj(merge_heads(context)), weights)
+        return self.forward_layout(
+            query, PADDED, keys, values, PADDED, key_mask, causal, need_weights, precomputed
+        )
 
-    def forward_packed(
-        self, query: Tensor, q_pack: Packing, keys: Tensor, k_pack: Packing, key_mask: Tensor, causal: bool
-    ) -> Tensor:
-        """``forward(..., need_weights=False)`` on packed rows (see attnlab.nn.packing): query
-        [Nq,Dq] of ``q_pack``, keys = values [Nk,Dk] of ``k_pack`` (``keys is query`` for
-        self-attention) -> context [Nq,out_dim]. The projections run on the real rows only, as
-        one fused matmul (QKV for self-, KV for cross-attention; the weights stay the separate
-        q_proj / k_proj / v_proj parameters); the scores run in the padded layout."""
-        heads = self.heads
-        if keys is query:
-            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-            bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-            q, k, v = unpack_heads(F.linear(query, weight, bias), q_pack, 3, heads)  # [B,H,T,dh]
-        else:
-            (q,) = unpack_heads(self.q_proj(query), q_pack, 1, heads)
-            weight = torch.cat([self.k_proj.weight, self.v_proj.weight])
-            bias = torch.cat([self.k_proj.bias, self.v_proj.bias])
-            k, v = unpack_heads(F.linear(keys, weight, bias), k_pack, 2, heads)
+    def forward_layout(
+        self,
+        query: Tensor,
+        q_layout: Layout,
+        keys: Tensor,
+        values: Tensor,
+        k_layout: Layout,
+        key_mask: Tensor,
+        causal: bool,
+        need_weights: bool = False,
+        precomputed: Any = None,
+    ) -> AttentionOutput:
+        """``forward`` on activations in any layout (attnlab.nn.packing): query rows in
+        ``q_layout``, keys / values rows in ``k_layout`` (``keys is values is query`` for
+        self-attention); the context comes back in ``q_layout``. Projections and the output
+        run on the layout's rows; scores and softmax always see the padded [B,H,T,dh] heads."""
+        q, k, v = self._project(query, q_layout, keys, values, k_layout, precomputed)
         tq, tk = q.shape[2], k.shape[2]
         if self.rotary is not None:
-            q, k = self.rotary(q, tk - tq), self.rotary(k, 0)
-        dropout_p = self.dropout_p if self.training else 0.0
-        cls = type(self)
-        plain_softmax = self.uses_sdpa and cls.attend is MultiHeadBase.attend and (
-            cls.bias is MultiHeadBase.bias and cls.allowed is MultiHeadBase.allowed
-        )
-        if plain_softmax and causal and tq == tk and bool(key_mask.all()):
-            # Every query sees itself: no empty row, and is_causal needs no mask tensor.
-            context = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
-        elif plain_softmax and not causal and k_pack.all_nonempty and key_mask is k_pack.mask:
-            bias = k_pack.key_bias(q.dtype)
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
-        else:  # the variant's own scores / bias / pattern, as in forward()
-            context, _ = self.attend(q, k, v, key_mask, causal, False)
-        if cls.gate is not MultiHeadBase.gate:
-            context = self.gate(q_pack.unpack(query), context)
-        return self.out_proj(q_pack.pack(context.transpose(1, 2)).flatten(1))  # [Nq,H·dh]
+            q = self.rotary(q, tk - tq)  # bottom-right aligned: query i sits at tk - tq + i
+        context, weights = self._attend_fast(q, k, v, key_mask, causal, need_weights, k_layout)
+        if type(self).gate is not MultiHeadBase.gate:
+            context = self.gate(q_layout.unpack(query), context)
+        return AttentionOutput(self.out_proj(q_layout.merge_heads(context)), weights)
+
+    def _project(
+        self, query: Tensor, q_layout: Layout, keys: Tensor, values: Tensor, k_layout: Layout,
+        precomputed: Any,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v [B,H,T,dh]; k, v from ``precomputed`` (a cache) when given."""
+        heads = self.heads
+        if precomputed is not None:
+            k, v = precomputed.unbind(1) if isinstance(precomputed, Tensor) else precomputed
+            (q,) = q_layout.project_heads(query, (self.q_proj,), heads)
+            return q, k, v
+        if keys is query and values is query:  # self-attention: one QKV product (packed)
+            q, k, v = q_layout.project_heads(query, (self.q_proj, self.k_proj, self.v_proj), heads)
+        else:
+            (q,) = q_layout.project_heads(query, (self.q_proj,), heads)
+            if values is keys:
+                k, v = k_layout.project_heads(keys, (self.k_proj, self.v_proj), heads)
+            else:
+                (k,) = k_layout.project_heads(keys, (self.k_proj,), heads)
+                (v,) = k_layout.project_heads(values, (self.v_proj,), heads)
+        if self.rotary is not None:
+            k = self.rotary(k, 0)
+        return q, k, v
+
+    def _attend_fast(
+        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, causal: bool, need_weights: bool,
+        k_layout: Layout,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``attend``, or for plain softmax attention the fused kernel with the mask the keys'
+        layout already has (a packed batch: is_causal, or its cached key-padding bias)."""
+        if self.plain and not need_weights and not self.reference_mode:
+            shortcut = k_layout.sdpa_shortcut(key_mask, causal, q.shape[2], k.shape[2], q.dtype)
+            if shortcut is not None:
+                is_causal, attn_mask = shortcut
+                dropout_p = self.dropout_p if self.training else 0.0
+                context = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
+                )
+                return context, None
+        return self.attend(q, k, v, key_mask, causal, need_weights)
 
     # -- hooks ----------------------------------------------------------------------------
 
@@ -182,7 +221,7 @@ class MultiHeadBase(Attention):
         tq, tk = q.shape[2], k.shape[2]
         mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
         bias = self.bias(tq, tk, causal, q.device)
-        if self.uses_sdpa and not need_weights:
+        if self.uses_sdpa and not need_weights and not self.reference_mode:
             return sdpa(q, k, v, mask, bias, self.dropout_p if self.training else 0.0), None
         scores = self.scores(q, k)
         if bias is not None:
@@ -208,7 +247,6 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dro
 class ScaledDotAttention(MultiHeadBase):
     """score(q, k) = q·k / √d_h per head; Vaswani et al. 2017, "Attention Is All You Need"."""
 
-    uses_sdpa = True
     spec = AttentionSpec(
         name="scaled-dot",
         roles=frozenset({ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS}),
@@ -264,7 +302,6 @@ class AdditiveMultiHeadAttention(MultiHeadBase):
 class GatedAttention(MultiHeadBase):
     """o_h = σ(W_g^h x) ⊙ softmax(q·k/√d_h) V_h; sigmoid output gate per head (Qiu et al. 2025)."""
 
-    uses_sdpa = True
     spec = AttentionSpec(
         name="gated",
         roles=TRANSFORMER_ROLES,

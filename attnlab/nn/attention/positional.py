@@ -79,20 +79,39 @@ class RelativeAttention(MultiHeadBase):
         return context, weights
 
 
+def _power_of_two_slopes(n: int) -> list[float]:
+    """2^(-8h/n), h = 1..n: the paper's geometric sequence, exact for n a power of two."""
+    return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+
 def alibi_slopes(heads: int) -> Tensor:
-    """m_h = 2^(-8h/H), h = 1..H: a geometric sequence of per-head slopes (Press et al. 2022)."""
-    return torch.pow(2.0, -8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
+    """Per-head slopes by the authors' reference rule (``get_slopes`` in
+    ofirpress/attention_with_linear_biases), which other implementations follow: for H a power
+    of two, 2^(-8h/H); otherwise the slopes of P = 2^floor(log2 H) heads, then the first H - P
+    of every other slope of 2P heads (interleaved between the first ones), not 2^(-8h/H)."""
+    closest = 2 ** (heads.bit_length() - 1)  # largest power of two <= heads
+    slopes = _power_of_two_slopes(closest)
+    slopes += _power_of_two_slopes(2 * closest)[0::2][: heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
 
 
 @register_attention
 class AlibiAttention(MultiHeadBase):
-    """score_ij = q_i·k_j / √d_h − m_h·|i − j|; Press, Smith & Lewis 2022 (ALiBi)."""
+    """score_ij = q_i·k_j / √d_h − m_h·|i − j|; Press, Smith & Lewis 2022 (ALiBi).
+
+    Slopes follow the authors' reference code (see ``alibi_slopes``): for H not a power of two
+    that is the slopes of 2^⌊log₂H⌋ heads followed by every other slope of twice as many heads,
+    not the paper's 2^(−8h/H).
+    """
 
     uses_sdpa = True
     spec = AttentionSpec(
         name="alibi",
         roles=SELF_ROLES,
-        formula="softmax(q·k/√d_h − m_h·|i−j|), m_h = 2^(−8h/H)",
+        formula=(
+            "softmax(q·k/√d_h − m_h·|i−j|), m_h = 2^(−8h/H) for H = 2^k, "
+            "else the authors' reference rule (interleaved)"
+        ),
         complexity="O(T²·d) time, O(T²) memory; fused SDPA with a bias without weights",
         known_for="A fixed linear distance penalty per head; extrapolates to longer inputs.",
         paper="Press, Smith & Lewis 2022",

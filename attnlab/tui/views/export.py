@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
+from attnlab.tui.help import ConfirmScreen
 from attnlab.tui.views.run_select import refresh_run_select
 
 
@@ -38,6 +39,8 @@ class ExportView(Vertical):
         self.runs_dir = runs_dir
         self._run_paths: list[str] = []
         self.last_export: Path | None = None
+        self._auto_path = ""  # the path this view filled in; a user's own path is kept
+        self.command = ""
 
     def compose(self) -> ComposeResult:
         yield Static("Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
@@ -53,9 +56,15 @@ class ExportView(Vertical):
             yield Input(placeholder="model.safetensors", id="export-path", compact=True)
         yield Button("Export", id="export-go", variant="primary", compact=True)
         yield Static("", id="export-result")
+        # The command on one line (scrolls sideways rather than wrapping, so it copy-pastes),
+        # and a button that puts it on the clipboard.
+        with Horizontal(id="export-use"):
+            yield Static("", id="export-command", markup=False)
+            yield Button("Copy", id="export-copy", compact=True)
 
     def on_mount(self) -> None:
         self.refresh_runs()
+        self.query_one("#export-use").display = False
 
     def on_show(self) -> None:
         self.refresh_runs()
@@ -64,10 +73,17 @@ class ExportView(Vertical):
         self._run_paths = refresh_run_select(self.query_one("#export-run", Select), self.runs_dir, self._run_paths)
 
     @on(Select.Changed, "#export-run")
-    def _run_changed(self, event: Select.Changed) -> None:
+    @on(Select.Changed, "#export-which")
+    def _source_changed(self) -> None:
+        """The path follows the chosen run and checkpoint, unless the user typed their own."""
+        run = self.query_one("#export-run", Select).value
         path_input = self.query_one("#export-path", Input)
-        if event.value is not Select.NULL and not path_input.value:
-            path_input.value = str(Path("exports") / f"{Path(str(event.value)).name}.safetensors")
+        if run is Select.NULL or path_input.value.strip() not in ("", self._auto_path):
+            return
+        which = str(self.query_one("#export-which", Select).value)
+        self._auto_path = default_export_path(Path(str(run)), which)
+        path_input.value = self._auto_path
+        self.query_one("#export-result", Static).update("")  # a result names the previous run
 
     @on(Button.Pressed, "#export-go")
     @on(Input.Submitted, "#export-path")
@@ -78,16 +94,32 @@ class ExportView(Vertical):
             self.app.notify("choose a run and a file name ending in .safetensors", severity="error")
             return
         which = str(self.query_one("#export-which", Select).value)
+        target = Path(out)
+        if not target.exists():
+            self._start(Path(str(run)), target, which)
+            return
+
+        def decide(overwrite: bool | None) -> None:
+            if overwrite:  # the user said yes: the engine may replace the file (export --force)
+                self._start(Path(str(run)), target, which, force=True)
+            else:
+                self.query_one("#export-result", Static).update(f"[dim]kept {_escape(str(target))}[/]")
+
+        self.app.push_screen(ConfirmScreen(f"[b]{_escape(str(target))}[/b] exists. Overwrite it with "
+                                           f"[b]{_escape(Path(str(run)).name)}[/b] ({which})?"), decide)
+
+    def _start(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         self.query_one("#export-result", Static).update("exporting …")
-        self.write_bundle(Path(str(run)), Path(out), which)
+        self.write_bundle(run_dir, out, which, force)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export")
-    def write_bundle(self, run_dir: Path, out: Path, which: str) -> None:
+    def write_bundle(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         from attnlab.errors import AttnlabError
         from attnlab.runs import export_checkpoint
 
         try:
-            path = export_checkpoint(run_dir, out, which)
+            # Without force the engine refuses a file that appeared since the check above.
+            path = export_checkpoint(run_dir, out, which, force=force)
         except AttnlabError as err:
             self.post_message(ExportFailed(str(err)))
             return
@@ -99,15 +131,28 @@ class ExportView(Vertical):
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:
         self.last_export = message.path
-        self.query_one("#export-result", Static).update(
-            f"[b $success]✓[/] wrote {message.path}\n\nUse it:\n  [b]{_escape(message.command)}[/]"
-        )
+        self.query_one("#export-result", Static).update(f"[b $success]✓[/] wrote {message.path}\n\nUse it:")
+        self.command = message.command
+        self.query_one("#export-command", Static).update(message.command)
+        self.query_one("#export-use").display = True
         self.app.notify(f"exported {message.path}")
+
+    @on(Button.Pressed, "#export-copy")
+    def copy_command(self) -> None:
+        """Put the ``attnlab translate`` line on the clipboard (OSC 52, via Textual)."""
+        if self.command:
+            self.app.copy_to_clipboard(self.command)
+            self.app.notify("command copied to the clipboard")
 
     @on(ExportFailed)
     def _failed(self, message: ExportFailed) -> None:
         self.query_one("#export-result", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
         self.app.notify(message.error, title="Export", severity="error")
+
+
+def default_export_path(run_dir: Path, which: str) -> str:
+    """``exports/<run>-<checkpoint>.safetensors``."""
+    return str(Path("exports") / f"{run_dir.name}-{which}.safetensors")
 
 
 def _example(run_dir: Path) -> str:

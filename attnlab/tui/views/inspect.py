@@ -20,16 +20,26 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
-from attnlab.tui.views.run_select import refresh_run_select
+from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
 KIND_LABELS = {
     "cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self",
-    "rollout": "rollout", "relevancy": "relevancy (∇)", "gradient": "gradient × attn", "norm": "‖α f(v)‖",
+    "rollout": "rollout", "relevancy": "relevancy (∇)", "gradient": "gradient × attn",
+    "norm": "‖α f(v)‖",
 }
 METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" key
+# (rows × columns) of each kind of map: self-attention relates a sequence to itself; every
+# interpretation method explains target tokens by source tokens
+KIND_AXES = {
+    "cross": "target × source", "enc_self": "source × source", "dec_self": "target × target",
+    **{kind: "target × source" for kind in METHOD_CYCLE[1:]},
+}
+_STEP = Binding.Group("Step", compact=True)
+_HYP = Binding.Group("Hyp", compact=True)
 HEAD_AVERAGE = -1
+RUN_LABEL = 18  # run names in the 24-column control panel: one line, variant kept
 
 
 @dataclass
@@ -45,12 +55,13 @@ class InspectFailed(Message):
 class InspectView(Horizontal):
     BINDINGS = [
         Binding("d", "decode", "Decode"),
-        Binding("n", "step(1)", "Next token"),
-        Binding("b", "step(-1)", "Back a token"),
+        # Grouped so that n/b and k/l fit the footer at 80 columns.
+        Binding("n", "step(1)", "Next token", group=_STEP),
+        Binding("b", "step(-1)", "Back a token", group=_STEP),
         Binding("a", "show_all", "All rows"),
-        Binding("h", "toggle_half", "Half-block"),
-        Binding("l", "hypothesis(1)", "Next hyp", show=False),
-        Binding("k", "hypothesis(-1)", "Prev hyp", show=False),
+        Binding("h", "toggle_half", "Half"),
+        Binding("k", "hypothesis(-1)", "Prev hyp", group=_HYP),
+        Binding("l", "hypothesis(1)", "Next hyp", group=_HYP),
         Binding("m", "cycle_method", "Raw/rollout/∇/norm", show=False),
     ]
 
@@ -64,6 +75,8 @@ class InspectView(Horizontal):
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
         self._run_paths: list[str] = []
+        self._last_request: tuple[str, ...] | None = None
+        self._decoders_filled = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -78,11 +91,16 @@ class InspectView(Horizontal):
             with Horizontal(classes="pair"):
                 yield Label("beam")
                 yield Input("1", id="insp-beam", compact=True, type="integer")
+            with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
+                yield Label("search")
+                # Filled from the registry once the lab has loaded it (torch off the UI thread).
+                yield Select([("beam", "beam")], value="beam", allow_blank=False,
+                             id="insp-decoder", compact=True)
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
             yield Select([("cross", "cross")], value="cross", allow_blank=False, id="insp-kind", compact=True)
-            with Horizontal(classes="pair"):
+            with Horizontal(classes="pair", id="insp-layer-head"):
                 yield Select([("layer 0", 0)], value=0, allow_blank=False, id="insp-layer", compact=True)
                 yield Select([("avg", HEAD_AVERAGE)], value=HEAD_AVERAGE, allow_blank=False, id="insp-head", compact=True)
             yield Label("n-best")
@@ -103,8 +121,9 @@ class InspectView(Horizontal):
 
     def on_show(self) -> None:
         self.refresh_runs()
+        self._fill_decoders()
         if not self.maps and self.query_one("#insp-run", Select).value is not Select.NULL:
-            self.decode()  # open on something: sample 0 of the newest run
+            self._decode_if_new()  # open on something: sample 0 of the newest run with a checkpoint
 
     def action_decode(self) -> None:
         self.decode()
@@ -112,16 +131,47 @@ class InspectView(Horizontal):
     @on(Select.Changed, "#insp-run")
     @on(Select.Changed, "#insp-ckpt")
     @on(Select.Changed, "#insp-split")
+    @on(Select.Changed, "#insp-decoder")
     def _source_changed(self) -> None:
-        if self.is_mounted and self.display and self.maps:
+        # A new choice replaces whatever the title said (an error names the previous run).
+        # No run yet: the checkpoint/split menus' first values are not a request to decode.
+        # A hidden tab decodes nothing (on_show opens it on the newest run).
+        run = self.query_one("#insp-run", Select).value if self.is_mounted else Select.NULL
+        if run is not Select.NULL and all(node.display for node in self.ancestors_with_self):
+            self._decode_if_new()
+
+    def _decode_if_new(self) -> None:
+        """Decode unless the same request is already shown or on its way (a menu refill or a
+        repeated show is not a new choice)."""
+        if self._request() != self._last_request:
             self.decode()
 
+    def _request(self) -> tuple[str, ...]:
+        return tuple(
+            str(self.query_one(f"#insp-{w}").value)
+            for w in ("run", "ckpt", "split", "index", "beam", "text", "decoder")
+        )
+
     # -- choosing what to inspect ----------------------------------------------------------------
+
+    def _fill_decoders(self) -> None:
+        """The search menu: every registered decoding strategy (once the menus are loaded)."""
+        menus = getattr(self.app, "menus", None)
+        select = self.query_one("#insp-decoder", Select)
+        if self._decoders_filled or menus is None or not menus.decoders:
+            return  # done, or the registries are still loading: "beam" meanwhile
+        with self.prevent(Select.Changed):
+            select.set_options(menus.decoders)
+            select.value = "beam"
+        self._decoders_filled = True
 
     def refresh_runs(self) -> None:
         select = self.query_one("#insp-run", Select)
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
-            self._run_paths = refresh_run_select(select, self.runs_dir, self._run_paths)
+            self._run_paths = refresh_run_select(
+                select, self.runs_dir, self._run_paths, prefer=has_checkpoint,
+                label_width=RUN_LABEL,
+            )
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []
@@ -141,6 +191,16 @@ class InspectView(Horizontal):
         if run is Select.NULL or not run:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
             return
+        self._last_request = self._request()
+        if not has_checkpoint(str(run)):
+            # A run still training before its first eval: say so calmly, no error.
+            self._clear_maps()
+            self._title(
+                f"[b]{_escape(Path(str(run)).name)}[/] has no checkpoint yet (it saves one at its "
+                "first evaluation). Choose another run, or Enter on a sample in Train.",
+                "note",
+            )
+            return
         try:
             index = int(self.query_one("#insp-index", Input).value or 0)
             beam = int(self.query_one("#insp-beam", Input).value or 1)
@@ -154,8 +214,9 @@ class InspectView(Horizontal):
             index,
             self.query_one("#insp-text", Input).value,
             beam,
+            str(self.query_one("#insp-decoder", Select).value),
         )
-        self.query_one("#insp-title", Static).update(f"decoding with {Path(str(run)).name} …")
+        self._title(f"decoding with {Path(str(run)).name} …")
         self.run_analysis(request)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="inspect")
@@ -175,7 +236,10 @@ class InspectView(Horizontal):
 
     @on(InspectFailed)
     def _failed(self, message: InspectFailed) -> None:
-        self.query_one("#insp-title", Static).update(f"[$error]✗ {_escape(message.error)}[/]")
+        self._clear_maps()  # no heatmap of another run under this run's error
+        self._last_request = None  # choosing the same again retries
+        # An error wraps in full (a normal title is cut with an ellipsis).
+        self._title(f"[$error]✗ {_escape(message.error)}[/]", "error")
         self.app.notify(message.error, title="Inspect", severity="error")
 
     @on(InspectReady)
@@ -183,19 +247,38 @@ class InspectView(Horizontal):
         result = message.result
         self.result = result
         self.gold = result.gold
-        options = [
-            f"{i + 1}. {' '.join(h.tokens)[:40]}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)
-        ]
+        options = [f"{i + 1}. {' '.join(h.tokens)}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)]
         nbest = self.query_one("#insp-nbest", OptionList)
         nbest.set_options(options)
         if options:
             nbest.highlighted = 0
         self.show_hypothesis(0)
 
+    def _title(self, text: str, kind: str = "") -> None:
+        """Set the title; ``error``/``note`` titles wrap in full, others are one cut line."""
+        title = self.query_one("#insp-title", Static)
+        title.update(text)
+        title.set_class(kind == "error", "error")
+        title.set_class(kind == "note", "note")
+
+    def _clear_maps(self) -> None:
+        self.result, self.gold, self.maps, self.labels = None, None, {}, {}
+        self.query_one("#insp-nbest", OptionList).clear_options()
+        self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
+        for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
+            self.query_one(wid, Static).update("")
+
     def show_logged_sample(self, run_dir: Path, sample: Any) -> None:
         """A sample from the trainer's events: its cross-attention, no model needed."""
         self.result = None
         self.gold = None
+        # The run menu names the run whose sample is shown.
+        self._run_paths = []
+        self.refresh_runs()
+        if str(run_dir) in self._run_paths:
+            with self.prevent(Select.Changed):
+                self.query_one("#insp-run", Select).value = str(run_dir)
+        self._last_request = self._request()  # shown: a late menu event must not replace it
         weights = np.asarray(sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64)
         if weights.ndim != 2 or not weights.size:
             self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")
@@ -204,7 +287,7 @@ class InspectView(Horizontal):
         self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
         self.labels = {"cross": (rows, list(sample.src))}
         self.hyp_index = 0
-        self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)[:40]])
+        self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)])
         self._configure_selectors()
         self.query_one("#insp-title", Static).update(
             f"[b]{run_dir.name}[/] logged sample {sample.index}: "
@@ -221,11 +304,12 @@ class InspectView(Horizontal):
         self.maps, self.labels = hyp.maps, hyp.labels
         self._configure_selectors()
         r = self.result
-        ref = f"  ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
-        acc = f"  alignment acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        acc = f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/] "
-            f"(hyp {self.hyp_index + 1}/{len(r.hypotheses)}, score {hyp.score:.2f}, step {r.step}){ref}{acc}"
+            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
+            f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} · step {r.step}{acc}{ref}"
         )
         self.step_row = None
         self.redraw()
@@ -254,6 +338,10 @@ class InspectView(Horizontal):
             head = head_select.value if isinstance(head_select.value, int) and head_select.value < heads else HEAD_AVERAGE
             head_select.set_options([("head avg", HEAD_AVERAGE), *((f"head {i}", i) for i in range(heads))])
             head_select.value = head
+        # An RNN (or any 1-layer, 1-head map) has nothing to choose: hide the selectors.
+        layer_select.display = layers > 1
+        head_select.display = heads > 1
+        self.query_one("#insp-layer-head").display = layers > 1 or heads > 1
 
     @property
     def current_kind(self) -> str | None:
@@ -280,6 +368,7 @@ class InspectView(Horizontal):
     # -- drawing ----------------------------------------------------------------------------------
 
     def redraw(self) -> None:
+        self.query_one("#insp-title", Static).remove_class("error", "note")
         current = self.current_matrix()
         heatmap = self.query_one(AttentionHeatmap)
         if current is None:
@@ -288,15 +377,16 @@ class InspectView(Horizontal):
         matrix, rows, cols = current
         shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
         heatmap.set_matrix(shown, rows, cols)
-        if self.step_row is not None:
-            heatmap.cursor = (self.step_row, heatmap.cursor[1])
+        if self.step_row is not None and matrix.shape[1]:
+            # Stepping: the cursor goes to where the new token looks most (its row's arg-max).
+            heatmap.cursor = (self.step_row, int(np.argmax(matrix[self.step_row])))
         self._draw_diagnostics(matrix, rows, cols)
         self._draw_bars(matrix, cols)
 
     def _draw_diagnostics(self, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
         d = diagnose(matrix, cols)
         lines = [
-            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] (target × source)",
+            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] ({KIND_AXES.get(self.current_kind or '', '?')})",
             f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats ({d.entropy_ratio:.0%})",
         ]
         if d.eos_mass is not None:

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import Select
 
+from attnlab.viz.text import run_label
 
-def refresh_run_select(select: Select, runs_dir: Path, shown: list[str]) -> list[str]:
+CHECKPOINT_TAGS = ("best", "last")  # as in attnlab.runs (not imported: it would load torch)
+
+
+def has_checkpoint(run_dir: Path | str) -> bool:
+    """The run saved a checkpoint (best or last) a model can be loaded from."""
+    return any((Path(run_dir) / "checkpoints" / tag / "meta.json").is_file() for tag in CHECKPOINT_TAGS)
+
+
+def refresh_run_select(
+    select: Select,
+    runs_dir: Path,
+    shown: list[str],
+    prefer: Callable[[str], bool] | None = None,
+    label_width: int | None = None,
+) -> list[str]:
     """Fill ``select`` with the runs in ``runs_dir`` (keeping the current choice when it is still
-    there) and return their paths; returns ``shown`` untouched when nothing changed, so a timer
-    can call this cheaply."""
+    there; else the newest run ``prefer`` accepts, else the newest) and return their paths;
+    returns ``shown`` untouched when nothing changed, so a timer can call this cheaply.
+    ``label_width`` shortens the names shown (stamp first, then the middle) so that a narrow
+    panel does not wrap them."""
     try:
         from attnlab.runs import list_runs
 
@@ -21,9 +39,13 @@ def refresh_run_select(select: Select, runs_dir: Path, shown: list[str]) -> list
     if paths == shown:
         return shown
     current = select.value
-    select.set_options([(Path(p).name, p) for p in paths])
+    names = [Path(p).name for p in paths]
+    labels = [run_label(n, label_width) if label_width else n for n in names]
+    # The blank entry (the "(no runs)" prompt) is listed only while there is no run to choose.
+    select._allow_blank = not paths  # Select has no public setter; set_options reads it
+    select.set_options(list(zip(labels, paths, strict=True)))
     if current in paths:
         select.value = current
     elif paths:
-        select.value = paths[0]
+        select.value = next((p for p in paths if prefer(p)), paths[0]) if prefer else paths[0]
     return paths

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,9 +20,42 @@ from textual.widgets import DataTable, Static
 
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
+from attnlab.viz.text import middle_ellipsis, run_label
 
 REFRESH_SECONDS = 2.0
 COLUMNS = ("", "run", "task", "model", "params", "steps", "BLEU", "chrF", "exact", "tok/s", "wall", "status")
+# Content widths (without the two padding cells DataTable adds); "run" takes what is left.
+WIDTHS = {"": 1, "task": 8, "model": 16, "params": 7, "steps": 5, "BLEU": 5, "chrF": 5,
+          "exact": 5, "tok/s": 6, "wall": 6, "status": 8}
+# What matters most at 80 columns comes first: which run, which model, how good, is it done.
+PRIORITY = ("", "run", "model", "BLEU", "status", "chrF", "steps", "exact", "tok/s", "task", "wall",
+            "params")
+RUN_MIN, RUN_MAX, PAD = 16, 40, 2
+ARCH_SHORT = {"transformer": "tfm"}
+
+
+def fit_columns(width: int, longest_run: int) -> tuple[list[str], int]:
+    """The columns (in table order) that fit ``width`` by priority, and the run column's width.
+
+    The run column gets at least RUN_MIN characters (names are cut in the middle to fit),
+    and whatever is left after the other chosen columns, up to the longest name.
+    """
+    chosen = ["", "run"]
+    used = WIDTHS[""] + PAD + RUN_MIN + PAD
+    for name in PRIORITY[2:]:
+        if used + WIDTHS[name] + PAD <= width:
+            chosen.append(name)
+            used += WIDTHS[name] + PAD
+    run_width = min(max(RUN_MIN + width - used, RUN_MIN), max(longest_run, RUN_MIN), RUN_MAX)
+    return [c for c in COLUMNS if c in chosen], run_width
+
+
+def model_label(arch: str, attention: str, width: int = WIDTHS["model"]) -> str:
+    """``rnn/bahdanau``, ``tfm/performer``: the architecture abbreviated, the variant kept
+    (roles that share one variant, ``scaled-dot/scaled-dot``, are named once)."""
+    roles = attention.split("/")
+    variant = roles[0] if len(set(roles)) == 1 else attention
+    return middle_ellipsis(f"{ARCH_SHORT.get(arch, arch)}/{variant}", width)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -41,7 +75,7 @@ def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
         "●" if marked else " ",
         Path(run.path).name,
         str(run.task),
-        f"{run.arch}/{run.attention}",
+        model_label(str(run.arch), str(run.attention)),
         _fmt(run.params, ","),
         _fmt(run.steps, "d"),
         _fmt(run.best_bleu),
@@ -70,6 +104,7 @@ class RunsView(Vertical):
         self._followers: dict[str, RunFollower] = {}
         self._rows: list[tuple[str, ...]] = []
         self._last_signature: tuple | None = None
+        self._layout: tuple[list[str], int] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="runs-status")
@@ -79,8 +114,6 @@ class RunsView(Vertical):
             yield BarsPlot("BLEU by source length", id="compare-bars")
 
     def on_mount(self) -> None:
-        table = self.query_one("#runs-table", DataTable)
-        table.add_columns(*COLUMNS)
         self.refresh_runs()
         self.set_interval(self.refresh_seconds, self.refresh_runs)
 
@@ -113,19 +146,50 @@ class RunsView(Vertical):
             return
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
+        # The event reader's warnings (skipped lines): the first, by run name (its text starts
+        # with the file's path), so that it fits the line.
+        warned = [(run.path.name, w.split(": ", 1)[-1]) for run in runs for w in run.warnings]
+        more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
+        first = f"{run_label(warned[0][0], 28)}: {warned[0][1]}" if warned else ""
+        note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
         self.query_one("#runs-status", Static).update(
-            f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}  [dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
+            f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "
+            "[dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
-        if rows != self._rows:
+        if rows != self._rows or self._layout != self._fit():
             self._rows = rows
-            table = self.query_one("#runs-table", DataTable)
-            row = table.cursor_row
-            table.clear()
-            for run, cells in zip(runs, rows, strict=True):
-                table.add_row(*cells, key=str(run.path))
-            if rows:
-                table.move_cursor(row=min(row, len(rows) - 1))
+            self._fill_table()
         self._update_compare()
+
+    def _fit(self) -> tuple[list[str], int]:
+        width = self.query_one("#runs-table", DataTable).size.width or self.app.size.width
+        longest = max((len(r[1]) for r in self._rows), default=RUN_MIN)
+        return fit_columns(width - 2, longest)  # 2: the vertical scrollbar
+
+    def _fill_table(self) -> None:
+        """(Re)build the table for the current width: chosen columns, run names cut in the middle."""
+        table = self.query_one("#runs-table", DataTable)
+        layout = self._fit()
+        row = table.cursor_row
+        if layout != self._layout:
+            self._layout = layout
+            table.clear(columns=True)
+            columns, run_width = layout
+            for name in columns:
+                table.add_column(name, width=run_width if name == "run" else WIDTHS[name], key=name)
+        table.clear()
+        columns, run_width = self._layout
+        index = [COLUMNS.index(c) for c in columns]
+        for run, cells in zip(self.runs, self._rows, strict=True):
+            shown = [cells[i] for i in index]
+            shown[1] = run_label(shown[1], run_width)  # the stamp goes before the variant
+            table.add_row(*shown, key=str(run.path))
+        if self._rows:
+            table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
+
+    def on_resize(self) -> None:
+        if self.is_mounted and self._layout is not None and self._layout != self._fit():
+            self._fill_table()
 
     def _current(self) -> Any | None:
         table = self.query_one("#runs-table", DataTable)
@@ -167,7 +231,7 @@ class RunsView(Vertical):
         for key in sorted(self.marked):
             follower = self._followers.setdefault(key, RunFollower(Path(key)))
             follower.poll()
-            label = Path(key).name[-24:]
+            label = run_label(Path(key).name, 28)  # keeps the variant, cuts the stamp
             c = follower.curves
             series.append((label, c.eval_step, c.bleu))
             buckets = c.bleu_by_length

@@ -21,14 +21,17 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, load_preset, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.naming import describe, experiment_name
 from attnlab.tui.menus import (
     SAME_AS_ENCODER,
+    HParamInfo,
     Menus,
     attention_keys,
     check_field,
     chosen_variants,
     config_from_form,
     field_range_text,
+    hparam_groups,
     key_in_message,
 )
 from attnlab.tui.views.corpus_preview import CorpusPreview, data_for_preview
@@ -75,6 +78,7 @@ FIELDS: tuple[FieldDef, ...] = (
     FieldDef("train.teacher_forcing", "teacher forcing", "input"),
     FieldDef("train.tf_schedule", "TF schedule", "select"),
     FieldDef("train.device", "device", "select"),
+    FieldDef("train.nproc", "processes", "input"),  # data-parallel (torchrun + DDP)
 )
 SECTION_TITLES = {"data.task": "Data", "model.arch": "Model", "train.max_steps": "Training"}
 
@@ -101,6 +105,7 @@ class SetupView(Vertical):
     def __init__(self, config: ExperimentConfig, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.config = config  # the last valid experiment
+        self._origin = config  # the preset / config loaded: its name fits only while unchanged
         self.menus: Menus | None = None
         self.error: str | None = "loading the registries…"
         self.side_variant = ""
@@ -108,6 +113,7 @@ class SetupView(Vertical):
             k: _text(v) for k, v in config.model.attn_params.items()
         }
         self._shown_hparams: tuple[str, ...] | None = None  # None: not built yet
+        self._shown_groups: tuple | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="setup-body"):
@@ -131,6 +137,7 @@ class SetupView(Vertical):
     async def populate(self, menus: Menus) -> None:
         """Build every menu from the registry snapshot (called once the registries loaded)."""
         self.menus = menus
+        self._origin = self.config  # the app may have swapped in the default preset
         with self.prevent(Select.Changed):
             self.query_one("#preset-select", Select).set_options([(name, name) for name in menus.presets])
         await self._rebuild_form()
@@ -150,8 +157,16 @@ class SetupView(Vertical):
             rows.append(self._field_row(definition, raw))
             if definition.key == "data.path":
                 rows.append(CorpusPreview(id="corpus-preview", classes="group-corpus"))
+        # Hidden before they are mounted: the first frame shows only the chosen architecture's
+        # fields (no flash of the other one's).
+        shown = _groups_shown(str(raw.get("model.arch", "rnn")), str(raw.get("data.task", "")))
+        for row in rows:
+            for group, show in shown.items():
+                if row.has_class(f"group-{group}") and not show:
+                    row.display = False
         await form.mount_all(rows)
         self._shown_hparams = None
+        self._shown_groups = None
         self._apply_groups()
         await self._rebuild_hparams()
         names = chosen_variants(self.config.model.arch, self.form_values())
@@ -194,8 +209,7 @@ class SetupView(Vertical):
 
     def _apply_groups(self) -> None:
         values = self.form_values()
-        arch = values.get("model.arch", "rnn")
-        visible = {"rnn": arch == "rnn", "transformer": arch == "transformer", "corpus": values.get("data.task") == "corpus"}
+        visible = _groups_shown(str(values.get("model.arch", "rnn")), str(values.get("data.task", "")))
         for group, show in visible.items():
             for row in self.query(f".group-{group}"):
                 row.display = show
@@ -204,22 +218,33 @@ class SetupView(Vertical):
         if self.menus is None:
             return
         values = self.form_values()
-        infos = self.menus.hparams_of(chosen_variants(values.get("model.arch", "rnn"), values))
-        names = tuple(h.name for h in infos)
-        if names == self._shown_hparams:
+        groups = hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
+        shape = tuple((title, tuple(h.name for h in infos)) for title, infos in groups)
+        if shape == self._shown_groups:
             return
-        self._shown_hparams = names
+        self._shown_groups = shape
+        self._shown_hparams = tuple(h.name for _, infos in groups for h in infos)
         box = self.query_one("#hparams", Vertical)
         await box.remove_children()
-        rows = []
-        for info in infos:
-            text = self._hparam_values.setdefault(info.name, _text(info.default))
-            field = Input(text, placeholder=info.range_text(), id=hparam_id(info.name), compact=True)
-            field.tooltip = f"model.{info.name}: {info.help} {info.range_text()} (used by {', '.join(info.variants)})"
-            rows.append(Horizontal(Label(info.name, classes="field-label"), field, classes="field"))
+        rows: list[Widget] = []
+        for title, infos in groups:
+            # One sub-heading per variant (with its roles), its fields below it.
+            rows.append(Static(_escape(title), classes="hparam-group"))
+            if not infos:
+                rows.append(Static("  (no hyper-parameters)", classes="dim"))
+            for info in infos:
+                rows.append(self._hparam_row(info))
         if not rows:
             rows.append(Static("(none for this choice)", classes="dim"))
         await box.mount_all(rows)
+
+    def _hparam_row(self, info: HParamInfo) -> Widget:
+        text = self._hparam_values.setdefault(info.name, _text(info.default))
+        field = Input(text, placeholder=info.range_text(), id=hparam_id(info.name), compact=True)
+        field.tooltip = f"model.{info.name}: {info.help} {info.range_text()} (used by {', '.join(info.variants)})"
+        # Range and default beside the field, always (not only once it is emptied).
+        hint = Label(f"{_escape(info.range_text())} · default {_escape(_text(info.default))}", classes="field-hint")
+        return Horizontal(Label(info.name, classes="field-label"), field, hint, classes="field")
 
     # -- reading and validating ----------------------------------------------------------------
 
@@ -269,7 +294,7 @@ class SetupView(Vertical):
         config = None
         if first is None:
             try:
-                config = config_from_form(self.config, values, hparams)
+                config = self._identified(config_from_form(self.config, values, hparams))
             except AttnlabError as err:
                 first = str(err)
                 key = key_in_message(first)
@@ -300,6 +325,16 @@ class SetupView(Vertical):
         self.query_one("#train-button", Button).disabled = first is not None
         self.query_one("#queue-button", Button).disabled = first is not None
         return config if first is None else None
+
+    def _identified(self, config: ExperimentConfig) -> ExperimentConfig:
+        """``config`` named and described by what it is: the loaded preset's name and
+        description only while the experiment is unchanged, else derived from the config."""
+        origin = self._origin
+        if (config.data, config.model, config.train, config.decode) == (
+            origin.data, origin.model, origin.train, origin.decode
+        ):
+            return config.replace(name=origin.name, description=origin.description)
+        return config.replace(name=experiment_name(config), description=describe(config))
 
     def _mark(self, key: str) -> None:
         section, name = key.split(".", 1)
@@ -441,9 +476,15 @@ class SetupView(Vertical):
 
     async def set_config(self, config: ExperimentConfig) -> None:
         self.config = config
+        self._origin = config
         self._hparam_values = {k: _text(v) for k, v in config.model.attn_params.items()}
         if self.menus is not None:
             await self._rebuild_form()
+
+
+def _groups_shown(arch: str, task: str) -> dict[str, bool]:
+    """Which field groups apply to this architecture and task."""
+    return {"rnn": arch == "rnn", "transformer": arch == "transformer", "corpus": task == "corpus"}
 
 
 def _flat(config: ExperimentConfig) -> dict[str, Any]:

@@ -7,20 +7,24 @@ as an error with the last line of its stderr, and the app keeps running.
 
 from __future__ import annotations
 
+import textwrap
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import DataTable, Label, Log, ProgressBar, Static
+from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Static
 
 from attnlab.config import ExperimentConfig
 from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
 from attnlab.tui.launcher import TrainingProcess
 from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.viz.text import run_label
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
 CommandFactory = Callable[[Path, Path, str], Sequence[str]]
@@ -30,6 +34,11 @@ POLL_SECONDS = 0.25
 
 class TrainView(Vertical):
     """The Train tab: one active run (a child process or a run followed from disk) + a queue."""
+
+    BINDINGS = [
+        Binding("delete", "unqueue", "Unqueue", key_display="Del"),
+        Binding("backspace", "unqueue", "Remove from queue", show=False),
+    ]
 
     class RunFinished(Message):
         """The active run ended (finished, stopped or failed)."""
@@ -60,23 +69,34 @@ class TrainView(Vertical):
         self._drawn = (-1, -1, -1, -1)  # (train points, eval points, samples step, log lines)
         self._failure_reported = False
         self._status_shown: tuple | None = None
+        self._launched_at = 0.0
+        self._queue_shown: tuple[int, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.", id="train-status")
         with Horizontal(id="train-progress-row"):
             yield ProgressBar(total=1, show_eta=False, id="train-progress")
             yield Label("", id="train-eta")
+        with Horizontal(id="train-queue-row"):
+            yield Label("queued\n[dim]Del removes[/]", id="train-queue-label")
+            yield OptionList(id="train-queue")
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
             yield MetricPlot("dev metrics (0-100)", id="metric-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
             yield table
-            yield Log(id="event-log", max_lines=2000)
+            yield WrappedLog(id="event-log", max_lines=2000)
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
-        table.add_columns("src", "ref", "hyp", "ok")
+        table.add_columns("ok", "src", "ref", "hyp")  # "ok" first: long sentences never hide it
+        self._refresh_queue()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "unqueue":  # listed in the footer only while the queue list has focus
+            return bool(self.queue) and self.query_one("#train-queue", OptionList).has_focus
+        return True
 
     # -- starting and following ---------------------------------------------------------------
 
@@ -99,6 +119,7 @@ class TrainView(Vertical):
     def _launch(self, config: ExperimentConfig) -> None:
         process = TrainingProcess.start(config, self.runs_dir, command=self.command_factory)
         self.process = process
+        self._launched_at = time.time()
         self._follow(process.run_dir)
         self.log_line(f"started {process.run_name} (pid {process.pid})")
 
@@ -115,7 +136,7 @@ class TrainView(Vertical):
         self._failure_reported = False
         self._drawn = (-1, -1, -1, -1)
         self.query_one("#samples", DataTable).clear()
-        self.query_one("#event-log", Log).clear()
+        self.query_one("#event-log", WrappedLog).clear()
         if self._timer is None:
             self._timer = self.set_interval(self.poll_seconds, self.poll)
         self.poll()
@@ -129,6 +150,8 @@ class TrainView(Vertical):
             word, self.pending_control = self.pending_control, None
             self._send(word)
         follower.poll()
+        if follower.deleted and self.process is not None:
+            self.process.terminate()  # its run directory is gone: nothing left to train into
         code = self.process.poll() if self.process is not None else None
         if self.process is not None and code is not None and not follower.finished:
             follower.poll()  # the last events may have landed just before the exit
@@ -155,6 +178,8 @@ class TrainView(Vertical):
 
     def control(self, word: str) -> str:
         """pause / resume / save / stop the active run; returns a notice."""
+        if self.follower is not None and self.follower.deleted:
+            return self.follower.error  # not "interrupted before the run started"
         if self.follower is None or not self.active:
             return "no run in progress"
         if word == "pause" and (self.paused or self.follower.state == PAUSED):
@@ -184,7 +209,7 @@ class TrainView(Vertical):
     # -- drawing ------------------------------------------------------------------------------
 
     def log_line(self, text: str) -> None:
-        self.query_one("#event-log", Log).write_line(text)
+        self.query_one("#event-log", WrappedLog).add_lines([text])
 
     def _redraw(self) -> None:
         follower = self.follower
@@ -213,14 +238,55 @@ class TrainView(Vertical):
                 table.clear()
                 for sample in follower.samples:
                     table.add_row(
-                        " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp), "✓" if sample.correct else "✗"
+                        "✓" if sample.correct else "✗", " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp)
                     )
             if drawn[3] != previous[3]:
-                log = self.query_one("#event-log", Log)
                 start = max(previous[3], 0)
-                log.write_lines(follower.log[start:])
+                self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
+
+    def _refresh_queue(self) -> None:
+        """The queue as a list under the progress bar (hidden while empty)."""
+        shown = tuple(id(config) for config in self.queue)
+        if shown == self._queue_shown:
+            return
+        self._queue_shown = shown
+        from attnlab.naming import experiment_name
+
+        listing = self.query_one("#train-queue", OptionList)
+        highlighted = listing.highlighted
+        listing.set_options(
+            [f"{i + 1}. {experiment_name(c)}  ({c.train.max_steps} steps)" for i, c in enumerate(self.queue)]
+        )
+        if self.queue:
+            listing.highlighted = min(highlighted or 0, len(self.queue) - 1)
+        self.query_one("#train-queue-row").display = bool(self.queue)
+
+    def remove_queued(self, index: int) -> str:
+        """Drop the queued run at ``index``; returns a notice."""
+        if not 0 <= index < len(self.queue):
+            return "nothing queued there"
+        from attnlab.naming import experiment_name
+
+        removed = self.queue.pop(index)
+        self._refresh_status()
+        self.refresh_bindings()
+        return f"removed {experiment_name(removed)} from the queue ({len(self.queue)} waiting)"
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # Del appears in the footer while the queue list has focus
+
+    def on_descendant_blur(self) -> None:
+        self.refresh_bindings()
+
+    def action_unqueue(self) -> None:
+        listing = self.query_one("#train-queue", OptionList)
+        if self.queue and listing.has_focus and listing.highlighted is not None:
+            self.app.notify(self.remove_queued(listing.highlighted))
+            if not self.queue:  # the list is hidden now: focus the samples table
+                self.query_one("#samples", DataTable).focus()
 
     def _refresh_status(self) -> None:
+        self._refresh_queue()
         follower = self.follower
         status = self.query_one("#train-status", Static)
         queued = f"  [dim]queue: {len(self.queue)}[/]" if self.queue else ""
@@ -231,7 +297,9 @@ class TrainView(Vertical):
         if self.paused and state not in (FAILED,) and not follower.finished:
             state = PAUSED
         colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
-        name = follower.name or follower.run_dir.name
+        # The run's identity (task-arch-variants-stamp, attnlab.naming), not its preset's name;
+        # at 80 columns shortened stamp first so the figures keep their room.
+        name = run_label(follower.run_dir.name, 32 if self.app.has_class("narrow") else 64)
         parts = [f"[b]{name}[/]", f"[b {colour}]{state}[/]"]
         if state != STARTING:
             parts.append(f"step {follower.step}/{follower.max_steps or '?'}")
@@ -246,23 +314,62 @@ class TrainView(Vertical):
                 parts.append(f"lr {follower.lr:.2e}")
         if follower.error:
             parts.append(f"[$error]{_escape(follower.error)}[/]")
-        eta = follower.eta_s() if not follower.finished else 0.0
-        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, follower.elapsed_s, eta)
+        now = time.time()  # the child stamps events with time.time(): same clock
+        if follower.state == STARTING:  # building data and model: count from the launch
+            elapsed = now - self._launched_at if self.process is not None and self._launched_at else 0.0
+        else:
+            elapsed = follower.live_elapsed_s(now)
+        eta = follower.eta_s(now) if not follower.finished else 0.0
+        clock = f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
+        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, clock)
         if shown == self._status_shown:
             return  # nothing changed: no repaint (this runs on every poll)
         self._status_shown = shown
         status.update(shown[0])
         bar = self.query_one("#train-progress", ProgressBar)
         bar.update(total=max(follower.max_steps, 1), progress=follower.step)
-        self.query_one("#train-eta", Label).update(
-            f"elapsed {format_duration(follower.elapsed_s)}  ETA {format_duration(eta)}"
-        )
+        self.query_one("#train-eta", Label).update(clock)
 
     @on(DataTable.RowSelected, "#samples")
     def _sample_selected(self, event: DataTable.RowSelected) -> None:
         # Open the selected sample's attention in Inspect (the app switches tabs).
         if self.follower is not None and event.cursor_row < len(self.follower.samples):
             self.post_message(SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row]))
+
+
+def wrap_log_line(text: str, width: int) -> list[str]:
+    """One event-log line wrapped at word boundaries to ``width`` (continuations indented),
+    so that nothing is cut at the right edge of a narrow log."""
+    if width < 12 or len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True) or [text]
+
+
+class WrappedLog(Log):
+    """A Log that wraps its lines to its width (and re-wraps them when resized)."""
+
+    def __init__(self, *, max_lines: int | None = None, id: str | None = None) -> None:
+        super().__init__(max_lines=max_lines, id=id)
+        self.raw: list[str] = []
+        self._wrapped_at = 0
+
+    def add_lines(self, lines: Sequence[str]) -> None:
+        self.raw = (self.raw + list(lines))[-2000:]
+        width = self.scrollable_content_region.width
+        self.write_lines([part for line in lines for part in wrap_log_line(line, width)])
+
+    def clear(self) -> WrappedLog:
+        self.raw = []
+        super().clear()
+        return self
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._wrapped_at and self.raw:
+            self._wrapped_at = width
+            raw = self.raw
+            super().clear()
+            self.write_lines([part for line in raw for part in wrap_log_line(line, width)])
 
 
 class SampleChosen(Message):

@@ -1,7 +1,10 @@
 """Interactive attention heatmap: target tokens as rows, source tokens as columns.
 
 A Line-API ``ScrollView``: only the visible lines are rendered, so long sentences scroll
-(row labels and column headers stay in place). The cursor (keys or mouse) reports the exact
+(row labels and column headers stay in place). Column labels are whole tokens, staggered over
+a few header rows by the CLI's layout (``attnlab.viz.text.column_header``); when they would
+need too many rows the columns are numbered and a legend follows the grid. The row-label
+width is fixed per map (from all its row labels), so stepping through a map never shifts it. The cursor (keys or mouse) reports the exact
 weight and the two tokens. Half-block mode packs two matrix rows into one text row with
 ``▀`` (foreground = upper row, background = lower row) for an overview of large matrices.
 """
@@ -24,6 +27,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from attnlab.viz.heatmap import LEVELS, heatmap_cell_style, heatmap_level
+from attnlab.viz.text import Placement, column_header, column_legend, middle_ellipsis
 
 # The colour scale is the CLI's (attnlab.viz.heatmap, viridis-like, readable on dark and
 # light themes) on an absolute 0..1 scale, so weights compare across rows and samples.
@@ -81,7 +85,8 @@ class AttentionHeatmap(ScrollView, can_focus=True):
 
     CELL_WIDTH = 3
     MAX_ROW_LABEL = 10
-    MAX_HEADER = 6
+    MAX_HEADER = 4  # staggered label rows before the columns are numbered
+    MAX_COL_LABEL = 11
 
     cursor: reactive[tuple[int, int]] = reactive((0, 0), layout=False)
     half_block: reactive[bool] = reactive(False)
@@ -103,6 +108,11 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         self.weights = np.zeros((0, 0))
         self.row_labels: list[str] = []
         self.col_labels: list[str] = []
+        self._label_w = 0
+        self._placements: list[Placement] = []
+        self._header_h = 0
+        self._legend: list[str] = []
+        self._cell = self.CELL_WIDTH
 
     # -- data --------------------------------------------------------------------------------
 
@@ -118,10 +128,15 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         if w.ndim != 2:
             raise ValueError(f"attention matrix must be 2-D, got shape {w.shape}")
         self.weights = w
+        # Width from every row label given (also rows not shown yet while stepping).
+        longest = max((len(str(t)) for t in rows), default=0)
+        self._label_w = min(longest, self.MAX_ROW_LABEL) + 1 if longest else 0
         self.row_labels = [str(t) for t in rows][: w.shape[0]]
         self.row_labels += [""] * (w.shape[0] - len(self.row_labels))
         self.col_labels = [str(t) for t in cols][: w.shape[1]]
         self.col_labels += [""] * (w.shape[1] - len(self.col_labels))
+        self._fit_cells()
+        self._layout_header()
         row, col = self.cursor
         self.set_reactive(
             AttentionHeatmap.cursor,
@@ -136,28 +151,53 @@ class AttentionHeatmap(ScrollView, can_focus=True):
 
     # -- geometry ----------------------------------------------------------------------------
 
+    def _fit_cells(self) -> None:
+        """Cells of 3 characters, or 2 when that makes every column fit without scrolling."""
+        cols = self.weights.shape[1] if self.weights.ndim == 2 else 0
+        room = self.scrollable_content_region.width - self._label_w
+        narrow = cols * self.CELL_WIDTH > room >= cols * 2 > 0
+        self._cell = 2 if narrow else self.CELL_WIDTH
+
+    def on_resize(self) -> None:
+        cell = self._cell
+        self._fit_cells()
+        if cell != self._cell:
+            self._layout_header()
+            self._update_virtual_size()
+            self.refresh()
+
+    def _layout_header(self) -> None:
+        placements, numbered = column_header(
+            self.col_labels, self._cell, self.MAX_HEADER, self.MAX_COL_LABEL
+        )
+        self._placements = placements
+        self._header_h = max((p.row for p in placements), default=-1) + 1
+        self._legend = column_legend(self.col_labels, 60) if numbered else []
+
     @property
     def label_width(self) -> int:
         if self.half_block or not self.row_labels:
             return 0
-        return min(max(len(t) for t in self.row_labels), self.MAX_ROW_LABEL) + 1
+        return self._label_w
 
     @property
     def header_height(self) -> int:
         if self.half_block or not self.col_labels:
             return 0
-        return max(1, min(max(len(t) for t in self.col_labels), self.MAX_HEADER))
+        return max(self._header_h, 1)
 
     @property
     def cell_width(self) -> int:
-        return 1 if self.half_block else self.CELL_WIDTH
+        return 1 if self.half_block else self._cell
 
     def _update_virtual_size(self) -> None:
         rows, cols = self.weights.shape if self.weights.size else (0, 0)
         if self.half_block:
             self.virtual_size = Size(cols, (rows + 1) // 2)
         else:
-            self.virtual_size = Size(self.label_width + cols * self.cell_width, self.header_height + rows)
+            width = max((p.start + len(p.text) for p in self._placements), default=0)
+            width = max(width, cols * self.cell_width)
+            self.virtual_size = Size(self.label_width + width, self.header_height + rows + len(self._legend))
 
     def watch_half_block(self) -> None:
         self._update_virtual_size()
@@ -182,27 +222,37 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         else:
             row = scroll_y + y - header_h
             if row >= self.weights.shape[0]:
-                return Strip.blank(width, base)
+                return self._legend_line(row - self.weights.shape[0], width, base)
             label = self._row_label(row, label_w, base)
             cells = self._row_strip(row, base)
         cells = cells.crop(scroll_x, scroll_x + visible)
         return Strip.join([label, cells]).extend_cell_length(width, base)
 
+    def _legend_line(self, k: int, width: int, base: Style) -> Strip:
+        """Numbered columns: the legend lines under the grid (``0 ein  1 mann …``)."""
+        if k >= len(self._legend):
+            return Strip.blank(width, base)
+        dim = base + Style(dim=True)
+        return Strip([Segment(self._legend[k], dim)]).extend_cell_length(width, base).crop(0, width)
+
     def _row_label(self, row: int, label_w: int, base: Style) -> Strip:
-        text = self.row_labels[row][: label_w - 1].rjust(label_w - 1) + " "
+        text = middle_ellipsis(self.row_labels[row], label_w - 1).rjust(label_w - 1) + " "
         style = base + Style(reverse=True, bold=True) if row == self.cursor[0] else base
         return Strip([Segment(text, style)])
 
     def _header_strip(self, k: int, base: Style) -> Strip:
-        """Header line k: the k-th character of every column label (vertical labels)."""
+        """Header line k (top first): the whole-token labels placed on that row."""
+        level = self.header_height - 1 - k  # placement rows count up from the grid
         segments = []
-        cw = self.cell_width
-        for col, label in enumerate(self.col_labels):
-            char = label[k] if k < len(label) else " "
-            if k == self.header_height - 1 and len(label) > self.header_height:
-                char = "…"
-            style = base + Style(reverse=True, bold=True) if col == self.cursor[1] else base
-            segments.append(Segment(char.center(cw), style))
+        at = 0
+        for p in self._placements:
+            if p.row != level:
+                continue
+            if p.start > at:
+                segments.append(Segment(" " * (p.start - at), base))
+            cursor = p.column == self.cursor[1]
+            segments.append(Segment(p.text, base + Style(reverse=True, bold=True) if cursor else base))
+            at = p.start + len(p.text)
         return Strip(segments)
 
     def _row_strip(self, row: int, base: Style) -> Strip:
@@ -212,7 +262,10 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         for col, weight in enumerate(values):
             if row == cursor_row and col == cursor_col:
                 # The cursor cell shows the weight in percent on its own colour.
-                segments.append(Segment(f"{weight_index(weight):>3}"[-3:], cell_style(weight, bold=True)))
+                # (2-character cells show 99 for 100; the cursor line has the exact weight)
+                cw = self.cell_width
+                percent = min(weight_index(weight), 10**cw - 1)
+                segments.append(Segment(f"{percent:>{cw}}", cell_style(weight, bold=True)))
             else:
                 segments.append(Segment(" " * self.cell_width, cell_style(weight)))
         return Strip(segments)

@@ -1,13 +1,29 @@
-"""Metric plots (plotext through textual-plotext): curves against step, and grouped bars."""
+"""Metric plots (plotext through textual-plotext): curves against step, and grouped bars.
+
+Legends are drawn *below* the plot area as coloured text (plotext would draw them over the
+data). Axes come from :func:`attnlab.viz.text.integer_ticks`: integer step ticks over the
+real range of the data; a series with few points gets visible markers so that a single eval
+is more than one braille dot.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from attnlab.viz.text import integer_ticks
+
 Series = tuple[str, Sequence[float], Sequence[float]]  # (label, steps, values)
+
+# One colour per series, in order; the same names are valid for plotext and for Rich.
+COLOURS = ("cyan", "magenta", "green", "yellow", "red", "blue")
+MARKER_POINTS = 12  # series with at most this many points also get a "●" marker per point
 
 
 def finite_points(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -20,7 +36,67 @@ def finite_points(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float]
     return px, py
 
 
-class MetricPlot(PlotextPlot):
+def x_axis(xs: Sequence[float], max_ticks: int = 5) -> tuple[tuple[float, float], list[int]]:
+    """(x limits, integer ticks) over the real range of the steps (a lone step gets ±1)."""
+    lo, hi = min(xs), max(xs)
+    if hi - lo < 1:
+        lo, hi = lo - 1, hi + 1
+    ticks = [t for t in integer_ticks(lo, hi, max_ticks) if lo <= t <= hi]
+    return (lo, hi), ticks
+
+
+def y_limits(ys: Sequence[float]) -> tuple[float, float]:
+    """The data range with a little room, never empty (one value v gets v ± 5% or ± 1);
+    never below 0 for data that is not (losses and metrics do not go negative)."""
+    lo, hi = min(ys), max(ys)
+    pad = max(abs(lo) * 0.05, 1.0) if hi - lo < 1e-9 else (hi - lo) * 0.05
+    bottom = lo - pad if lo < 0 else max(lo - pad, 0.0)
+    return bottom, hi + pad
+
+
+def legend_text(labels: Sequence[str], width: int = 0) -> Text:
+    """``━ train  ━ dev`` in the series' colours (printed under the plot, not on it).
+
+    Entries are never broken: one that does not fit on the line starts a new line."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    column = 0
+    for k, label in enumerate(labels):
+        entry = 2 + len(label)
+        if k:
+            if width and column + 2 + entry > width:
+                text.append("\n")
+                column = 0
+            else:
+                text.append("  ")
+                column += 2
+        text.append("━ ", style=f"bold {COLOURS[k % len(COLOURS)]}")
+        text.append(label)
+        column += entry
+    return text
+
+
+class _Legend(Static):
+    """The legend line(s) under a plot; re-wrapped when the plot is resized."""
+
+    DEFAULT_CSS = "_Legend { height: auto; max-height: 3; padding: 0 1; }"
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.labels: list[str] = []
+
+    def show(self, labels: Sequence[str]) -> None:
+        self.labels = list(labels)
+        self.update(legend_text(self.labels, self.size.width - 2) if self.labels else "")
+
+    def on_resize(self) -> None:
+        self.show(self.labels)
+
+
+class _Canvas(PlotextPlot):
+    DEFAULT_CSS = "_Canvas { height: 1fr; width: 1fr; }"
+
+
+class MetricPlot(Vertical):
     """A line plot of one or more series against step; redraws only when the data changes."""
 
     DEFAULT_CSS = """
@@ -34,15 +110,21 @@ class MetricPlot(PlotextPlot):
         self.series: list[Series] = []
         self.points = 0  # number of finite points drawn (tests check that the plot moved)
 
+    def compose(self) -> ComposeResult:
+        yield _Canvas()
+        yield _Legend()
+
     def on_mount(self) -> None:
         self._draw()
 
     def set_series(self, series: list[Series]) -> None:
         self.series = series
-        self._draw()
+        if self.is_mounted:
+            self._draw()
 
     def _draw(self) -> None:
-        plt = self.plt
+        canvas = self.query_one(_Canvas)
+        plt = canvas.plt
         plt.clear_data()
         plt.clear_figure()
         plt.title(self.title)
@@ -50,17 +132,34 @@ class MetricPlot(PlotextPlot):
         if self.y_label:
             plt.ylabel(self.y_label)
         total = 0
-        for label, xs, ys in self.series:
+        labels: list[str] = []
+        all_x: list[float] = []
+        all_y: list[float] = []
+        for k, (label, xs, ys) in enumerate(self.series):
             px, py = finite_points(xs, ys)
-            if px:
-                plt.plot(px, py, label=label, marker="braille")
-                total += len(px)
+            colour = COLOURS[k % len(COLOURS)]
+            labels.append(label)
+            if not px:
+                continue
+            if len(px) > 1:
+                plt.plot(px, py, marker="braille", color=colour)
+            if len(px) <= MARKER_POINTS:
+                plt.scatter(px, py, marker="●", color=colour)
+            total += len(px)
+            all_x += px
+            all_y += py
+        if all_x:
+            (x_lo, x_hi), ticks = x_axis(all_x)
+            plt.xlim(x_lo, x_hi)
+            plt.xticks(ticks, [str(t) for t in ticks])
+            plt.ylim(*y_limits(all_y))
         self.points = total
-        self.refresh()
+        self.query_one(_Legend).show(labels)
+        canvas.refresh()
 
 
-class BarsPlot(PlotextPlot):
-    """Grouped bars: BLEU by source-length bucket for several runs."""
+class BarsPlot(Vertical):
+    """Grouped bars: BLEU by source-length bucket for several runs (legend below the bars)."""
 
     DEFAULT_CSS = """
     BarsPlot { height: 1fr; width: 1fr; min-height: 5; }
@@ -72,23 +171,33 @@ class BarsPlot(PlotextPlot):
         self.groups: list[str] = []
         self.bars: list[tuple[str, list[float]]] = []
 
+    def compose(self) -> ComposeResult:
+        yield _Canvas()
+        yield _Legend()
+
     def on_mount(self) -> None:
         self._draw()
 
     def set_bars(self, groups: list[str], bars: list[tuple[str, list[float]]]) -> None:
         self.groups, self.bars = groups, bars
-        self._draw()
+        if self.is_mounted:
+            self._draw()
 
     def _draw(self) -> None:
-        plt = self.plt
+        canvas = self.query_one(_Canvas)
+        plt = canvas.plt
         plt.clear_data()
         plt.clear_figure()
         plt.title(self.title)
+        labels = [label for label, _ in self.bars]
         if self.groups and self.bars:
-            labels = [label for label, _ in self.bars]
             values = [[v if math.isfinite(v) else 0.0 for v in vals] for _, vals in self.bars]
+            colours = [COLOURS[k % len(COLOURS)] for k in range(len(values))]
             if len(values) == 1:
-                plt.bar(self.groups, values[0], label=labels[0])
+                plt.bar(self.groups, values[0], color=colours[0])
             else:
-                plt.multiple_bar(self.groups, values, labels=labels)
-        self.refresh()
+                plt.multiple_bar(self.groups, values, color=colours)
+            top = max((v for vals in values for v in vals), default=0.0)
+            plt.ylim(0, max(top * 1.05, 1.0))
+        self.query_one(_Legend).show(labels)
+        canvas.refresh()

@@ -1,0 +1,159 @@
+"""Pure text-layout helpers shared by the CLI, the renderers and the lab (no textual, no torch).
+
+* :func:`middle_ellipsis` shortens a name in the middle, so both ends survive: a run name keeps
+  its task/variant prefix and the tail of its timestamp instead of losing the variant.
+* :func:`stagger_labels` places multi-character column labels horizontally, each starting at
+  its column, on as many header rows as needed so that no two overlap (a token is never split
+  across rows).
+* :func:`integer_ticks` chooses whole-number axis ticks over a real range (steps are integers).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ELLIPSIS = "…"
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` characters by replacing its middle with "…".
+
+    The head keeps one character more than the tail when the split is uneven (the head is
+    usually the more telling part: task and variant come first in run names).
+    """
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    if width == 1:
+        return ELLIPSIS
+    keep = width - 1
+    head = (keep + 1) // 2
+    tail = keep - head
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one column label is written in a staggered header."""
+
+    column: int
+    row: int  # header row, 0 = the row nearest the grid
+    start: int  # character offset from the first column's left edge
+    text: str
+
+
+def stagger_labels(
+    labels: Sequence[str], cell: int, max_rows: int, max_label: int = 11, limit: int | None = None
+) -> list[Placement] | None:
+    """Place ``labels`` (one per ``cell``-wide column) on at most ``max_rows`` header rows.
+
+    A label that fits its cell is centred in it; a longer one starts at its column's left edge
+    and runs to the right. Each label goes on the first row (nearest the grid first) where it
+    keeps a one-character gap to the label before it. Labels longer than ``max_label`` get a
+    middle ellipsis. A label that would run past ``limit`` characters is moved left to end
+    there. Returns None when ``max_rows`` rows are not enough.
+    """
+    ends: list[int] = []  # per row, the first free offset
+    placed: list[Placement] = []
+    for column, raw in enumerate(labels):
+        text = middle_ellipsis(raw, max_label)
+        left = column * cell
+        start = left + (cell - len(text)) // 2 if len(text) < cell else left
+        if limit is not None and start + len(text) > limit:
+            start = max(limit - len(text), 0)
+        row = next((r for r, end in enumerate(ends) if start >= end), len(ends))
+        if row == len(ends):
+            if row >= max_rows:
+                return None
+            ends.append(0)
+        ends[row] = start + len(text) + 1
+        placed.append(Placement(column, row, start, text))
+    return placed
+
+
+def header_rows(placements: Sequence[Placement]) -> list[str]:
+    """The header as plain text lines, top line first (the row nearest the grid is last)."""
+    n_rows = max((p.row for p in placements), default=-1) + 1
+    width = max((p.start + len(p.text) for p in placements), default=0)
+    rows = [[" "] * width for _ in range(n_rows)]
+    for p in placements:
+        rows[p.row][p.start : p.start + len(p.text)] = list(p.text)
+    return ["".join(r).rstrip() for r in reversed(rows)]
+
+
+def column_header(
+    labels: Sequence[str], cell: int, max_rows: int, max_label: int = 11, limit: int | None = None
+) -> tuple[list[Placement], bool]:
+    """Staggered labels, or (when they need more than ``max_rows`` rows) the column numbers.
+
+    Returns (placements, numbered). With ``numbered`` the caller prints a legend
+    (:func:`column_legend`) so each number can be read back as its token.
+    """
+    placed = stagger_labels(labels, cell, max_rows, max_label, limit)
+    if placed is not None:
+        return placed, False
+    numbers = [str(j) for j in range(len(labels))]
+    placed = stagger_labels(numbers, cell, max(max_rows, 8), max_label, limit)
+    return placed or [], True
+
+
+def column_legend(labels: Sequence[str], width: int) -> list[str]:
+    """``0 ein  1 mann  2 fährt …`` wrapped to ``width`` (never splitting an entry)."""
+    lines: list[str] = []
+    line = ""
+    for j, label in enumerate(labels):
+        entry = f"{j} {label}"
+        if line and len(line) + 2 + len(entry) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}  {entry}" if line else entry
+    if line:
+        lines.append(line)
+    return lines
+
+
+def integer_ticks(low: float, high: float, max_ticks: int = 5) -> list[int]:
+    """Whole-number ticks covering [low, high] with a 1-2-5 step; at least one tick."""
+    lo, hi = math.floor(low), math.ceil(high)
+    if hi <= lo:
+        return [lo]
+    span = hi - lo
+    step = 1
+    for magnitude in (10**k for k in range(0, 12)):
+        for mult in (1, 2, 5):
+            step = mult * magnitude
+            if span / step <= max(max_ticks, 1):
+                break
+        else:
+            continue
+        break
+    first = math.ceil(lo / step) * step
+    ticks = list(range(first, hi + 1, step))
+    return ticks or [lo]
+
+
+_STAMP = re.compile(r"-(\d{8})-(\d{6})(-\d+)?$")
+
+
+def run_label(name: str, width: int) -> str:
+    """A run name shortened for a legend or a narrow column: the timestamp goes first.
+
+    ``reverse-rnn-bahdanau-20261129-101530`` becomes ``reverse-rnn-bahdanau-…1530`` or
+    ``reverse-rnn-bahdanau`` rather than losing its variant; what is still too long is cut in
+    the middle.
+    """
+    if len(name) <= width:
+        return name
+    match = _STAMP.search(name)
+    if match:
+        stem = name[: match.start()]
+        tail = match.group(2)[-4:]  # minutes and seconds tell runs of one day apart
+        for candidate in (f"{stem}-…{tail}", stem):
+            if len(candidate) <= width:
+                return candidate
+        name = stem
+    return middle_ellipsis(name, width)

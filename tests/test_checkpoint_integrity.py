@@ -1,0 +1,482 @@
+"""Checkpoints written whole: crash at every point of a save, mixed steps refused, ENOSPC,
+file modes under a umask, bad meta/trainer-state files, export --force, and the slow
+kill -9 fault-injection run."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import attnlab.runs as runs
+from attnlab.cli import cli
+from attnlab.errors import AttnlabError
+from attnlab.runs import (
+    WriteError,
+    export_checkpoint,
+    load_checkpoint,
+    prepare_checkpoints,
+    read_checkpoint,
+    read_trainer_state,
+    save_checkpoint,
+    write_config,
+)
+from attnlab.train.events import EventLog, iter_events
+from attnlab.train.trainer import Trainer
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _model_and_meta(config):
+    from attnlab.data.dataset import load_dataset
+    from attnlab.nn.model import build_model, count_parameters
+
+    dataset = load_dataset(config.data)
+    torch.manual_seed(0)
+    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    return model, dataset.meta(), count_parameters(model)
+
+
+def _save(run_dir, config, model, meta, params, step, tag="last"):
+    """A checkpoint whose weights are stamped with ``step`` (every parameter = step)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float(step))
+    state = (
+        {"opt.0.exp_avg": torch.full((3,), float(step))},
+        {"step": step, "optimizer": {"param_groups": [], "scalars": {}}},
+    )
+    return save_checkpoint(
+        run_dir,
+        tag,
+        model,
+        config,
+        meta,
+        step,
+        {"bleu": float(step)},
+        params,
+        trainer_state=state if tag == "last" else None,
+    )
+
+
+def _loaded_step(run_dir):
+    """The step of RUN's last checkpoint, checking every file agrees and the weights match."""
+    tensors, meta = read_checkpoint(run_dir / "checkpoints" / "last")
+    weights, state, state_tensors = read_trainer_state(run_dir)
+    step = meta["step"]
+    assert state["step"] == step
+    assert all(torch.all(t == float(step)) for t in tensors.values())  # not a mix of two saves
+    assert torch.all(state_tensors["opt.0.exp_avg"] == float(step))
+    return step
+
+
+def _scratch(run_dir):
+    return sorted(
+        p.name for p in (run_dir / "checkpoints").iterdir() if p.name not in ("best", "last")
+    )
+
+
+class Crash(BaseException):
+    """A kill -9: after it, the dying process does nothing more on disk."""
+
+
+def _crash_at(monkeypatch, k):
+    """Make the k-th disk operation of a save 'kill' the process: it and every later rename,
+    write and rmtree of attnlab.runs are skipped (no cleanup runs after a kill)."""
+    calls = {"n": 0, "dead": False}
+    real = {"rename": os.rename, "write": runs._write_new_file, "rmtree": shutil.rmtree}
+
+    def guarded(name):
+        def op(*args, **kwargs):
+            if calls["dead"]:
+                return None
+            if calls["n"] == k:
+                calls["dead"] = True
+                raise Crash
+            calls["n"] += 1
+            return real[name](*args, **kwargs)
+
+        return op
+
+    monkeypatch.setattr(runs.os, "rename", guarded("rename"))
+    monkeypatch.setattr(runs, "_write_new_file", guarded("write"))
+    monkeypatch.setattr(runs.shutil, "rmtree", guarded("rmtree"))
+    return calls
+
+
+def test_a_crash_at_any_point_of_a_save_leaves_the_old_or_the_new_checkpoint(
+    tmp_path, tiny_config, monkeypatch
+):
+    model, meta, params = _model_and_meta(tiny_config)
+    outcomes = set()
+    for k in range(20):
+        run_dir = tmp_path / f"run{k}"
+        _save(run_dir, tiny_config, model, meta, params, 1)
+        with monkeypatch.context() as patch:
+            calls = _crash_at(patch, k)
+            with contextlib.suppress(Crash):
+                _save(run_dir, tiny_config, model, meta, params, 2)
+        if not calls["dead"]:
+            break  # k is past the last operation of a save: all points were covered
+        step = _loaded_step(run_dir)  # readable as is, before any recovery
+        assert step in (1, 2)
+        outcomes.add(step)
+        prepare_checkpoints(run_dir)  # what the next start does
+        assert _loaded_step(run_dir) == step and _scratch(run_dir) == []
+        _save(run_dir, tiny_config, model, meta, params, 3)  # and the next save
+        assert _loaded_step(run_dir) == 3 and _scratch(run_dir) == []
+    else:
+        pytest.fail("a save took more than 20 disk operations")
+    assert k >= 6 and outcomes == {1, 2}  # 4 files + 2 renames + rmtree; both outcomes occur
+
+
+def test_a_failed_rename_is_rolled_back_at_once(tmp_path, tiny_config, monkeypatch):
+    model, meta, params = _model_and_meta(tiny_config)
+    run_dir = tmp_path / "run"
+    _save(run_dir, tiny_config, model, meta, params, 1)
+    real = os.rename
+
+    def second_rename_fails(src, dst):  # new -> last fails; the roll-back old -> last works
+        if ".last.tmp-" in Path(src).name:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(src, dst)
+
+    monkeypatch.setattr(runs.os, "rename", second_rename_fails)
+    with pytest.raises(WriteError, match="Input/output error"):
+        _save(run_dir, tiny_config, model, meta, params, 2)
+    monkeypatch.undo()
+    assert (run_dir / "checkpoints" / "last").is_dir()
+    assert _loaded_step(run_dir) == 1 and _scratch(run_dir) == []
+
+
+def test_a_mixed_checkpoint_is_refused_on_load_and_resume(tmp_path, tiny_config):
+    model, meta, params = _model_and_meta(tiny_config)
+    run_dir = tmp_path / "run"
+    _save(run_dir, tiny_config, model, meta, params, 1)
+    old = {
+        name: (run_dir / "checkpoints" / "last" / name).read_bytes()
+        for name in ("meta.json", "trainer_state.json", "trainer_state.safetensors")
+    }
+    _save(run_dir, tiny_config, model, meta, params, 2)
+    last = run_dir / "checkpoints" / "last"
+    for name, data in old.items():  # what the old per-file saves could leave after a kill
+        (last / name).write_bytes(data)
+    expected = "mixes steps (meta.json step 1, model.safetensors step 2"
+    with pytest.raises(AttnlabError, match=r"mixes steps \(meta\.json step 1, model") as err:
+        load_checkpoint(last)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(AttnlabError, match="trainer_state.json step 1"):
+        read_trainer_state(run_dir)
+    with pytest.raises(AttnlabError, match="mixes steps"):
+        export_checkpoint(run_dir, tmp_path / "x.safetensors", which="last")
+
+
+def test_enospc_during_a_save_keeps_the_previous_checkpoint(tmp_path, tiny_config, monkeypatch):
+    model, meta, params = _model_and_meta(tiny_config)
+    run_dir = tmp_path / "run"
+    _save(run_dir, tiny_config, model, meta, params, 1)
+    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    with pytest.raises(WriteError) as err:
+        _save(run_dir, tiny_config, model, meta, params, 2)
+    message = str(err.value)
+    assert str(run_dir / "checkpoints" / "last" / "model.safetensors") in message
+    assert "No space left on device" in message
+    monkeypatch.undo()
+    assert _loaded_step(run_dir) == 1 and _scratch(run_dir) == []
+
+
+def test_enospc_during_training_ends_the_run_with_an_io_error_event(
+    tmp_path, tiny_config, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    real, full = runs._write_fd, {"now": False}
+
+    def disk_fills_after_the_first_last(event):
+        full["now"] = full["now"] or (event["type"] == "checkpoint" and event["tag"] == "last")
+
+    def write(fd, data):
+        if full["now"]:
+            raise ENOSPC
+        real(fd, data)
+
+    monkeypatch.setattr(runs, "_write_fd", write)
+    with pytest.raises(WriteError):
+        Trainer(tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu").run()
+    monkeypatch.undo()
+    events = list(iter_events(run_dir))
+    errors = [e for e in events if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "io"
+    assert "No space left on device" in errors[0]["message"]
+    assert str(run_dir / "checkpoints") in errors[0]["message"]
+    assert events[-1]["type"] == "done" and events[-1]["reason"] == "error"
+    assert load_checkpoint(run_dir / "checkpoints" / "last").step == 3
+    assert _scratch(run_dir) == []
+
+
+def test_enospc_in_the_cli_is_one_line_and_exit_2(tmp_path, tiny_sets, monkeypatch):
+    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    result = CliRunner().invoke(
+        cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
+    )
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_run_file_follows_the_umask(tmp_path, tiny_config, umask):
+    model, meta, params = _model_and_meta(tiny_config)
+    old = os.umask(umask)
+    try:
+        run_dir = tmp_path / "run"
+        write_config(run_dir, tiny_config)
+        log = EventLog(run_dir)
+        log.emit("start", 0)
+        log.close()
+        _save(run_dir, tiny_config, model, meta, params, 1)
+        _save(run_dir, tiny_config, model, meta, params, 2)  # replaced: the swap keeps modes
+        _save(run_dir, tiny_config, model, meta, params, 2, tag="best")
+        out = export_checkpoint(run_dir, tmp_path / "bundle" / "m.safetensors")
+    finally:
+        os.umask(old)
+    files = [
+        run_dir / "config.toml",
+        run_dir / "events.jsonl",
+        out,
+        *(run_dir / "checkpoints" / "last").iterdir(),
+        *(run_dir / "checkpoints" / "best").iterdir(),
+    ]
+    dirs = [run_dir / "checkpoints", run_dir / "checkpoints" / "last", out.parent]
+    assert len(files) == 9
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+    for path in dirs:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask, path
+
+
+@pytest.fixture
+def tiny_run(tmp_path, tiny_config):
+    model, meta, params = _model_and_meta(tiny_config)
+    run_dir = tmp_path / "run"
+    _save(run_dir, tiny_config, model, meta, params, 4)
+    return run_dir
+
+
+def _edit_json(path, edit):
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def test_meta_config_that_disagrees_with_the_weights_names_the_key(tiny_run, tiny_config):
+    last = tiny_run / "checkpoints" / "last"
+    assert tiny_config.model.hidden == 16 and tiny_config.model.emb == 8
+    _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=12))
+    with pytest.raises(AttnlabError) as err:
+        load_checkpoint(last)
+    assert (
+        str(err.value)
+        == f"checkpoint {last}: model.hidden=12 in meta.json does not match its weights (16)"
+    )
+    _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=16, emb=4))
+    with pytest.raises(
+        AttnlabError, match=r"model\.emb=4 in meta\.json does not match its weights \(8\)"
+    ):
+        load_checkpoint(last)
+    _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(emb=8, layers=2))
+    with pytest.raises(
+        AttnlabError, match=r"model\.layers=2 in meta\.json does not match its weights \(1\)"
+    ):
+        load_checkpoint(last)
+    _edit_json(
+        last / "meta.json",
+        lambda m: (
+            m["config"]["model"].update(layers=1),
+            m["dataset"]["tgt_vocab"].append("extra"),
+        ),
+    )
+    with pytest.raises(
+        AttnlabError, match=r"dataset\.tgt_vocab in meta\.json has \d+ entries but its weights have"
+    ):
+        load_checkpoint(last)
+
+
+def test_two_changed_keys_name_the_tensor_and_both_shapes(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", lambda m: m["config"]["model"].update(hidden=12, emb=4))
+    with pytest.raises(
+        AttnlabError, match=r"tensor \S+ is shape \[\d+(, \d+)*\] in the weights but shape"
+    ):
+        load_checkpoint(last)
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (
+            lambda m: m.update(config=[1, 2]),
+            'meta.json: field "config" must be a table (JSON object), got a list',
+        ),
+        (
+            lambda m: m.pop("dataset"),
+            'meta.json: field "dataset" must be a table (JSON object), got missing',
+        ),
+        (lambda m: m.update(step="abc"), 'meta.json: field "step" "abc" is not a step count'),
+    ],
+)
+def test_a_malformed_meta_json_is_one_line(tiny_run, edit, needle):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", edit)
+    with pytest.raises(AttnlabError) as err:
+        load_checkpoint(last)
+    assert str(err.value) == f"{last}/{needle}" or str(err.value).startswith(f"{last}/{needle}")
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda s: s.pop("optimizer"), 'field "optimizer" (the optimiser state) is missing'),
+        (lambda s: s.update(step="abc"), 'field "step" "abc" is not a step count'),
+        (lambda s: s.update(epoch=1.5), 'field "epoch" 1.5 is not a step count'),
+    ],
+)
+def test_a_malformed_trainer_state_is_one_line(tiny_run, edit, needle):
+    path = tiny_run / "checkpoints" / "last" / "trainer_state.json"
+    _edit_json(path, edit)
+    with pytest.raises(AttnlabError) as err:
+        read_trainer_state(tiny_run)
+    assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)
+
+
+def test_resume_after_an_architecture_change_names_the_key(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    wider = replace(
+        tiny_config,
+        model=replace(tiny_config.model, hidden=24),
+        train=replace(tiny_config.train, max_steps=9),
+    )
+    with pytest.raises(
+        AttnlabError, match=r"architecture changed .*model\.hidden=24 \(checkpoint: 16\)"
+    ):
+        Trainer(wider, run_dir, device="cpu", resume=True).run()
+    faster = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, lr=1e-3))
+    assert Trainer(faster, run_dir, device="cpu", resume=True).run()["step"] == 9  # not shapes
+
+
+def _invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _one_error(result):
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
+        result.output
+    )
+    return lines[0]
+
+
+def test_export_never_replaces_a_file_without_force(tiny_run, tmp_path):
+    out = tmp_path / "m.safetensors"
+    out.write_bytes(b"precious")
+    line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last"))
+    assert line == f"error: {out}: already exists; pass --force to replace it"
+    assert out.read_bytes() == b"precious"
+    result = _invoke("export", tiny_run, "--out", out, "--checkpoint", "last", "--force")
+    assert result.exit_code == 0 and load_checkpoint(out).step == 4
+
+
+def test_export_to_an_unwritable_path_is_one_line(tiny_run):
+    line = _one_error(_invoke("export", tiny_run, "--out", "/proc/x.safetensors"))
+    assert line.startswith("error: /proc/x.safetensors: cannot write (")
+    line = _one_error(_invoke("export", tiny_run, "--out", "/proc/x"))
+    assert "must end in .safetensors" in line
+
+
+def test_enospc_during_export_leaves_nothing_and_keeps_an_old_file(tiny_run, tmp_path, monkeypatch):
+    out = tmp_path / "m.safetensors"
+    export_checkpoint(tiny_run, out, which="last")
+    before = out.read_bytes()
+    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last", "--force"))
+    assert line == f"error: {out}: cannot write (No space left on device); nothing was replaced"
+    fresh = tmp_path / "new.safetensors"
+    _one_error(_invoke("export", tiny_run, "--out", fresh, "--checkpoint", "last"))
+    monkeypatch.undo()
+    assert out.read_bytes() == before and not fresh.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors", "run"]
+
+
+def test_stale_export_temporaries_are_removed_by_the_next_export(tiny_run, tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    stale = tmp_path / f".m.safetensors.{dead}-0123abcd.tmp"
+    legacy = tmp_path / ".m.safetensors.k2j3_x9.tmp"  # mkstemp's name before this change
+    live = tmp_path / f".m.safetensors.{os.getppid()}-0123abcd.tmp"  # a running export's
+    for path in (stale, legacy, live):
+        path.write_bytes(b"x" * 1000)
+    export_checkpoint(tiny_run, tmp_path / "m.safetensors", which="last")
+    assert not stale.exists() and not legacy.exists() and live.exists()
+
+
+def test_stale_checkpoint_temporaries_are_removed_at_the_next_start(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    dead = 2**22 + 12345
+    root = run_dir / "checkpoints"
+    (root / f".last.tmp-{dead}-0123abcd").mkdir()
+    (root / f".best.old-{dead}-0123abcd").mkdir()
+    (root / "last" / ".model.safetensors.k2j3_x9.tmp").write_bytes(b"x")  # the old per-file kind
+    (run_dir / f".config.toml.{dead}-0123abcd.tmp").write_bytes(b"x")
+    more = replace(tiny_config, train=replace(tiny_config.train, max_steps=7))
+    Trainer(more, run_dir, device="cpu", resume=True).run()
+    assert _scratch(run_dir) == []
+    assert sorted(p.name for p in (root / "last").iterdir()) == [
+        "meta.json",
+        "model.safetensors",
+        "trainer_state.json",
+        "trainer_state.safetensors",
+    ]
+    assert not any(p.name.endswith(".tmp") for p in run_dir.iterdir())
+
+
+@pytest.mark.slow
+def test_kill_9_inside_checkpoint_saves_always_leaves_a_resumable_checkpoint(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "benchmarks" / "fault_injection.py"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--timed",
+            "3",
+            "--random",
+            "0",
+            "--seed",
+            "3",
+            "--json",
+            "--work",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])["timed"]
+    assert figures["n"] == 3 and figures["inside_save"] == 3  # every kill landed inside a save
+    assert figures["loadable"] == figures["same_losses"] == figures["clean_after_resume"] == 3
