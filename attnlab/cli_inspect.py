@@ -12,9 +12,10 @@ from typing import Any
 import click
 
 from attnlab.errors import AttnlabError
+from attnlab.interpret.reports import compare_report, heads_report, scoring_dataset
+EXPORT_SUFFIXES = (".svg", ".html")  # attnlab.viz.export (imported lazily: rich)
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
-EXPORT_SUFFIXES = (".svg", ".html")
 
 
 def _console() -> Any:
@@ -29,24 +30,6 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 
     torch_device = resolve_device(device or "auto")
     return load_checkpoint(run, device=torch_device), torch_device
-
-
-def scoring_dataset(loaded: Any, config: Any) -> Any:
-    """The config's data with the checkpoint's own vocabularies and tokenizers."""
-    from attnlab.data.dataset import load_dataset
-
-    examples = load_dataset(config.data)
-    return dataclasses.replace(
-        examples,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
-    )
-
-
-def _rounded(matrix: Any, digits: int = 4) -> list[list[float]]:
-    return [[round(float(x), digits) for x in row] for row in matrix.tolist()]
 
 
 # -- eval --gold-alignments ------------------------------------------------------------------
@@ -144,19 +127,10 @@ class TeeConsole:
     export shows what a colour terminal shows, even when stdout is piped)."""
 
     def __init__(self, console: Any):
-        import io
-
-        from rich.console import Console
+        from attnlab.viz.export import recording_console
 
         self.console = console
-        self.recording = Console(
-            file=io.StringIO(),
-            record=True,
-            force_terminal=True,
-            color_system="truecolor",
-            width=console.width,
-            highlight=False,
-        )
+        self.recording = recording_console(console.width)
         self.is_terminal, self.no_color = True, False  # what the recording shows
 
     def print(self, *objects: Any, **options: Any) -> None:
@@ -165,76 +139,13 @@ class TeeConsole:
 
 
 def save_recording(console: Any, path: Path, title: str) -> None:
-    """What the recording console printed, as SVG or HTML (rich's own exporters)."""
-    from attnlab.runs import atomic_write_text
+    """What the recording console printed, as SVG or HTML (attnlab.viz.export)."""
+    from attnlab.viz.export import save_recording as save
 
-    text = (
-        console.export_svg(title=title) if path.suffix.lower() == ".svg" else console.export_html()
-    )
-    atomic_write_text(path, text)
+    save(console, path, title)
 
 
 # -- heads -------------------------------------------------------------------------------------
-
-
-def _batches(dataset: Any, examples: list[Any], device: Any, size: int = 64) -> Any:
-    from attnlab.data.batching import make_batch
-
-    for start in range(0, len(examples), size):
-        yield make_batch(examples[start : start + size], dataset.src_vocab, dataset.tgt_vocab).to(
-            device
-        )
-
-
-def heads_report(
-    loaded: Any, dataset: Any, split: str, max_sentences: int, device: Any, curve: bool = True
-) -> dict[str, Any]:
-    """Importance per role × layer × head and the pruning curve (dev BLEU per masked count)."""
-    from attnlab.evaluate import evaluate_split, token_loss_sum
-    from attnlab.interpret.heads import (
-        as_grid,
-        head_gates,
-        head_importance,
-        mask_gates,
-        normalise_per_layer,
-        pruning_order,
-    )
-
-    model = loaded.model
-    examples = list(dataset.splits.split(split))
-    if max_sentences > 0:
-        examples = examples[:max_sentences]
-    if not examples:
-        raise AttnlabError(f"the {split} split is empty")
-    raw = head_importance(model, _batches(dataset, examples, device), token_loss_sum)
-    importance = normalise_per_layer(raw)
-    order = pruning_order(importance)
-    points = []
-    if curve:
-        decode_cfg = dataclasses.replace(loaded.config.decode, beam=1, sample=False, nbest=1)
-        for k in range(len(order) + 1):
-            with head_gates(model, mask_gates(model, order[:k])):
-                result = evaluate_split(
-                    model, dataset, split, decode_cfg, device=device, max_sentences=max_sentences
-                )
-            points.append(
-                {
-                    "masked": k,
-                    "head": list(order[k - 1]) if k else None,
-                    "bleu": round(float(result["bleu"]), 4),
-                    "loss": round(float(result["loss"]), 5),
-                }
-            )
-    return {
-        "checkpoint": str(loaded.path),
-        "step": loaded.step,
-        "split": split,
-        "n": len(examples),
-        "importance": as_grid(importance),
-        "importance_raw": as_grid(raw),
-        "order": [list(h) for h in order],
-        "curve": points,
-    }
 
 
 def heads_renderables(report: dict[str, Any]) -> list[Any]:
@@ -294,74 +205,6 @@ def heads(
 
 
 # -- compare -----------------------------------------------------------------------------------
-
-
-def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dict[str, Any]:
-    import torch
-
-    from attnlab.decode.search import decode_batch
-    from attnlab.interpret.alignment import aer, argmax_links, gold_from_positions
-    from attnlab.interpret.attribution import explain
-
-    model = loaded.model
-    src_tokens = (
-        list(example.src_tokens) if example is not None else loaded.dataset.tokenize_source(text)
-    )
-    if not src_tokens:
-        raise AttnlabError("the source sentence is empty")
-    src_ids = loaded.src_vocab.encode(src_tokens)
-    src = torch.tensor([src_ids], device=device)
-    cfg = dataclasses.replace(loaded.config.decode, beam=1, nbest=1, groups=1, sample=False)
-    with torch.no_grad():
-        hyp = decode_batch(model, src, src != 0, cfg, need_attention=False)[0][0]
-    tokens = loaded.tgt_vocab.decode(hyp.tokens, strip=False)
-    maps = explain(model, src_ids, list(hyp.tokens), eos=hyp.finished)
-    if method not in maps:
-        raise AttnlabError(
-            f"--method {method} is not available for {loaded.path} (available: {', '.join(maps)})"
-        )
-    side: dict[str, Any] = {
-        "checkpoint": str(loaded.path),
-        "source": src_tokens,
-        "hyp": tokens,
-        "rows": [*tokens, "</s>"] if hyp.finished else tokens,
-        "map": maps[method][: len(tokens) + int(hyp.finished)].float().cpu(),
-        "alignment_accuracy": None,
-        "aer": None,
-    }
-    if example is not None and example.alignment is not None:
-        ref_maps = explain(
-            model, src_ids, loaded.tgt_vocab.encode(list(example.tgt_tokens)), eos=False
-        )
-        ref_map = ref_maps[method][: len(example.alignment)]
-        links = argmax_links(ref_map)
-        gold = gold_from_positions(example.alignment)
-        hits = len(links & gold.sure)
-        side["alignment_accuracy"] = hits / len(gold.sure) if gold.sure else None
-        side["aer"] = aer([(links, gold)])
-    return side
-
-
-def compare_report(
-    a: Any, b: Any, text: str, example: Any, method: str, device: Any
-) -> dict[str, Any]:
-    from attnlab.interpret.compare import difference, js_divergence, shared_scale
-
-    left, right = (_side(m, text, example, method, device) for m in (a, b))
-    same = left["rows"] == right["rows"] and left["source"] == right["source"]
-    report: dict[str, Any] = {
-        "method": method,
-        "source": left["source"],
-        "same_target": same,
-        "vmax": shared_scale(left["map"], right["map"]),
-        "difference": _rounded(difference(left["map"], right["map"])) if same else None,
-        "js": [round(float(x), 5) for x in js_divergence(left["map"], right["map"])]
-        if same
-        else None,
-    }
-    for key, side in (("a", left), ("b", right)):
-        report[key] = {**side, "map": _rounded(side["map"])}
-    return report
 
 
 def compare_renderables(report: dict[str, Any]) -> list[Any]:

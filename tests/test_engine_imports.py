@@ -28,6 +28,8 @@ ENGINE_MODULES = [
     "attnlab.interpret.compare",
     "attnlab.interpret.entropy",
     "attnlab.interpret.average",
+    "attnlab.interpret.reports",
+    "attnlab.viz.export",
     "attnlab.tensorboard_export",
     "attnlab.viz.diverging",
 ]

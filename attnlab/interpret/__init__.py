@@ -9,4 +9,5 @@
 - ``compare``: two maps on one scale, A − B, Jensen-Shannon divergence per row.
 - ``average``: checkpoint averaging and ``train.keep_last`` step copies.
 - ``entropy``: attention entropy per role × layer × head.
+- ``reports``: the heads and compare reports (CLI and lab), with progress and cancel hooks.
 """
