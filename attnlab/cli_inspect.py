@@ -13,6 +13,7 @@ import click
 
 from attnlab.errors import AttnlabError
 from attnlab.interpret.reports import compare_report, heads_report, scoring_dataset
+
 EXPORT_SUFFIXES = (".svg", ".html")  # attnlab.viz.export (imported lazily: rich)
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
