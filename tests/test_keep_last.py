@@ -27,7 +27,8 @@ def trained(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("keep")
     sets = [a for item in (*TINY_OVERRIDES, "train.keep_last=2") for a in ("--set", item)]
-    result = CliRunner().invoke(cli, ["train", "--out", str(root), "--run-name", "r", "--quiet", *sets])
+    argv = ["train", "--out", str(root), "--run-name", "r", "--quiet", *sets]
+    result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     return root / "r"
 

@@ -13,8 +13,9 @@
   projections: f = identity, ‖α_ij x_j‖.
 
 The hooks: a forward hook on every attention (a Transformer's ``AttentionBlock``, an RNN's
-``attnlab.nn.attention.Attention``), in reference mode (no fast path skips it), records the values it read and the weights it returned and, with gradients, calls
-``retain_grad`` on those weights. Transformers call each module once per pass; an RNN
+``attnlab.nn.attention.Attention``), in reference mode (no fast path skips it), records the
+values it read and the weights it returned and, with gradients, calls ``retain_grad`` on those
+weights. Transformers call each module once per pass; an RNN
 decoder calls its one module per step (the calls are joined along the query axis).
 """
 
@@ -113,8 +114,9 @@ def _hook_targets(model: nn.Module) -> dict[tuple[str, int], nn.Module]:
     the variant would miss), else the attention module itself (an RNN calls it per step)."""
     from attnlab.nn.transformer import AttentionBlock
 
-    parents = {id(block.attn): block for block in model.modules() if isinstance(block, AttentionBlock)}
-    return {key: parents.get(id(module), module) for key, module in attention_modules(model).items()}
+    blocks = (b for b in model.modules() if isinstance(b, AttentionBlock))
+    parents = {id(block.attn): block for block in blocks}
+    return {key: parents.get(id(mod), mod) for key, mod in attention_modules(model).items()}
 
 
 def _called_with(module: nn.Module, args: tuple[Any, ...], output: Any) -> tuple[Any, Any]:

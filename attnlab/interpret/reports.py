@@ -54,9 +54,10 @@ def heads_report(
 ) -> dict[str, Any]:
     """Importance per role × layer × head and the pruning curve (dev BLEU per masked count).
 
-    ``progress(phase, done, total, point)``: phase "importance" (once, done = total = 1) then
-    "curve" after each point (``point`` = that point). ``cancelled()`` is checked before
-    every point: True raises :class:`Cancelled` (the points so far went through progress)."""
+    ``progress(phase, done, total, point)``: phase "importance" (once, done = total = 1,
+    ``point`` = the report so far) then "curve" after each point (``point`` = that point).
+    ``cancelled()`` is checked before every point: True raises :class:`Cancelled` (the points
+    so far went through progress)."""
     from attnlab.evaluate import evaluate_split, token_loss_sum
     from attnlab.interpret.heads import (
         as_grid,
@@ -87,7 +88,7 @@ def heads_report(
         "order": [list(h) for h in order],
         "curve": [],
     }
-    report("importance", 1, 1, None)
+    report("importance", 1, 1, out)  # the grid, before the (long) curve
     if not curve:
         return out
     decode_cfg = dataclasses.replace(
