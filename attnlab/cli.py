@@ -1022,17 +1022,19 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@click.option("--out", "out_file", required=False, default=None,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="the .safetensors file to write")
+@click.option(
+    "--out", "out_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+    help="the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)",
+)
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
 @click.option("--tensorboard", "tb_dir", default=None,
               type=click.Path(file_okay=False, path_type=Path),
-              help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX)")
+              help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
+                   "without --out nothing else is written")
 def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
-    from attnlab.runs import export_checkpoint
+    from attnlab.runs import default_export_path, export_checkpoint, export_source
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
@@ -1041,11 +1043,14 @@ def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Pa
 
         counts = export_tensorboard(run, tb_dir)
         click.echo(f"wrote {counts['scalars']} scalars and {counts['texts']} texts to {tb_dir}")
+        if out_file is None:  # --tensorboard alone: the event files only
+            return
+    _directory, used = export_source(run, which)
     if out_file is None:
-        if tb_dir is None:
-            raise AttnlabError("export needs --out FILE.safetensors (or --tensorboard DIR)")
-        return
+        out_file = default_export_path(run, used if used != "checkpoint" else which)
     path = export_checkpoint(run, out_file, which, force=force)
+    if used != which and used == "last":
+        click.echo(f"note: {run} has no {which} checkpoint yet; exported last", err=True)
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 

@@ -1,9 +1,14 @@
 """Experiment configuration: frozen dataclasses, TOML presets and ``SECTION.KEY=VALUE`` overrides.
 
-A config is four sections (data, model, train, decode). Attention hyper-parameters
-(``model.window``, ``model.rank``, ...) are not fixed fields: their names, types and ranges
-come from the attention registry, so a new variant's parameters are config keys with no edit
-here. Every user mistake raises AttnlabError naming the key, the value and what is valid.
+A config is four sections (data, model, train, decode). Attention hyper-parameters are not
+fixed fields: their names, types and ranges come from the attention registry, so a new
+variant's parameters are config keys with no edit here. Each variant owns its parameters:
+``[model.sliding-window] window = 16`` in TOML, ``--set model.sliding-window.window=16`` on
+the command line (one value per variant, shared by every role that variant plays). The older
+flat form ``model.window`` still works where it is unambiguous: it applies to every chosen
+variant that declares ``window``, and is refused (naming the qualified keys) when chosen
+variants declare it with different defaults. Every user mistake raises AttnlabError naming
+the key, the value and what is valid.
 """
 
 from __future__ import annotations
@@ -85,8 +90,24 @@ class ModelConfig:
     cross_attention: str = "scaled-dot"
     share_embeddings: bool = False
     tie_embeddings: bool = False
-    # Attention hyper-parameters set explicitly (names from the attention registry).
+    # Attention hyper-parameters set explicitly (names from the attention registry), as
+    # written: "variant.name" (qualified, that variant only) or "name" (older flat form:
+    # every chosen variant that declares it).
     attn_params: dict[str, Any] = field(default_factory=dict)
+
+    def params_for(self, variant: str) -> dict[str, Any]:
+        """The explicit hyper-parameters of ``variant``: its qualified keys over flat ones
+        (names the variant does not declare are ignored by ``build_attention``)."""
+        return params_for(self.attn_params, variant)
+
+
+def params_for(attn_params: dict[str, Any], variant: str) -> dict[str, Any]:
+    out = {k: v for k, v in attn_params.items() if "." not in k}
+    for key, value in attn_params.items():
+        owner, _, name = key.rpartition(".")
+        if owner == variant:
+            out[name] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -290,6 +311,28 @@ def _attention_hparams() -> dict[str, Any]:
     return found
 
 
+def _variant_hparam(key: str, source: str) -> tuple[str, Any]:
+    """``variant.name`` -> (the key as stored, the variant's HParam); AttnlabError naming
+    the variants or the variant's parameters when either is unknown."""
+    from attnlab.nn.attention import ATTENTION
+
+    variant, _, name = key.rpartition(".")
+    if variant not in ATTENTION:
+        raise AttnlabError(
+            f"{source}: unknown key model.{key}: no attention variant {variant!r}"
+            f"{did_you_mean(variant, ATTENTION.names())}"
+        )
+    spec = ATTENTION.get(variant).meta
+    hp = spec.hparam(name)
+    if hp is None:
+        own = ", ".join(f"model.{variant}.{h.name}" for h in spec.hparams) or "none"
+        raise AttnlabError(
+            f"{source}: unknown key model.{key}{did_you_mean(name, [h.name for h in spec.hparams])}; "
+            f"{variant}'s hyper-parameters: {own}"
+        )
+    return f"{variant}.{name}", hp
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Coerce a TOML or command-line value to the type of the field's default."""
     kind = type(default)
@@ -361,7 +404,19 @@ def _set_in(section_name: str, values: dict[str, Any], key: str, raw: Any, sourc
     cls = SECTIONS[section_name]
     defaults = {f.name: f.default for f in fields(cls) if f.name != "attn_params"}
     full = f"{section_name}.{key}"
+    if section_name == "model" and isinstance(raw, dict):  # a [model.<variant>] table
+        for name, value in raw.items():
+            _set_in(section_name, values, f"{key}.{name}", value, source)
+        return
+    qualified = section_name == "model" and "." in key  # model.<variant>.<name>
+    if qualified:
+        stored, hp = _variant_hparam(key, source)
     try:
+        if qualified:
+            values.setdefault("attn_params", {})[stored] = hp.validate(
+                _coerce(full, raw, hp.default), key=full
+            )
+            return
         if key in defaults:
             value = _coerce(full, raw, defaults[key])
             _check_value(full, value)
@@ -407,15 +462,26 @@ def from_dict(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
 
 
 def to_dict(config: ExperimentConfig) -> dict[str, Any]:
-    """The TOML-shaped dict of a config: only sections, attention params flattened into model."""
+    """The TOML-shaped dict of a config: only sections; attention params in model, flat ones
+    as keys, qualified ones as one table per variant (``model["sliding-window"]["window"]``)."""
     out: dict[str, Any] = {"name": config.name, "description": config.description}
     for name in SECTIONS:
         section = dataclasses.asdict(getattr(config, name))
         extra = section.pop("attn_params", {}) or {}
         section = {k: (list(v) if isinstance(v, tuple) else v) for k, v in section.items()}
-        section.update(extra)
+        for key, value in extra.items():
+            _put_param(section, key, value)
         out[name] = section
     return out
+
+
+def _put_param(model: dict[str, Any], key: str, value: Any) -> None:
+    """Store attention parameter ``key`` (flat or ``variant.name``) in a model table."""
+    variant, _, name = key.rpartition(".")
+    if variant:
+        model.setdefault(variant, {})[name] = value
+    else:
+        model[key] = value
 
 
 def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
@@ -438,7 +504,11 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, 
             )
         checked: dict[str, Any] = {}
         _set_in(section, checked, key, value, "--set")  # errors name --set, not the preset
-        raw[section][key] = checked.get("attn_params", checked)[key]
+        if "attn_params" in checked:
+            for param, param_value in checked["attn_params"].items():
+                _put_param(raw[section], param, param_value)
+        else:
+            raw[section][key] = checked[key]
     return validate(from_dict(raw))
 
 
@@ -485,8 +555,8 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
     """Cross-field checks and registry lookups; returns the config unchanged when valid."""
     from attnlab.data.tasks import TASKS
     from attnlab.decode.strategy import check_decode
+    from attnlab.nn.archs import ARCHITECTURES
     from attnlab.nn.attention import ATTENTION
-    from attnlab.nn.model import ARCHITECTURES
 
     d, m, dec = config.data, config.model, config.decode
     if d.task != "corpus" and d.task not in TASKS:
@@ -495,8 +565,12 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
         raise AttnlabError(f"data.min_len={d.min_len} is greater than data.max_len={d.max_len}")
     if m.arch not in ARCHITECTURES:
         raise unknown_choice("model.arch", m.arch, ARCHITECTURES.names())
-    ARCHITECTURES.get(m.arch).meta.check(config)  # arch-specific: roles, sizes
+    spec = ARCHITECTURES.get(m.arch).meta
+    _check_flat_params(m, spec.variants(m))
+    spec.check(config)  # arch-specific: roles, sizes
     for key, value in m.attn_params.items():
+        if "." in key:
+            continue  # qualified: checked against its variant when set
         for entry in ATTENTION.entries():
             hp = entry.meta.hparam(key)
             if hp is not None:
@@ -505,15 +579,40 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
     return config
 
 
+def _check_flat_params(m: ModelConfig, chosen: tuple[str, ...]) -> None:
+    """A flat ``model.<name>`` must mean one thing: the chosen variants that read it (and
+    have no qualified value) declare it with the same default; else name the qualified keys."""
+    from attnlab.nn.attention import ATTENTION
+
+    for key in (k for k in m.attn_params if "." not in k):
+        readers = []
+        for variant in dict.fromkeys(chosen):
+            hp = ATTENTION.get(variant).meta.hparam(key) if variant in ATTENTION else None
+            if hp is not None and f"{variant}.{key}" not in m.attn_params:
+                readers.append((variant, hp))
+        if len({(type(hp.default), hp.default) for _, hp in readers}) > 1:
+            said = " and ".join(f"{v} (default {hp.default})" for v, hp in readers)
+            keys = ", ".join(f"model.{v}.{key}" for v, _ in readers)
+            raise AttnlabError(
+                f"model.{key} is ambiguous: {said} both read it; set {keys} instead"
+            )
+
+
 def dumps_toml(config: ExperimentConfig) -> str:
-    """Serialise a config as TOML (a tiny writer: flat sections of scalars and lists)."""
+    """Serialise a config as TOML (a tiny writer: sections of scalars and lists, then one
+    ``[model.<variant>]`` table per variant with qualified hyper-parameters)."""
     raw = to_dict(config)
     lines = [f"name = {_toml_value(raw['name'])}", f"description = {_toml_value(raw['description'])}"]
     for section in SECTIONS:
         lines.append("")
         lines.append(f"[{section}]")
+        tables = {k: v for k, v in raw[section].items() if isinstance(v, dict)}
         for key, value in raw[section].items():
-            lines.append(f"{key} = {_toml_value(value)}")
+            if key not in tables:
+                lines.append(f"{key} = {_toml_value(value)}")
+        for table, values in tables.items():
+            lines.append(f"[{section}.{table}]")
+            lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
     return "\n".join(lines) + "\n"
 
 

@@ -1,64 +1,42 @@
 """Names and one-line descriptions of experiments, shared by the CLI and the lab.
 
 One rule names every run: ``<task>-<arch>-<variants>-<YYYYmmdd-HHMMSS>``. ``<variants>`` is
-the RNN's attention, or the Transformer's three roles resolved the way the engine builds
-them (an empty decoder self-attention means the encoder's variant, see
-``attnlab.nn.transformer.decoder_self_attention_name``): one name when all three agree,
-else ``<enc-self>_<dec-self>_<cross>``. Names are one path component of ``[A-Za-z0-9._-]``.
+the variant in each of the architecture's attention slots (``ArchSpec.slots`` in
+attnlab.nn.archs), resolved the way the engine builds them (``ArchSpec.resolve``: e.g. an
+empty decoder self-attention means the encoder's variant when it can be causal): one name
+when all agree, else joined by "_" in slot order. Names are one path component of
+``[A-Za-z0-9._-]``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from attnlab.config import NAME_MAX, ExperimentConfig, ModelConfig, safe_name
+from attnlab.nn.archs import arch_spec
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 # Room for "-YYYYmmdd-HHMMSS" and the lab's "-N" collision suffix within NAME_MAX.
 EXPERIMENT_NAME_MAX = NAME_MAX - 24
 
 
-@dataclass(frozen=True)
-class Roles:
-    """The attention variant in each role of a model, as the engine builds it."""
-
-    arch: str
-    enc_self: str = ""
-    dec_self: str = ""
-    cross: str = ""
-
-    @property
-    def variants(self) -> tuple[str, ...]:
-        if self.arch != "transformer":
-            return (self.cross,)
-        return (self.enc_self, self.dec_self, self.cross)
+def attention_roles(model: ModelConfig) -> dict[str, str]:
+    """``{"arch": ..., slot name: variant}`` as the engine builds it (the start event's
+    "roles"); an unregistered architecture reads ``model.attention``."""
+    spec = arch_spec(model.arch)
+    if spec is None:
+        return {"arch": model.arch, "cross": model.attention}
+    return spec.roles(model)
 
 
-def resolved_decoder_self_attention(model: ModelConfig) -> str:
-    """The decoder self-attention the engine builds (same rule as the Transformer's)."""
-    if model.decoder_self_attention:
-        return model.decoder_self_attention
-    # The registry imports torch; the engine rule lives next to the model that uses it.
-    from attnlab.nn.transformer import decoder_self_attention_name
-
-    return decoder_self_attention_name(model)
-
-
-def attention_roles(model: ModelConfig) -> Roles:
-    if model.arch != "transformer":
-        return Roles(model.arch, cross=model.attention)
-    return Roles(model.arch, model.self_attention, resolved_decoder_self_attention(model), model.cross_attention)
-
-
-def roles_text(roles: Roles, sep: str = "_") -> str:
-    """``bahdanau``; ``scaled-dot``; ``performer_relative_linformer`` (enc / dec / cross)."""
-    variants = roles.variants
+def roles_text(variants: tuple[str, ...] | list[str], sep: str = "_") -> str:
+    """``bahdanau``; ``scaled-dot``; ``performer_relative_linformer`` (in slot order)."""
     return variants[0] if len(set(variants)) == 1 else sep.join(variants)
 
 
 def variants_text(model: ModelConfig, sep: str = "_") -> str:
-    return roles_text(attention_roles(model), sep)
+    spec = arch_spec(model.arch)
+    return roles_text(spec.variants(model) if spec else (model.attention,), sep)
 
 
 def experiment_name(config: ExperimentConfig) -> str:
@@ -75,14 +53,6 @@ def run_name_for(config: ExperimentConfig, now: float | None = None) -> str:
 
 def describe(config: ExperimentConfig) -> str:
     """A one-line description of the experiment (what Setup → Save writes)."""
-    m = config.model
-    roles = attention_roles(m)
-    if m.arch == "transformer":
-        model = (
-            f"Transformer d_model={m.d_model}, {m.heads} heads, {m.enc_layers}+{m.dec_layers} layers; "
-            f"encoder self-attention {roles.enc_self}, decoder self-attention {roles.dec_self}, "
-            f"cross-attention {roles.cross}"
-        )
-    else:
-        model = f"{m.cell.upper()} encoder-decoder (hidden {m.hidden}) with {roles.cross} attention"
+    spec = arch_spec(config.model.arch)
+    model = spec.describe(config) if spec else f"{config.model.arch} with {config.model.attention}"
     return f"{config.data.task}: {model}; {config.train.max_steps} steps"

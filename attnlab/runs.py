@@ -56,12 +56,12 @@ An exported checkpoint is one ``.safetensors`` file whose metadata holds JSON st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -883,6 +883,26 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     )
 
 
+def default_export_path(run_dir: Path, which: str) -> Path:
+    """Where ``export`` writes when no ``--out`` is given (the lab's default too)."""
+    return Path("exports") / f"{Path(run_dir).name}-{which}.safetensors"
+
+
+def export_source(run_dir: Path, which: str) -> tuple[Path, str]:
+    """The checkpoint directory an export of ``which`` reads, and what it is: ``best``,
+    ``last`` (also when ``best`` was asked for but the run has none yet) or ``checkpoint``
+    (``run_dir`` is itself a checkpoint directory)."""
+    run_dir = Path(run_dir)
+    directory = checkpoint_dir(run_dir, which)
+    if resolve_or_none(directory) is not None:
+        return directory, which
+    if which == "best" and resolve_or_none(checkpoint_dir(run_dir, "last")) is not None:
+        return checkpoint_dir(run_dir, "last"), "last"
+    if (run_dir / META_FILE).is_file():
+        return run_dir, "checkpoint"
+    raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
+
+
 def export_checkpoint(
     run_dir: Path, out_file: Path, which: str = "best", force: bool = False
 ) -> Path:
@@ -898,14 +918,7 @@ def export_checkpoint(
         raise AttnlabError(f"{out_file}: is a directory; give a .safetensors file name")
     if out_file.exists() and not force:
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
-    directory = checkpoint_dir(run_dir, which)
-    if resolve_or_none(directory) is None:
-        if which == "best" and resolve_or_none(checkpoint_dir(run_dir, "last")) is not None:
-            directory = checkpoint_dir(run_dir, "last")
-        elif (run_dir / META_FILE).is_file():
-            directory = run_dir  # a checkpoint directory given directly
-        else:
-            raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
+    directory, _tag = export_source(run_dir, which)
     tensors, meta = read_checkpoint(directory)
     metadata = {
         "format": "pt",  # the convention other safetensors loaders check
@@ -1151,27 +1164,31 @@ def summarize_run(run_dir: Path) -> RunSummary:
 
 
 def _attention_text(arch: str, model: dict[str, Any], built: dict[str, Any] | None) -> str:
-    """The model column: every attention role (``enc/dec/cross`` unless all agree).
+    """The model column: the variant in every attention slot of the architecture, in slot
+    order, joined by "/" unless all agree (``attnlab.nn.archs.ArchSpec``).
 
-    ``built`` is the trainer's record of the roles it built; without one (older runs, a run
-    not started yet) an empty decoder self-attention is resolved only when the registry is
-    already loaded, because listing runs must not import torch.
+    ``built`` is the trainer's record of the variants it built (slot name -> variant);
+    without one (older runs, a run not started yet) empty slots are resolved by the
+    architecture's rule, asking the attention registry only when it is already loaded,
+    because listing runs must not import torch.
     """
-    from attnlab.naming import Roles, roles_text
+    from attnlab.naming import roles_text
+    from attnlab.nn.archs import arch_spec, roles_if_loaded
 
-    if arch != "transformer":
+    spec = arch_spec(arch)
+    if spec is None:
         return str((built or {}).get("cross") or model.get("attention", ""))
-    if built:
-        roles = Roles(arch, str(built.get("enc_self", "")), str(built.get("dec_self", "")), str(built.get("cross", "")))
-        return roles_text(roles, "/")
-    enc = str(model.get("self_attention", "scaled-dot"))
-    dec = str(model.get("decoder_self_attention", "") or "")
-    if not dec and "attnlab.nn.transformer" in sys.modules:
-        from attnlab.config import ModelConfig
-        from attnlab.naming import resolved_decoder_self_attention
+    resolved = spec.resolve(_model_defaults(model), roles_if_loaded)
+    variants = [str((built or {}).get(s.name) or resolved[s.key]) for s in spec.slots]
+    return roles_text(variants, "/")
 
-        dec = resolved_decoder_self_attention(ModelConfig(arch=arch, self_attention=enc))
-    return roles_text(Roles(arch, enc, dec or enc, str(model.get("cross_attention", "scaled-dot"))), "/")
+
+def _model_defaults(model: dict[str, Any]) -> dict[str, Any]:
+    """A run's [model] table over the defaults (a key an older version did not write)."""
+    from attnlab.config import ModelConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "attn_params"}
+    return {**defaults, **model}
 
 
 def _read_run_config(run_dir: Path) -> tuple[dict[str, Any], str]:

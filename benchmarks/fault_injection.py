@@ -13,7 +13,8 @@ Kinds of kill:
 For each kill: loadable = ``checkpoints/last`` (or what a reader falls back to) loads, every
 file at one step (or no checkpoint existed yet); same losses = after ``train --resume`` every
 ``step`` event of the run (before and after the kill) has the loss of an uninterrupted
-reference run at that step, up to the last step; temporaries = scratch directories / ``.tmp``
+reference run at that step, up to the last step (a run killed before its first checkpoint is
+resumed too: it starts over); temporaries = scratch directories / ``.tmp``
 files the kill left, and how many were still there after the resume (goal 0). Goal: 100 % on
 loadable, same losses and clean after resume.
 """
@@ -147,7 +148,8 @@ def one_kill(
     proc.wait()
     left = _scratch(run_dir)
     loadable = _loadable(run_dir)
-    resumed = _train(work, name, args.steps, args.seed, resume=True) if loadable else None
+    # No checkpoint yet (loadable None): --resume starts the run over; a broken one: no resume.
+    resumed = _train(work, name, args.steps, args.seed, resume=True) if loadable is not False else None
     resume_rc = None
     if resumed is not None:
         _, err = resumed.communicate(timeout=600)
@@ -256,7 +258,7 @@ def main() -> None:
                     f["inside_save"],
                     f["no_checkpoint_yet"],
                     f"{f['loadable']}/{f['n'] - f['no_checkpoint_yet']}",
-                    f"{f['same_losses']}/{f['n'] - f['no_checkpoint_yet']}",
+                    f"{f['same_losses']}/{f['n']}",
                     f["left_temporaries"],
                     f"{f['clean_after_resume']}/{f['n']}",
                 )

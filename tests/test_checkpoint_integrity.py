@@ -479,4 +479,6 @@ def test_kill_9_inside_checkpoint_saves_always_leaves_a_resumable_checkpoint(tmp
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])["timed"]
     assert figures["n"] == 3 and figures["inside_save"] == 3  # every kill landed inside a save
-    assert figures["loadable"] == figures["same_losses"] == figures["clean_after_resume"] == 3
+    # a kill inside the very first save leaves no checkpoint yet; --resume then starts over
+    assert figures["loadable"] + figures["no_checkpoint_yet"] == 3
+    assert figures["same_losses"] == figures["clean_after_resume"] == 3

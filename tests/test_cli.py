@@ -191,3 +191,23 @@ def test_quiet_training_still_prints_why_it_stopped_on_a_nan(tmp_path, tiny_sets
     )
     assert result.exit_code == 1
     assert "error: loss became nan between steps 1 and 1; no checkpoint was written" in result.output
+
+
+def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
+    tmp_path, tiny_sets, monkeypatch
+):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    assert invoke("train", "--out", "runs", "--run-name", "tiny", "--quiet", *tiny_sets).exit_code == 0
+    result = CliRunner().invoke(cli, ["export", "runs/tiny"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "exports" / "tiny-best.safetensors").is_file()
+    assert "note:" not in result.output
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "checkpoints" / "best")
+    result = CliRunner().invoke(cli, ["export", "runs/tiny"])
+    assert result.exit_code == 0, result.output
+    assert "note: runs/tiny has no best checkpoint yet; exported last" in result.output
+    assert (tmp_path / "exports" / "tiny-last.safetensors").is_file()
+    again = CliRunner().invoke(cli, ["export", "runs/tiny"])  # never replaces silently
+    assert again.exit_code == 2 and "already exists; pass --force" in again.output

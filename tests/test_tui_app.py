@@ -60,13 +60,14 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Pa
         select.value = dummy_variant.name
         await pilot.pause()
         assert "score(s, h) = 42" in str(app.query_one("#variant-info").content)
-        knob = app.query_one(f"#{hparam_id('dummy_knob')}")
+        knob = app.query_one(f"#{hparam_id('dummy_knob', dummy_variant.name)}")
         assert knob.value == "3" and knob.placeholder == "[1, 5]"
         setup = app.query_one(SetupView)
         assert setup.error is None and setup.config.model.attn_params.get("dummy_knob", 3) == 3
         knob.value = "9"  # outside its registered range [1, 5]
         await pilot.pause()
-        assert knob.has_class("invalid") and "model.dummy_knob" in setup.error
+        # A variant owns its hyper-parameters: the error names the qualified key.
+        assert knob.has_class("invalid") and "model.dummy-test-attention.dummy_knob" in setup.error
 
 
 async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
@@ -302,7 +303,7 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
         app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
         await pilot.pause()
         for hp in windowed.meta.hparams:
-            shown = app.query_one(f"#{hparam_id(hp.name)}").value
+            shown = app.query_one(f"#{hparam_id(hp.name, windowed.name)}").value
             assert hp.validate(shown if isinstance(hp.default, str) else type(hp.default)(float(shown))) == hp.default
         assert setup.error is None and setup.config.model.self_attention == windowed.name
         # Save the experiment as a preset file, change a field, load it back.
@@ -345,3 +346,74 @@ async def test_queued_runs_train_one_after_another(tmp_path: Path) -> None:
         await pilot.press("ctrl+t")  # a third: starts now, the queue follows
         await until(pilot, lambda: len({m.run_dir for m in finished}) == 3)
         assert train.queue == [] and all(m.state == "finished" for m in finished)
+
+
+async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Path) -> None:
+    """A variant added in its own file reuses ``window``: Setup shows each variant's default
+    (the registry's), and the experiment it builds uses it (sliding-window: 16, not local-m's 10)."""
+    import _twin_variant as twin
+
+    twin.register()
+    try:
+        app = make_app(tmp_path, config=tiny_config())
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            setup = app.query_one(SetupView)
+            attention = app.query_one(f"#{field_id('model.attention')}", Select)
+            for name, default in ((twin.SPEC.name, twin.TWIN_DEFAULT), ("local-m", 10)):
+                attention.value = name
+                await pilot.pause()
+                assert app.query_one(f"#{hparam_id('window', name)}").value == str(default)
+                assert setup.error is None and setup.config.model.params_for(name)["window"] == default
+            app.query_one(f"#{field_id('model.arch')}", Select).value = "transformer"
+            await pilot.pause()
+            app.query_one(f"#{field_id('model.self_attention')}", Select).value = "sliding-window"
+            app.query_one(f"#{field_id('model.decoder_self_attention')}", Select).value = twin.SPEC.name
+            await pilot.pause()
+            expected = ATTENTION.get("sliding-window").meta.hparam("window").default
+            assert app.query_one(f"#{hparam_id('window', 'sliding-window')}").value == str(expected)
+            assert app.query_one(f"#{hparam_id('window', twin.SPEC.name)}").value == "7"
+            assert setup.error is None
+            assert setup.config.model.params_for("sliding-window")["window"] == expected == 16
+            assert setup.config.model.params_for(twin.SPEC.name)["window"] == 7
+            # Editing one variant's value leaves the other's alone.
+            app.query_one(f"#{hparam_id('window', twin.SPEC.name)}").value = "4"
+            await pilot.pause()
+            assert setup.config.model.params_for(twin.SPEC.name)["window"] == 4
+            assert setup.config.model.params_for("sliding-window")["window"] == 16
+    finally:
+        twin.unregister()
+
+
+async def test_a_new_architecture_gets_its_slot_menu_with_no_lab_edit(tmp_path: Path) -> None:
+    from attnlab.nn.archs import ARCHITECTURES, ArchSpec, AttentionSlot
+
+    spec = ArchSpec(
+        "a test architecture with one attention slot",
+        check=lambda config: None,
+        slots=(AttentionSlot("model.cross_attention", "cross", "cross", "its attention", "attn"),),
+    )
+    ARCHITECTURES.add("dummy-test-arch", lambda config, s, t: None, spec)
+    try:
+        app = make_app(tmp_path, config=tiny_config())
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            arch = app.query_one(f"#{field_id('model.arch')}", Select)
+            assert "dummy-test-arch" in [value for _, value in arch._options]
+            arch.value = "dummy-test-arch"
+            await pilot.pause()
+            slot = app.query_one(f"#{field_id('model.cross_attention')}", Select)
+            assert slot.parent.display  # its slot's menu, offering the variants of its role
+            offered = [value for _, value in slot._options]
+            assert offered == [e.name for e in ATTENTION.entries() if "cross" in e.meta.roles]
+            for other in ("model.attention", "model.hidden", "model.d_model", "model.self_attention"):
+                assert not app.query_one(f"#{field_id(other)}").parent.display
+            slot.value = "performer"
+            await pilot.pause()
+            setup = app.query_one(SetupView)
+            assert setup.error is None and setup.config.model.arch == "dummy-test-arch"
+            assert "dummy-test-arch performer" in str(app.query_one("#setup-status").content)
+            groups = [str(s.content) for s in app.query(".hparam-group")]
+            assert groups == ["attn: performer"]
+    finally:
+        ARCHITECTURES.remove("dummy-test-arch")

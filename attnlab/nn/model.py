@@ -1,23 +1,14 @@
-"""Architecture registry: ``build_model(config, src_vocab_size, tgt_vocab_size) -> Seq2Seq``."""
+"""Architecture registry: ``build_model(config, src_vocab_size, tgt_vocab_size) -> Seq2Seq``.
+
+The registry and the architectures' declarations live in attnlab.nn.archs (no torch); the
+built-in factories import their model modules on first use.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from attnlab.config import ExperimentConfig
+from attnlab.nn.archs import ARCHITECTURES, ArchSpec, AttentionSlot
 from attnlab.nn.seq2seq import Seq2Seq
-from attnlab.registry import Registry
-
-
-@dataclass(frozen=True)
-class ArchSpec:
-    description: str
-    # Config-time checks (attention roles, sizes); raise AttnlabError with a one-line reason.
-    check: Callable[[ExperimentConfig], None]
-
-
-ARCHITECTURES: Registry[Callable[[ExperimentConfig, int, int], Seq2Seq]] = Registry("architecture")
 
 
 def build_model(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
@@ -28,5 +19,4 @@ def count_parameters(model: Seq2Seq) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-# Importing the built-in architectures runs their ARCHITECTURES.add(...) calls.
-from attnlab.nn import rnn, transformer  # noqa: E402,F401
+__all__ = ["ARCHITECTURES", "ArchSpec", "AttentionSlot", "build_model", "count_parameters"]

@@ -38,7 +38,6 @@ from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS, Attention, build_attention
 from attnlab.nn.attention.base import masked_softmax
 from attnlab.nn.attention.classic import BahdanauAttention
-from attnlab.nn.model import ARCHITECTURES, ArchSpec
 from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.rnn_fused import fused_bahdanau_gru, fused_gru_encoder
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
@@ -477,17 +476,11 @@ def check_rnn_config(config: ExperimentConfig) -> None:
     with torch.device("meta"):  # sizes only: nothing is allocated
         build_attention(
             m.attention, m.hidden, enc_dim, role=ROLE_RNN_CROSS, heads=m.heads,
-            dropout=m.dropout, hparams=m.attn_params,
+            dropout=m.dropout, hparams=m.params_for(m.attention),
         )
-    max_src_len = spec.hparam("max_src_len")
-    if max_src_len is not None and config.data.task != "corpus":
-        limit = m.attn_params.get("max_src_len", max_src_len.default)
+    if config.data.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(config.data.max_len, config.data.test_max_len)
-        if longest > limit:
-            raise AttnlabError(
-                f'model.max_src_len={limit} is shorter than the longest source ({longest}); '
-                f'"{m.attention}" would not see positions past it: raise model.max_src_len'
-            )
+        spec.check_length(m.attn_params, longest, f"data.max_len={longest}")
 
 
 def build_rnn(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2Seq:
@@ -504,18 +497,10 @@ def build_rnn(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int
         input_feeding=m.input_feeding,
         dropout=m.dropout,
         heads=m.heads,
-        attn_params=m.attn_params,
+        attn_params=m.params_for(m.attention),
     )
 
 
-ARCHITECTURES.add(
-    "rnn",
-    build_rnn,
-    ArchSpec(
-        "RNN encoder-decoder (GRU/LSTM, bidirectional encoder, bridge, input feeding) "
-        "with a classic attention",
-        check_rnn_config,
-    ),
-)
+# Registered (with its attention slot and Setup fields) in attnlab.nn.archs.
 
 __all__ = ["RNNEncoder", "RNNSeq2Seq", "build_rnn", "check_rnn_config"]

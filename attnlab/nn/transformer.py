@@ -20,28 +20,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.config import ExperimentConfig, ModelConfig
+from attnlab.config import ExperimentConfig, ModelConfig, params_for
 from attnlab.errors import AttnlabError
+from attnlab.nn.archs import TRANSFORMER
 from attnlab.nn.attention import ATTENTION, Attention, build_attention
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.model import ARCHITECTURES, ArchSpec
 from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.packing import PADDED, Layout, Packing
 from attnlab.nn.positions import AbsolutePositions, Rotary
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
-FALLBACK_DECODER_SELF = "scaled-dot"
-
 
 def decoder_self_attention_name(model: ModelConfig) -> str:
-    """``model.decoder_self_attention``; "" means the encoder's variant when it can be causal."""
-    if model.decoder_self_attention:
-        return model.decoder_self_attention
-    if model.self_attention in ATTENTION and ROLE_CAUSAL_SELF in ATTENTION.get(model.self_attention).meta.roles:
-        return model.self_attention
-    return FALLBACK_DECODER_SELF
+    """The decoder self-attention built: the architecture's one rule for an empty value
+    (the encoder's variant when it can be causal, else scaled-dot; attnlab.nn.archs)."""
+    return TRANSFORMER.resolve(model)["model.decoder_self_attention"]
 
 
 class AttentionBlock(nn.Module):
@@ -49,8 +44,9 @@ class AttentionBlock(nn.Module):
 
     def __init__(self, name: str, role: str, d_model: int, heads: int, dropout: float, hparams: dict[str, Any]):
         super().__init__()
-        self.attn: Attention = build_attention(
-            name, d_model, d_model, role=role, heads=heads, dropout=dropout, hparams=hparams
+        self.attn: Attention = build_attention(  # the variant's own values (qualified or flat)
+            name, d_model, d_model, role=role, heads=heads, dropout=dropout,
+            hparams=params_for(hparams, name),
         )
         out_dim = getattr(self.attn, "out_dim", d_model)
         self.proj = nn.Identity() if out_dim == d_model else nn.Linear(out_dim, d_model)
@@ -386,13 +382,13 @@ def check_transformer(config: ExperimentConfig) -> None:
     m, d = config.model, config.data
     if m.d_model % m.heads:
         raise AttnlabError(f"model.d_model={m.d_model} must be divisible by model.heads={m.heads}")
-    if m.enc_layers > 0:
-        _check_role("model.self_attention", m.self_attention, ROLE_SELF)
-    elif m.self_attention not in ATTENTION:
-        ATTENTION.get(m.self_attention)
-    dec_name = decoder_self_attention_name(m)
-    _check_role("model.decoder_self_attention", dec_name, ROLE_CAUSAL_SELF)
-    _check_role("model.cross_attention", m.cross_attention, ROLE_CROSS)
+    resolved = TRANSFORMER.resolve(m)  # each slot asks its variant's spec for the role
+    for slot in TRANSFORMER.slots:
+        if slot.key == "model.self_attention" and m.enc_layers == 0:
+            ATTENTION.get(m.self_attention)  # no encoder layer: only the name must exist
+        else:
+            _check_role(slot.key, resolved[slot.key], slot.role)
+    dec_name = resolved["model.decoder_self_attention"]
     if m.positions == "rotary":
         if (m.d_model // m.heads) % 2:
             raise AttnlabError(
@@ -402,14 +398,11 @@ def check_transformer(config: ExperimentConfig) -> None:
             cls = ATTENTION.get(name).factory
             if not getattr(cls, "supports_rotary", False):
                 raise AttnlabError(f"model.positions=rotary is not supported by the {name} attention")
-    if "linformer" in (m.self_attention, m.cross_attention) and d.task != "corpus":
-        max_len = m.attn_params.get("max_len", ATTENTION.get("linformer").meta.hparam("max_len").default)
+    if d.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(d.max_len, d.test_max_len)
-        if longest > max_len:
-            raise AttnlabError(
-                f"model.max_len={max_len} is shorter than the longest source (data.max_len={longest}); "
-                "linformer needs model.max_len >= the source length"
-            )
+        used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
+        for name in dict.fromkeys(used):
+            ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
 
 
 def build_transformer(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> TransformerSeq2Seq:
@@ -417,11 +410,4 @@ def build_transformer(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_s
     return TransformerSeq2Seq(config, src_vocab_size, tgt_vocab_size)
 
 
-ARCHITECTURES.add(
-    "transformer",
-    build_transformer,
-    ArchSpec(
-        description="Encoder-decoder Transformer; any registered attention in each role",
-        check=check_transformer,
-    ),
-)
+# Registered (with its attention slots and Setup fields) in attnlab.nn.archs.

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +328,7 @@ class Trainer:
                 resumed=self.resume,
                 max_steps=self.config.train.max_steps,
                 # The variant in each attention role as built (dec-self "" resolved).
-                roles=asdict(attention_roles(self.config.model)),
+                roles=attention_roles(self.config.model),
                 pid=os.getpid(),
                 host=socket.gethostname(),
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),

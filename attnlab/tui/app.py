@@ -237,14 +237,19 @@ class AttnLab(App[None]):
         self.action_tab("inspect")
 
     def queue_variants(self) -> None:
-        """Queue one run per attention variant that fits the current role (same task)."""
+        """Queue one run per attention variant that fits the architecture's sweep slot
+        (``ArchSpec.sweep``: the RNN's attention, the Transformer's cross-attention)."""
         setup = self.setup_view
         config = setup.validate_form()
         if config is None or self.menus is None:
             self.notify(setup.error or "the registries are still loading", severity="error")
             return
-        role, key = ("rnn-cross", "attention") if config.model.arch != "transformer" else ("cross", "cross_attention")
-        names = self.menus.variants_for(role)
+        spec = self.menus.arch_specs.get(config.model.arch)
+        slot = spec.sweep_slot if spec else None
+        if slot is None:
+            self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
+            return
+        key, names = slot.field, self.menus.variants_for(slot.role)
         queued: list[str] = []
         for name in names:
             model = dataclasses.replace(config.model, **{key: name})

@@ -3,27 +3,34 @@
 No textual here. ``load_menus()`` imports the registries (the attention registry imports
 torch, about a second), so the app calls it from a background thread after the first frame
 and builds the Setup menus from the returned snapshot. A variant registered anywhere
-(``@register_attention``, an ``attnlab.attention`` entry point, a test) appears with no UI edit.
+(``@register_attention``, an ``attnlab.attention`` entry point, a test) appears with no UI edit;
+so does an architecture: its ``ArchSpec`` (attnlab.nn.archs) declares its attention slots
+and fields. Hyper-parameters belong to a variant: the form's values are keyed
+``variant.name`` and each shows that variant's own default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.config import CHOICES, RANGES, ExperimentConfig, from_dict, to_dict, validate
+from attnlab.config import (
+    CHOICES,
+    RANGES,
+    ExperimentConfig,
+    ModelConfig,
+    from_dict,
+    params_for,
+    to_dict,
+    validate,
+)
 from attnlab.errors import AttnlabError
+from attnlab.nn.archs import ArchSpec, AttentionSlot
 
-# Which config key picks the attention for which role, per architecture.
-RNN_ATTENTION_KEYS = {"model.attention": "rnn-cross"}
-TRANSFORMER_ATTENTION_KEYS = {
-    "model.self_attention": "self",
-    "model.decoder_self_attention": "causal-self",
-    "model.cross_attention": "cross",
-}
-SAME_AS_ENCODER = ""  # model.decoder_self_attention = "" means "same as encoder self"
+SAME_AS_ENCODER = ""  # an empty slot value: the slot's ``same_as`` rule (ArchSpec.resolve)
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,12 @@ class HParamInfo:
     low: float | None
     high: float | None
     choices: tuple[str, ...]
-    variants: tuple[str, ...]  # variants that read it
+    variants: tuple[str, ...]  # the variant that owns it (one)
+
+    @property
+    def key(self) -> str:
+        """``variant.name``: the form's key and the config's qualified ``model.<key>``."""
+        return f"{self.variants[0]}.{self.name}"
 
     def range_text(self) -> str:
         if self.choices:
@@ -64,36 +76,52 @@ class Menus:
     tasks: list[tuple[str, str]]  # (name, one-line description)
     archs: list[tuple[str, str]]
     variants: dict[str, VariantInfo]
-    hparams: dict[str, HParamInfo]
+    hparams: dict[str, HParamInfo]  # by "variant.name": every variant's own defaults
     presets: list[str] = field(default_factory=list)
     decoders: list[tuple[str, str]] = field(default_factory=list)  # (label, name), Inspect's
+    arch_specs: dict[str, ArchSpec] = field(default_factory=dict)
 
     def variants_for(self, role: str) -> list[str]:
         return [name for name, v in self.variants.items() if role in v.roles]
 
-    def hparams_of(self, names: list[str]) -> list[HParamInfo]:
-        """The union of the hyper-parameters the chosen variants read (first-seen order)."""
-        seen: dict[str, HParamInfo] = {}
-        for name in names:
-            info = self.variants.get(name)
-            for hp in info.hparams if info else ():
-                seen.setdefault(hp, self.hparams[hp])
+    def roles_of(self, name: str) -> frozenset[str]:
+        info = self.variants.get(name)
+        return info.roles if info else frozenset()
+
+    def hparams_of(self, variant: str) -> list[HParamInfo]:
+        info = self.variants.get(variant)
+        return [self.hparams[f"{variant}.{h}"] for h in (info.hparams if info else ())]
+
+    def slots(self, arch: str) -> tuple[AttentionSlot, ...]:
+        spec = self.arch_specs.get(arch)
+        return spec.slots if spec else ()
+
+    def all_slots(self) -> list[AttentionSlot]:
+        """Every architecture's slots, one per config key (first declaration wins)."""
+        seen: dict[str, AttentionSlot] = {}
+        for spec in self.arch_specs.values():
+            for slot in spec.slots:
+                seen.setdefault(slot.key, slot)
         return list(seen.values())
+
+    def resolve(self, arch: str, values: Mapping[str, Any]) -> dict[str, str]:
+        """Slot key -> variant, by the architecture's rule, with this snapshot's roles."""
+        spec = self.arch_specs.get(arch)
+        return spec.resolve(values, self.roles_of) if spec else {}
 
 
 def load_menus() -> Menus:
     """Read the task, architecture and attention registries (imports torch)."""
     from attnlab.config import preset_names
     from attnlab.data.tasks import TASKS
+    from attnlab.nn.archs import ARCHITECTURES
     from attnlab.nn.attention import ATTENTION
-    from attnlab.nn.model import ARCHITECTURES
 
     tasks = [(e.name, getattr(e.meta, "description", "")) for e in TASKS.entries()]
     tasks.append(("corpus", "parallel text from data.path (folder or .tsv)"))
     archs = [(e.name, getattr(e.meta, "description", "")) for e in ARCHITECTURES.entries()]
     variants: dict[str, VariantInfo] = {}
     hparams: dict[str, HParamInfo] = {}
-    users: dict[str, list[str]] = {}
     for entry in ATTENTION.entries():
         spec = entry.meta
         variants[entry.name] = VariantInfo(
@@ -105,68 +133,47 @@ def load_menus() -> Menus:
             getattr(spec, "paper", ""),
             tuple(h.name for h in spec.hparams),
         )
-        for hp in spec.hparams:
-            users.setdefault(hp.name, []).append(entry.name)
-            if hp.name not in hparams:
-                hparams[hp.name] = HParamInfo(
-                    hp.name, hp.default, hp.help, hp.low, hp.high, tuple(hp.choices), ()
-                )
-    hparams = {
-        k: HParamInfo(v.name, v.default, v.help, v.low, v.high, v.choices, tuple(users[k]))
-        for k, v in hparams.items()
-    }
+        for hp in spec.hparams:  # each variant's own declaration (its default, its range)
+            hparams[f"{entry.name}.{hp.name}"] = HParamInfo(
+                hp.name, hp.default, hp.help, hp.low, hp.high, tuple(hp.choices), (entry.name,)
+            )
     try:
         presets = preset_names()
     except OSError:
         presets = []
     from attnlab.tui.inspect_engine import decoder_choices
 
-    return Menus(tasks, archs, variants, hparams, presets, decoder_choices())
+    specs = {e.name: e.meta for e in ARCHITECTURES.entries() if isinstance(e.meta, ArchSpec)}
+    return Menus(tasks, archs, variants, hparams, presets, decoder_choices(), specs)
 
 
-def attention_keys(arch: str) -> dict[str, str]:
-    """Config key -> role of the attention menus shown for an architecture."""
-    return TRANSFORMER_ATTENTION_KEYS if arch == "transformer" else RNN_ATTENTION_KEYS
-
-
-def chosen_variants(arch: str, values: Mapping[str, Any]) -> list[str]:
-    names = []
-    for key in attention_keys(arch):
-        name = values.get(key)
-        if key == "model.decoder_self_attention" and not name:
-            name = values.get("model.self_attention")
-        if name and name not in names:
-            names.append(str(name))
-    return names
-
-
-ROLE_TITLES = {
-    "model.attention": "attention",
-    "model.self_attention": "enc self",
-    "model.decoder_self_attention": "dec self",
-    "model.cross_attention": "cross",
-}
+def chosen_variants(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[str]:
+    """The distinct variants the form's slots resolve to, in slot order."""
+    return [name for name in dict.fromkeys(menus.resolve(arch, values).values()) if name]
 
 
 def hparam_groups(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[tuple[str, list[HParamInfo]]]:
-    """The chosen variants' hyper-parameters grouped by variant, titled with the roles that
-    use it (``"enc self + dec self: performer"``); a parameter read by several chosen variants
-    is listed once, under the first (they share one ``model.<name>`` value)."""
-    roles: dict[str, list[str]] = {}
-    for key in attention_keys(arch):
-        name = values.get(key)
-        if key == "model.decoder_self_attention" and not name:
-            name = values.get("model.self_attention")
+    """The chosen variants' hyper-parameters grouped by variant, titled with the slots that
+    use it (``"enc self + dec self: performer"``). Each variant has its own values and
+    defaults; a variant in several slots has one set (values are per variant, not per slot)."""
+    titles: dict[str, list[str]] = {}
+    resolved = menus.resolve(arch, values)
+    for slot in menus.slots(arch):
+        name = resolved.get(slot.key, "")
         if name:
-            roles.setdefault(str(name), []).append(ROLE_TITLES[key])
-    seen: set[str] = set()
-    groups = []
-    for name, titles in roles.items():
-        info = menus.variants.get(name)
-        params = [menus.hparams[h] for h in (info.hparams if info else ()) if h not in seen]
-        seen.update(h.name for h in params)
-        groups.append((f"{' + '.join(titles)}: {name}", params))
-    return groups
+            titles.setdefault(name, []).append(slot.title)
+    return [(f"{' + '.join(t)}: {name}", menus.hparams_of(name)) for name, t in titles.items()]
+
+
+def effective_model(menus: Menus, model: ModelConfig) -> tuple[ModelConfig, dict[str, dict[str, Any]]]:
+    """``model`` without its raw parameters, and each chosen variant's values over its
+    defaults: two configs that build the same model compare equal (flat or qualified keys)."""
+    resolved = menus.resolve(model.arch, {"model." + k: v for k, v in vars(model).items()})
+    values = {}
+    for name in dict.fromkeys(resolved.values()):
+        explicit = params_for(model.attn_params, name)
+        values[name] = {h.name: explicit.get(h.name, h.default) for h in menus.hparams_of(name)}
+    return dataclasses.replace(model, attn_params={}), values
 
 
 def field_range_text(key: str) -> str:
@@ -179,7 +186,8 @@ def field_range_text(key: str) -> str:
     return ""
 
 
-_KEY_IN_MESSAGE = re.compile(r"\b(data|model|train|decode)\.([A-Za-z_]+)")
+# section.key, or model.<variant>.<name> for a variant's hyper-parameter
+_KEY_IN_MESSAGE = re.compile(r"\b(data|model|train|decode)\.([A-Za-z_]+|[\w-]+\.[A-Za-z_]+)")
 
 
 def key_in_message(message: str) -> str | None:
@@ -204,7 +212,7 @@ def config_from_form(
     """The experiment the Setup form describes; raises AttnlabError (one line) when invalid.
 
     ``values`` maps ``section.key`` to the widget value (strings from inputs are coerced by
-    the config module); ``hparams`` maps the chosen variants' hyper-parameter names to values.
+    the config module); ``hparams`` maps the chosen variants' ``variant.name`` keys to values.
     Fields not in the form keep ``base``'s values.
     """
     raw = to_dict(base)
@@ -214,6 +222,6 @@ def config_from_form(
     for key, value in values.items():
         section, name = key.split(".", 1)
         raw[section][name] = value
-    for name, value in hparams.items():
-        raw["model"][name] = value
+    for key, value in hparams.items():
+        raw["model"][key] = value  # "variant.name": that variant's own value
     return validate(from_dict(raw, source="setup"))

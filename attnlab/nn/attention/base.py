@@ -45,12 +45,14 @@ class HParam:
     high: float | None = None
     choices: tuple[str, ...] = ()
 
-    def validate(self, value: Any) -> Any:
-        """Coerce ``value`` to the default's type and check its range; raise AttnlabError."""
+    def validate(self, value: Any, key: str = "") -> Any:
+        """Coerce ``value`` to the default's type and check its range; raise AttnlabError
+        naming ``key`` (default ``model.<name>``)."""
+        key = key or f"model.{self.name}"
         kind = type(self.default)
         if kind is bool:
             if not isinstance(value, bool):
-                raise AttnlabError(f"model.{self.name} must be true or false, got {value!r}")
+                raise AttnlabError(f"{key} must be true or false, got {value!r}")
             return value
         try:
             if kind is int and isinstance(value, float) and not value.is_integer():
@@ -58,19 +60,19 @@ class HParam:
             coerced = kind(value)
         except (TypeError, ValueError):
             raise AttnlabError(
-                f"model.{self.name} must be {kind.__name__}, got {value!r}"
+                f"{key} must be {kind.__name__}, got {value!r}"
             ) from None
         if isinstance(coerced, float) and not math.isfinite(coerced):
-            raise AttnlabError(f"model.{self.name}={value} must be a finite number")
+            raise AttnlabError(f"{key}={value} must be a finite number")
         if self.choices and coerced not in self.choices:
             raise AttnlabError(
-                f"model.{self.name}={coerced!r} is not valid; valid: {', '.join(self.choices)}"
+                f"{key}={coerced!r} is not valid; valid: {', '.join(self.choices)}"
             )
         if self.low is not None and coerced < self.low or (
             self.high is not None and coerced > self.high
         ):
             raise AttnlabError(
-                f"model.{self.name}={coerced} is out of range [{self.low}, {self.high}]"
+                f"{key}={coerced} is out of range [{self.low}, {self.high}]"
             )
         return coerced
 
@@ -90,12 +92,31 @@ class AttentionSpec:
     # Luong-style variants the current one ("current").
     query_timing: str = "current"
     exposes_weights: bool = True
+    # A variant that sees at most N source positions names the hyper-parameter holding N
+    # (e.g. linformer's "max_len"); architectures refuse data longer than it at config time.
+    max_length_param: str = ""
 
     def hparam(self, name: str) -> HParam | None:
         return next((h for h in self.hparams if h.name == name), None)
 
     def defaults(self) -> dict[str, Any]:
         return {h.name: h.default for h in self.hparams}
+
+    def check_length(self, params: dict[str, Any], longest: int, where: str) -> None:
+        """Refuse sources longer than ``max_length_param`` allows. ``params`` are the explicit
+        ones (flat or qualified keys, as in ``ModelConfig.attn_params``); ``where`` names the
+        data limit (``data.max_len=40``). One-line AttnlabError naming the key to raise."""
+        hp = self.hparam(self.max_length_param) if self.max_length_param else None
+        if hp is None:
+            return
+        qualified = f"{self.name}.{hp.name}"
+        key = qualified if qualified in params or hp.name not in params else hp.name
+        limit = params.get(key, hp.default)
+        if longest > limit:
+            raise AttnlabError(
+                f"model.{key}={limit} is shorter than the longest source ({where}); "
+                f'"{self.name}" would not see positions past it: raise model.{key}'
+            )
 
 
 @dataclass

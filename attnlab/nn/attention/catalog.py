@@ -48,8 +48,9 @@ def variants_markdown() -> str:
         "# Attention variants",
         "",
         "Generated from the registry by `python -m attnlab.nn.attention.catalog --write`",
-        "(`attnlab variants` prints the same in the terminal). Each hyper-parameter is a",
-        "`model.<name>` key, checked against its range.",
+        "(`attnlab variants` prints the same in the terminal). Each variant owns its",
+        "hyper-parameters: `model.<variant>.<name>` (a `[model.<variant>]` table in a preset),",
+        "checked against its range; the flat `model.<name>` still works where unambiguous.",
         "",
         "| variant | roles | formula | complexity |",
         "|---|---|---|---|",
@@ -66,6 +67,8 @@ def variants_markdown() -> str:
             out.append(f"- paper: {_cell(s.paper)}")
         for h in s.hparams:
             out.append(f"- {_cell(_hparam(h))}")
+        if s.max_length_param:
+            out.append(f"- length limit: sources longer than `{s.max_length_param}` are refused at config time (toy tasks)")
     return "\n".join(out) + "\n"
 
 

@@ -315,6 +315,7 @@ class LuongLocationAttention(ClassicAttention):
         known_for="location-only scores: where to look, not what to look for",
         paper="Luong, Pham & Manning 2015 (arXiv 1508.04025)",
         hparams=(MAX_SRC_LEN,),
+        max_length_param="max_src_len",
     )
 
     def __init__(

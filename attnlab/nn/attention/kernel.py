@@ -107,6 +107,7 @@ class LinformerAttention(MultiHeadBase):
             HParam("rank", 32, "linformer: projected length k", 1, 4096),
             HParam("max_len", 512, "linformer: longest key sequence the projection covers", 2, 10**6),
         ),
+        max_length_param="max_len",
     )
 
     def __init__(

@@ -151,8 +151,10 @@ class ExportView(Vertical):
 
 
 def default_export_path(run_dir: Path, which: str) -> str:
-    """``exports/<run>-<checkpoint>.safetensors``."""
-    return str(Path("exports") / f"{run_dir.name}-{which}.safetensors")
+    """``exports/<run>-<checkpoint>.safetensors`` (the CLI's default too)."""
+    from attnlab.runs import default_export_path
+
+    return str(default_export_path(run_dir, which))
 
 
 def _example(run_dir: Path) -> str:

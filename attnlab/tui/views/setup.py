@@ -1,7 +1,8 @@
 """Setup: choose task, architecture, attention (per role) and training options.
 
-Every menu is generated from the registries (``attnlab.tui.menus.Menus``); each chosen
-variant's hyper-parameters become inputs with their ranges. Every change re-validates the
+Every menu is generated from the registries (``attnlab.tui.menus.Menus``): the
+architecture's own fields and attention slots come from its ``ArchSpec``; each chosen
+variant's hyper-parameters become inputs with that variant's ranges and defaults. Every change re-validates the
 whole experiment through ``attnlab.config``; invalid fields are marked and Train is blocked
 with the one-line reason.
 """
@@ -26,10 +27,10 @@ from attnlab.tui.menus import (
     SAME_AS_ENCODER,
     HParamInfo,
     Menus,
-    attention_keys,
     check_field,
     chosen_variants,
     config_from_form,
+    effective_model,
     field_range_text,
     hparam_groups,
     key_in_message,
@@ -42,9 +43,12 @@ class FieldDef:
     key: str  # section.key in the config
     label: str
     kind: str  # "input" | "select" | "check"
-    group: str = ""  # "", "rnn", "transformer", "corpus": shown only when that applies
+    group: str = ""  # "" or "corpus": shown only when that applies
+    archs: tuple[str, ...] = ()  # shown only for these architectures ("" = every one)
 
 
+# The fields every experiment has; the model's own fields and attention menus come from the
+# architectures' specs (``arch_fields``) and sit after model.arch.
 FIELDS: tuple[FieldDef, ...] = (
     FieldDef("data.task", "task", "select"),
     FieldDef("data.path", "corpus path", "input", "corpus"),
@@ -52,23 +56,6 @@ FIELDS: tuple[FieldDef, ...] = (
     FieldDef("data.max_len", "max length", "input"),
     FieldDef("data.train_size", "train pairs", "input"),
     FieldDef("model.arch", "architecture", "select"),
-    FieldDef("model.cell", "RNN cell", "select", "rnn"),
-    FieldDef("model.hidden", "hidden size", "input", "rnn"),
-    FieldDef("model.emb", "embedding", "input", "rnn"),
-    FieldDef("model.layers", "layers", "input", "rnn"),
-    FieldDef("model.bidirectional", "bidirectional", "check", "rnn"),
-    FieldDef("model.input_feeding", "input feeding", "check", "rnn"),
-    FieldDef("model.attention", "attention", "select", "rnn"),
-    FieldDef("model.d_model", "d_model", "input", "transformer"),
-    FieldDef("model.heads", "heads", "input", "transformer"),
-    FieldDef("model.ff", "feed-forward", "input", "transformer"),
-    FieldDef("model.enc_layers", "encoder layers", "input", "transformer"),
-    FieldDef("model.dec_layers", "decoder layers", "input", "transformer"),
-    FieldDef("model.norm", "norm", "select", "transformer"),
-    FieldDef("model.positions", "positions", "select", "transformer"),
-    FieldDef("model.self_attention", "enc self-attn", "select", "transformer"),
-    FieldDef("model.decoder_self_attention", "dec self-attn", "select", "transformer"),
-    FieldDef("model.cross_attention", "cross-attn", "select", "transformer"),
     FieldDef("train.max_steps", "steps", "input"),
     FieldDef("train.batch_size", "batch size", "input"),
     FieldDef("train.lr", "learning rate", "input"),
@@ -83,12 +70,41 @@ FIELDS: tuple[FieldDef, ...] = (
 SECTION_TITLES = {"data.task": "Data", "model.arch": "Model", "train.max_steps": "Training"}
 
 
+def arch_fields(menus: Menus) -> list[FieldDef]:
+    """Each architecture's fields then its attention slots, in registry order; a key two
+    architectures declare is one row shown for both."""
+    found: dict[str, FieldDef] = {}
+    for arch, spec in menus.arch_specs.items():
+        rows = [(key, label, _kind(key)) for key, label in spec.fields]
+        rows += [(slot.key, slot.label, "select") for slot in spec.slots]
+        for key, label, kind in rows:
+            known = found.get(key)
+            archs = (*known.archs, arch) if known else (arch,)
+            found[key] = FieldDef(key, known.label if known else label, kind, archs=archs)
+    return list(found.values())
+
+
+def form_fields(menus: Menus | None) -> list[FieldDef]:
+    if menus is None:
+        return list(FIELDS)
+    at = next(i for i, d in enumerate(FIELDS) if d.key == "model.arch") + 1
+    return [*FIELDS[:at], *arch_fields(menus), *FIELDS[at:]]
+
+
+def _kind(key: str) -> str:
+    if key in CHOICES:
+        return "select"
+    default = to_dict(ExperimentConfig())["model"].get(key.split(".", 1)[1])
+    return "check" if isinstance(default, bool) else "input"
+
+
 def field_id(key: str) -> str:
     return "f-" + key.replace(".", "--")
 
 
-def hparam_id(name: str) -> str:
-    return "hp-" + name
+def hparam_id(name: str, variant: str) -> str:
+    """The input of ``variant``'s hyper-parameter ``name`` (each variant has its own)."""
+    return f"hp-{variant}--{name}"
 
 
 class SetupView(Vertical):
@@ -109,9 +125,7 @@ class SetupView(Vertical):
         self.menus: Menus | None = None
         self.error: str | None = "loading the registries…"
         self.side_variant = ""
-        self._hparam_values: dict[str, str] = {
-            k: _text(v) for k, v in config.model.attn_params.items()
-        }
+        self._hparam_values: dict[str, str] = {}  # "variant.name" -> the input's text
         self._shown_hparams: tuple[str, ...] | None = None  # None: not built yet
         self._shown_groups: tuple | None = None
 
@@ -147,7 +161,7 @@ class SetupView(Vertical):
         await form.remove_children()
         raw = _flat(self.config)
         rows: list[Widget] = []
-        for definition in FIELDS:
+        for definition in form_fields(self.menus):
             if definition.key == "train.max_steps":
                 # The chosen variants' hyper-parameters sit between Model and Training.
                 rows.append(Static("Attention hyper-parameters", classes="section-title"))
@@ -159,17 +173,15 @@ class SetupView(Vertical):
                 rows.append(CorpusPreview(id="corpus-preview", classes="group-corpus"))
         # Hidden before they are mounted: the first frame shows only the chosen architecture's
         # fields (no flash of the other one's).
-        shown = _groups_shown(str(raw.get("model.arch", "rnn")), str(raw.get("data.task", "")))
         for row in rows:
-            for group, show in shown.items():
-                if row.has_class(f"group-{group}") and not show:
-                    row.display = False
+            if not _row_shown(row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", ""))):
+                row.display = False
         await form.mount_all(rows)
         self._shown_hparams = None
         self._shown_groups = None
         self._apply_groups()
         await self._rebuild_hparams()
-        names = chosen_variants(self.config.model.arch, self.form_values())
+        names = chosen_variants(self.menus, self.config.model.arch, self.form_values())
         self.side_variant = names[0] if names else ""
         self._show_variant()
         self.validate_form()
@@ -189,7 +201,9 @@ class SetupView(Vertical):
         else:
             widget = Input(_text(value), placeholder=field_range_text(key), id=wid, compact=True)
         widget.tooltip = f"{key} {field_range_text(key)}".strip()
-        classes = "field" + (f" group-{definition.group}" if definition.group else "")
+        groups = [definition.group] if definition.group else []
+        groups += list(definition.archs)  # group-<arch>: shown for that architecture
+        classes = " ".join(["field", *(f"group-{g}" for g in groups)])
         return Horizontal(Label(definition.label, classes="field-label"), widget, classes=classes)
 
     def _options_for(self, key: str) -> list[tuple[str, str]]:
@@ -199,20 +213,19 @@ class SetupView(Vertical):
             return [(name, name) for name, _ in menus.tasks]
         if key == "model.arch":
             return [(name, name) for name, _ in menus.archs]
-        for keys in (attention_keys("rnn"), attention_keys("transformer")):
-            if key in keys:
-                options = [(name, name) for name in menus.variants_for(keys[key])]
-                if key == "model.decoder_self_attention":
-                    options.insert(0, ("same as encoder", SAME_AS_ENCODER))
+        for slot in menus.all_slots():
+            if slot.key == key:
+                options = [(name, name) for name in menus.variants_for(slot.role)]
+                if slot.same_as:
+                    options.insert(0, (slot.empty_label or "same as before", SAME_AS_ENCODER))
                 return options
         return [(choice, choice) for choice in CHOICES.get(key, ())]
 
     def _apply_groups(self) -> None:
         values = self.form_values()
-        visible = _groups_shown(str(values.get("model.arch", "rnn")), str(values.get("data.task", "")))
-        for group, show in visible.items():
-            for row in self.query(f".group-{group}"):
-                row.display = show
+        arch, task = str(values.get("model.arch", "rnn")), str(values.get("data.task", ""))
+        for row in self.query(".field, CorpusPreview"):
+            row.display = _row_shown(row, arch, task)
 
     async def _rebuild_hparams(self) -> None:
         if self.menus is None:
@@ -223,7 +236,7 @@ class SetupView(Vertical):
         if shape == self._shown_groups:
             return
         self._shown_groups = shape
-        self._shown_hparams = tuple(h.name for _, infos in groups for h in infos)
+        self._shown_hparams = tuple(h.key for _, infos in groups for h in infos)
         box = self.query_one("#hparams", Vertical)
         await box.remove_children()
         rows: list[Widget] = []
@@ -239,9 +252,14 @@ class SetupView(Vertical):
         await box.mount_all(rows)
 
     def _hparam_row(self, info: HParamInfo) -> Widget:
-        text = self._hparam_values.setdefault(info.name, _text(info.default))
-        field = Input(text, placeholder=info.range_text(), id=hparam_id(info.name), compact=True)
-        field.tooltip = f"model.{info.name}: {info.help} {info.range_text()} (used by {', '.join(info.variants)})"
+        # The config's value for this variant (qualified, else an older flat key), else its own
+        # default: never another variant's.
+        explicit = self.config.model.params_for(info.variants[0])
+        text = self._hparam_values.setdefault(info.key, _text(explicit.get(info.name, info.default)))
+        field = Input(
+            text, placeholder=info.range_text(), id=hparam_id(info.name, info.variants[0]), compact=True
+        )
+        field.tooltip = f"model.{info.key}: {info.help} {info.range_text()}"
         # Range and default beside the field, always (not only once it is emptied).
         hint = Label(f"{_escape(info.range_text())} · default {_escape(_text(info.default))}", classes="field-hint")
         return Horizontal(Label(info.name, classes="field-label"), field, hint, classes="field")
@@ -250,7 +268,7 @@ class SetupView(Vertical):
 
     def form_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for definition in FIELDS:
+        for definition in form_fields(self.menus):
             try:
                 widget = self.query_one(f"#{field_id(definition.key)}")
             except Exception:
@@ -264,10 +282,13 @@ class SetupView(Vertical):
     def _visible_values(self) -> dict[str, Any]:
         """Only the fields that apply to the chosen architecture / task."""
         values = self.form_values()
-        arch = values.get("model.arch", "rnn")
-        hidden_groups = {"rnn": arch != "rnn", "transformer": arch != "transformer", "corpus": values.get("data.task") != "corpus"}
-        groups = {d.key: d.group for d in FIELDS}
-        return {k: v for k, v in values.items() if not hidden_groups.get(groups[k], False)}
+        arch, corpus = values.get("model.arch", "rnn"), values.get("data.task") == "corpus"
+        fields = {d.key: d for d in form_fields(self.menus)}
+
+        def shown(d: FieldDef) -> bool:
+            return (not d.archs or arch in d.archs) and (d.group != "corpus" or corpus)
+
+        return {k: v for k, v in values.items() if shown(fields[k])}
 
     def hparam_values(self) -> dict[str, str]:
         return {name: self._hparam_values.get(name, "") for name in self._shown_hparams or ()}
@@ -286,10 +307,10 @@ class SetupView(Vertical):
             if message:
                 self._mark(key)
                 first = first or message
-        for name, value in hparams.items():
-            message = check_field(f"model.{name}", value)
+        for key, value in hparams.items():
+            message = check_field(f"model.{key}", value)
             if message:
-                self._mark(f"model.{name}")
+                self._mark(f"model.{key}")
                 first = first or message
         config = None
         if first is None:
@@ -321,7 +342,7 @@ class SetupView(Vertical):
         elif first:
             status.update(f"[b $error]✗[/] {_escape(first)}")
         else:
-            status.update(f"[b $success]✓[/] ready: {_summary(self.config)}")
+            status.update(f"[b $success]✓[/] ready: {_summary(self.config, self.menus)}")
         self.query_one("#train-button", Button).disabled = first is not None
         self.query_one("#queue-button", Button).disabled = first is not None
         return config if first is None else None
@@ -329,19 +350,28 @@ class SetupView(Vertical):
     def _identified(self, config: ExperimentConfig) -> ExperimentConfig:
         """``config`` named and described by what it is: the loaded preset's name and
         description only while the experiment is unchanged, else derived from the config."""
-        origin = self._origin
-        if (config.data, config.model, config.train, config.decode) == (
-            origin.data, origin.model, origin.train, origin.decode
+        origin, menus = self._origin, self.menus
+        assert menus is not None
+        # Compared by what they build: a preset's flat window=3 equals the form's local-m.window=3.
+        if (config.data, effective_model(menus, config.model), config.train, config.decode) == (
+            origin.data, effective_model(menus, origin.model), origin.train, origin.decode
         ):
             return config.replace(name=origin.name, description=origin.description)
         return config.replace(name=experiment_name(config), description=describe(config))
 
     def _mark(self, key: str) -> None:
         section, name = key.split(".", 1)
-        for selector in (f"#{field_id(key)}", f"#{hparam_id(name)}" if section == "model" else ""):
-            if selector:
-                for widget in self.query(selector):
-                    widget.add_class("invalid")
+        selectors = [f"#{field_id(key)}"] if "." not in name else []
+        if section == "model":  # a variant's input, or every shown input of a flat name
+            variant, _, param = name.rpartition(".")
+            shown = [k for k in self._shown_hparams or () if k.rpartition(".")[2] == param]
+            selectors += [
+                f"#{hparam_id(param, k.rpartition('.')[0])}" for k in shown
+                if not variant or k.rpartition(".")[0] == variant
+            ]
+        for selector in selectors:
+            for widget in self.query(selector):
+                widget.add_class("invalid")
 
     # -- side panel ---------------------------------------------------------------------------
 
@@ -377,31 +407,36 @@ class SetupView(Vertical):
             return
         row = event.select.parent
         if self._is_attention_select(wid) and row is not None and row.display:
-            value = event.value
-            if value == SAME_AS_ENCODER:
-                value = self.form_values().get("model.self_attention", "")
-            self.side_variant = str(value)
+            self.side_variant = self._variant_of(wid, event.value)
             self._show_variant()
         if wid in (field_id("model.arch"), field_id("data.task")):
             self._apply_groups()
-            if wid == field_id("model.arch"):
-                names = chosen_variants(str(event.value), self.form_values())
+            if wid == field_id("model.arch") and self.menus is not None:
+                names = chosen_variants(self.menus, str(event.value), self.form_values())
                 self.side_variant = names[0] if names else ""
                 self._show_variant()
         await self._rebuild_hparams()
         self.validate_form()
 
-    @staticmethod
-    def _is_attention_select(wid: str) -> bool:
-        return wid in {field_id(k) for k in (*attention_keys("rnn"), *attention_keys("transformer"))}
+    def _is_attention_select(self, wid: str) -> bool:
+        return self.menus is not None and wid in {field_id(s.key) for s in self.menus.all_slots()}
+
+    def _variant_of(self, wid: str, value: Any) -> str:
+        """The variant an attention menu stands for (an empty value resolved by its slot)."""
+        if value != SAME_AS_ENCODER or self.menus is None:
+            return str(value)
+        values = self.form_values()
+        resolved = self.menus.resolve(str(values.get("model.arch", "")), values)
+        key = next(s.key for s in self.menus.all_slots() if field_id(s.key) == wid)
+        return resolved.get(key, "")
 
     def on_descendant_focus(self, event: Any) -> None:
         """Focusing an attention menu shows that variant in the side panel."""
         widget = event.widget
         if isinstance(widget, Select) and self._is_attention_select(widget.id or ""):
             value = widget.value
-            if value == SAME_AS_ENCODER:
-                value = self.form_values().get("model.self_attention", "")
+            if value is not Select.NULL:
+                value = self._variant_of(widget.id or "", value)
             if value and value is not Select.NULL:
                 self.side_variant = str(value)
                 self._show_variant()
@@ -409,8 +444,9 @@ class SetupView(Vertical):
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
         wid = event.input.id or ""
-        if wid.startswith("hp-"):
-            self._hparam_values[wid[3:]] = event.value
+        if wid.startswith("hp-"):  # hp-<variant>--<name>
+            variant, _, name = wid[3:].rpartition("--")
+            self._hparam_values[f"{variant}.{name}"] = event.value
         if wid != "preset-path":
             self.validate_form()
 
@@ -477,14 +513,19 @@ class SetupView(Vertical):
     async def set_config(self, config: ExperimentConfig) -> None:
         self.config = config
         self._origin = config
-        self._hparam_values = {k: _text(v) for k, v in config.model.attn_params.items()}
+        self._hparam_values = {}  # filled from the config per variant as the rows are built
         if self.menus is not None:
             await self._rebuild_form()
 
 
-def _groups_shown(arch: str, task: str) -> dict[str, bool]:
-    """Which field groups apply to this architecture and task."""
-    return {"rnn": arch == "rnn", "transformer": arch == "transformer", "corpus": task == "corpus"}
+def _row_shown(row: Widget, arch: str, task: str) -> bool:
+    """A row shows when its architecture groups (if any) include ``arch`` and, for corpus
+    rows, the task is corpus."""
+    groups = {c[len("group-"):] for c in row.classes if c.startswith("group-")}
+    if "corpus" in groups and task != "corpus":
+        return False
+    archs = groups - {"corpus"}
+    return not archs or arch in archs
 
 
 def _flat(config: ExperimentConfig) -> dict[str, Any]:
@@ -504,11 +545,9 @@ def _escape(text: str) -> str:
     return text.replace("[", r"\[")
 
 
-def _summary(config: ExperimentConfig) -> str:
+def _summary(config: ExperimentConfig, menus: Menus | None) -> str:
+    """``task, arch <the architecture's summary>, N steps`` (empty slots resolved)."""
     m = config.model
-    if m.arch == "transformer":
-        dec_self = m.decoder_self_attention or m.self_attention
-        attention = f"{m.self_attention}/{dec_self}/{m.cross_attention}"
-    else:
-        attention = f"{m.cell}+{m.attention}"
-    return f"{config.data.task}, {m.arch} {attention}, {config.train.max_steps} steps"
+    spec = menus.arch_specs.get(m.arch) if menus else None
+    model = spec.summary(config, menus.roles_of) if spec and menus else m.attention
+    return f"{config.data.task}, {m.arch} {model}, {config.train.max_steps} steps"
