@@ -96,6 +96,8 @@ def run_events(steps: int = 40, eval_every: int = 20, done: str | None = "finish
                     "chrf": 35.0 * k,
                     "exact_match": 0.2 * k,
                     "alignment_accuracy": 0.5,
+                    # falls as it learns (mean entropy of the one cross head)
+                    "attention_entropy": {"cross": [[round(1.2 - 0.4 * k, 3)]]},
                     "bleu_by_length": [{"bucket": "1-5", "n": 8, "bleu": 40.0 * k}, {"bucket": "6-10", "n": 8, "bleu": 20.0 * k}],
                     "best": True,
                     "elapsed_s": step * 0.1,
