@@ -65,16 +65,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attnlab import __version__
-from attnlab.config import (
-    ExperimentConfig,
-    check_name,
-    dumps_toml,
-    from_dict,
-    load_toml,
-    to_dict,
-    validate,
-)
+from attnlab.config import ExperimentConfig, check_name, dumps_toml, load_toml, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.experiment import from_dict, validate
 from attnlab.train.events import EVENTS_FILE, read_event_log
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it

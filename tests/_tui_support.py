@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import ExperimentConfig, apply_overrides, dumps_toml
+from attnlab.config import ExperimentConfig, dumps_toml
+from attnlab.experiment import apply_overrides
 
 T0 = 1_800_000_000.0  # fixed clock: snapshots and logs never depend on the real time
 

@@ -24,7 +24,8 @@ TINY_OVERRIDES = (
 @pytest.fixture
 def tiny_config():
     """reverse + GRU + Bahdanau at toy sizes (a fresh config per test)."""
-    from attnlab.config import ExperimentConfig, apply_overrides
+    from attnlab.config import ExperimentConfig
+    from attnlab.experiment import apply_overrides
 
     return apply_overrides(ExperimentConfig(name="tiny"), list(TINY_OVERRIDES))
 

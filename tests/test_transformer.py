@@ -328,7 +328,7 @@ def test_config_dataclass_has_the_transformer_keys():
 def test_reverse_transformer_learns_short_reversals(tmp_path):
     """The reverse-transformer preset, on lengths 3-10 and a 60-second budget, reaches dev exact
     match >= 0.9 through the real trainer (the full preset's figures are in the README)."""
-    from attnlab.config import apply_overrides, load_preset
+    from attnlab.experiment import apply_overrides, load_preset
     from attnlab.train.trainer import Trainer
 
     config = apply_overrides(

@@ -23,8 +23,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
-from attnlab.config import ExperimentConfig, validate
+from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError
+from attnlab.experiment import validate
 from attnlab.tui.menus import Menus
 from attnlab.tui.views.setup import SetupView
 from attnlab.tui.views.train import CommandFactory, SampleChosen, TrainView
@@ -47,7 +48,8 @@ class MenusFailed(Message):
 def default_config() -> ExperimentConfig:
     """The experiment the lab opens on: reverse, GRU + Bahdanau, small enough to show progress
     within seconds (the ``reverse-bahdanau`` preset when it exists)."""
-    from attnlab.config import load_preset, preset_names
+    from attnlab.config import preset_names
+    from attnlab.experiment import load_preset
 
     if "reverse-bahdanau" in preset_names():
         return load_preset("reverse-bahdanau")

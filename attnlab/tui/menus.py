@@ -17,17 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.config import (
-    CHOICES,
-    RANGES,
-    ExperimentConfig,
-    ModelConfig,
-    from_dict,
-    params_for,
-    to_dict,
-    validate,
-)
+from attnlab.config import CHOICES, RANGES, ExperimentConfig, ModelConfig, params_for, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.experiment import from_dict, validate
 from attnlab.nn.archs import ArchSpec, AttentionSlot
 
 SAME_AS_ENCODER = ""  # an empty slot value: the slot's ``same_as`` rule (ArchSpec.resolve)

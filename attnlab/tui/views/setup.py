@@ -20,8 +20,9 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, load_preset, to_dict
+from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.experiment import load_preset
 from attnlab.naming import describe, experiment_name
 from attnlab.tui.menus import (
     SAME_AS_ENCODER,
