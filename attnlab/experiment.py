@@ -32,7 +32,7 @@ from attnlab.config import (
     to_dict,
 )
 from attnlab.data.tasks import TASKS
-from attnlab.decode.strategy import check_decode
+from attnlab.decode.resolve import check_decode
 from attnlab.errors import AttnlabError, did_you_mean, unknown_choice
 from attnlab.nn.archs import ARCHITECTURES
 from attnlab.nn.attention import ATTENTION  # importing the package registers the variants
