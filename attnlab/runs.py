@@ -67,7 +67,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from attnlab import __version__
 from attnlab.config import ExperimentConfig, check_name, dumps_toml, load_toml, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.experiment import from_dict, validate
 from attnlab.train.events import EVENTS_FILE, read_event_log
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
@@ -376,6 +375,8 @@ def read_config(run_dir: Path) -> ExperimentConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise AttnlabError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
+    from attnlab.experiment import from_dict, validate  # the registries import torch: lazily
+
     return validate(from_dict(load_toml(path), source=str(path)))
 
 
@@ -772,6 +773,7 @@ def _explain_mismatch(
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """Rebuild the model (eval mode), config, vocabularies and tokenizers from a checkpoint."""
     from attnlab.data.dataset import Dataset
+    from attnlab.experiment import from_dict, validate
     from attnlab.nn.model import build_model, count_parameters
 
     resolved = resolve_checkpoint(Path(path))

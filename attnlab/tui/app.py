@@ -25,7 +25,6 @@ from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError
-from attnlab.experiment import validate
 from attnlab.tui.menus import Menus
 from attnlab.tui.views.setup import SetupView
 from attnlab.tui.views.train import CommandFactory, SampleChosen, TrainView
@@ -251,6 +250,8 @@ class AttnLab(App[None]):
         if slot is None:
             self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
             return
+        from attnlab.experiment import validate  # the registries import torch: lazily
+
         key, names = slot.field, self.menus.variants_for(slot.role)
         queued: list[str] = []
         for name in names:
