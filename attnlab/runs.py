@@ -5,7 +5,7 @@ Layout of a run directory::
     RUN/config.toml                       the experiment (attnlab.config.dumps_toml)
     RUN/.lock                             flock'ed by the one process training the run
                                           (holds its pid; released by the OS when it dies)
-    RUN/events.jsonl                      append-only event log (attnlab.train.events)
+    RUN/events.jsonl                      append-only event log (attnlab.events)
     RUN/control                           optional: one word written by a controller
                                           (pause | resume | save | stop)
     RUN/checkpoints/{best,last}/
@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from attnlab import __version__
 from attnlab.config import ExperimentConfig, check_name, dumps_toml, load_toml, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.train.events import EVENTS_FILE, read_event_log
+from attnlab.events import EVENTS_FILE, read_event_log
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     import torch
