@@ -18,8 +18,10 @@ One JSON object per line. Every event has ``type``, ``time`` (unix seconds) and 
 | note       | message: a one-line notice (torch.compile failed: training goes on eagerly)            |
 
 Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
-also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s; ``start``
-and ``step`` also world_size (data-parallel processes; loss and tokens_per_s are global).
+also bleu_signature and chrf_signature, aer (null if no gold), attention_entropy ({role:
+[[mean entropy in nats per head] per layer]}) and, with gold, alignment_accuracy_by_layer;
+``done`` also elapsed_s and tokens_per_s; ``start`` and ``step`` also world_size
+(data-parallel processes; loss and tokens_per_s are global).
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline. ``EventReader`` is the one reader (the CLI's ``attnlab runs``, the run list and the
@@ -151,6 +153,19 @@ def _names(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
+def _numbers(value: Any) -> bool:
+    """null or a list of numbers (null entries: non-finite values)."""
+    return value is None or (isinstance(value, list) and all(_number(x) for x in value))
+
+
+def _role_grids(value: Any) -> bool:
+    """{role: [[number per head] per layer]} (``attention_entropy``)."""
+    return isinstance(value, dict) and all(
+        isinstance(layers, list) and all(isinstance(h, list) and _numbers(h) for h in layers)
+        for layers in value.values()
+    )
+
+
 # The fields readers use, by event type; a field of another type is dropped (the reader then
 # sees its default), the rest of the event is kept. Unknown types and fields pass through.
 FIELD_TYPES: dict[str, dict[str, Check]] = {
@@ -172,9 +187,11 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "split": _text, "bleu_by_length": _buckets, "best": _flag, "bleu_signature": _text,
         "chrf_signature": _text,
         **dict.fromkeys(
-            ("loss", "ppl", "bleu", "chrf", "exact_match", "alignment_accuracy", "elapsed_s"),
+            ("loss", "ppl", "bleu", "chrf", "exact_match", "alignment_accuracy", "elapsed_s",
+             "aer"),
             _number,
         ),
+        "attention_entropy": _role_grids, "alignment_accuracy_by_layer": _numbers,
     },
     "sample": {
         "index": _integer, "src": _tokens, "ref": _tokens, "hyp": _tokens, "attention": _matrix,

@@ -300,3 +300,18 @@ def test_the_trainer_does_not_recreate_a_run_dir_deleted_under_it(
     with pytest.raises(AttnlabError, match="run directory was deleted"):
         Trainer(config, run_dir, on_event=delete_it, device="cpu").run()
     assert not run_dir.exists()
+
+
+def test_inspection_fields_of_eval_are_type_checked() -> None:
+    good = {
+        "type": "eval", "step": 4, "aer": 0.25, "alignment_accuracy_by_layer": [0.5, None],
+        "attention_entropy": {"cross": [[1.0, 0.5], [0.7, None]], "enc_self": []},
+    }
+    assert check_event(good) == (good, "", 0)
+    bad = {
+        "type": "eval", "step": 4, "aer": "0.25", "alignment_accuracy_by_layer": [0.5, "x"],
+        "attention_entropy": {"cross": [1.0, 0.5]}, "bleu": 3.0,
+    }
+    kept, why, dropped = check_event(bad)
+    assert why == "" and dropped == 3
+    assert kept == {"type": "eval", "step": 4, "bleu": 3.0}
