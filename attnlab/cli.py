@@ -414,7 +414,7 @@ def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: 
            device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
            nproc: int | None, signals: DeferredSignals) -> dict[str, Any] | int:
     """The trainer's summary; with train.nproc > 1 outside torchrun, the launcher's exit code."""
-    from attnlab.config import apply_overrides, load_preset
+    from attnlab.experiment import apply_overrides, load_preset
     from attnlab.runs import read_config
 
     extra = list(overrides)
@@ -541,7 +541,7 @@ def _train_here(config: Any, resume_dir: Path | None, out: Path, run_name: str |
 def _check_resume(run_dir: Path, config: Any) -> int:
     """The step ``--resume`` continues from; refuses a config whose architecture or
     vocabularies differ from the checkpoint's (its weights would not fit)."""
-    from attnlab.config import shaping_change
+    from attnlab.experiment import shaping_change
     from attnlab.runs import META_FILE, checkpoint_dir, read_json
 
     path = checkpoint_dir(run_dir, "last") / META_FILE
@@ -594,9 +594,9 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
                  gold_path: Path | None, alignment_order: str, **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    from attnlab.config import apply_overrides
     from attnlab.data.dataset import load_dataset
     from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
+    from attnlab.experiment import apply_overrides
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
@@ -680,7 +680,7 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_align
               export_path: Path | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
     from attnlab.cli_inspect import check_export_path
-    from attnlab.config import apply_overrides
+    from attnlab.experiment import apply_overrides
 
     check_export_path(export_path)
     MapChoice(role, layer, head, method).check()

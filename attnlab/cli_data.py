@@ -30,8 +30,9 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _data_config(path: str | None, preset: str | None, overrides: tuple[str, ...]):
     """The experiment config for PATH: a toy task name, a corpus folder or a .tsv file."""
-    from attnlab.config import ExperimentConfig, apply_overrides, load_preset
+    from attnlab.config import ExperimentConfig
     from attnlab.data.tasks import TASKS
+    from attnlab.experiment import apply_overrides, load_preset
 
     config = load_preset(preset) if preset else ExperimentConfig()
     extra: list[str] = []

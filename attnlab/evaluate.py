@@ -130,6 +130,24 @@ def gold_alignment(examples: Sequence[Example], width: int) -> Tensor | None:
     return gold
 
 
+# Attention entropy per role x layer x head (Zhai et al. 2023 track its collapse): here, below
+# attnlab.interpret (which re-exports it as attnlab.interpret.entropy), because the eval event
+# carries it and interpret.reports imports this module (one direction of imports).
+
+
+def row_entropy(weights: Tensor) -> Tensor:
+    """[..., Tk] -> [...] entropy in nats (0 ln 0 = 0)."""
+    w = weights.to(torch.float64)
+    return -torch.where(w > 0, w * torch.log(w.clamp_min(1e-300)), 0.0).sum(dim=-1)
+
+
+def entropy_sums(maps: Tensor, query_mask: Tensor) -> tuple[Tensor, int]:
+    """maps [B, L, H, Tq, Tk], query_mask [B, Tq] -> (Σ entropy [L, H], rows counted)."""
+    entropy = row_entropy(maps)  # [B, L, H, Tq]
+    mask = query_mask[:, None, None, :].to(entropy.dtype)
+    return (entropy * mask).sum(dim=(0, 3)), int(query_mask.sum())
+
+
 # -- model passes ---------------------------------------------------------------------------------
 
 
@@ -291,8 +309,6 @@ def attention_statistics(
 ) -> dict[str, Any]:
     """Mean attention entropy per role × layer × head and, with gold alignments, alignment
     accuracy per layer, from one teacher-forced pass over ``examples`` with the weights."""
-    from attnlab.interpret.entropy import entropy_sums
-
     out: dict[str, Any] = {"attention_entropy": {}}
     if with_alignment:
         out["alignment_accuracy_by_layer"] = None

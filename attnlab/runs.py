@@ -5,7 +5,7 @@ Layout of a run directory::
     RUN/config.toml                       the experiment (attnlab.config.dumps_toml)
     RUN/.lock                             flock'ed by the one process training the run
                                           (holds its pid; released by the OS when it dies)
-    RUN/events.jsonl                      append-only event log (attnlab.train.events)
+    RUN/events.jsonl                      append-only event log (attnlab.events)
     RUN/control                           optional: one word written by a controller
                                           (pause | resume | save | stop)
     RUN/checkpoints/{best,last}/
@@ -70,17 +70,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attnlab import __version__
-from attnlab.config import (
-    ExperimentConfig,
-    check_name,
-    dumps_toml,
-    from_dict,
-    load_toml,
-    to_dict,
-    validate,
-)
+from attnlab.config import ExperimentConfig, check_name, dumps_toml, load_toml, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.train.events import EVENTS_FILE, read_event_log
+from attnlab.events import EVENTS_FILE, read_event_log
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     import torch
@@ -392,6 +384,8 @@ def read_config(run_dir: Path) -> ExperimentConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise AttnlabError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
+    from attnlab.experiment import from_dict, validate  # the registries import torch: lazily
+
     return validate(from_dict(load_toml(path), source=str(path)))
 
 
@@ -860,6 +854,7 @@ def _explain_mismatch(
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
     """Rebuild the model (eval mode), config, vocabularies and tokenizers from a checkpoint."""
     from attnlab.data.dataset import Dataset
+    from attnlab.experiment import from_dict, validate
     from attnlab.nn.model import build_model, count_parameters
 
     resolved = resolve_checkpoint(Path(path))

@@ -56,7 +56,7 @@ def sample_text(event: dict[str, Any]) -> str:
 
 def export_tensorboard(run_dir: Path, out_dir: Path) -> dict[str, int]:
     """Write ``out_dir``'s event file; returns counts {"scalars": n, "texts": m}."""
-    from attnlab.train.events import EVENTS_FILE, iter_events
+    from attnlab.events import EVENTS_FILE, iter_events
 
     run_dir = Path(run_dir)
     if not (run_dir / EVENTS_FILE).is_file():

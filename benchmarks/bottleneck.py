@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from attnlab.config import ExperimentConfig, apply_overrides
+from attnlab.config import ExperimentConfig
 from attnlab.evaluate import evaluate_split
+from attnlab.experiment import apply_overrides
 from attnlab.runs import load_checkpoint
 from attnlab.train.trainer import Trainer
 

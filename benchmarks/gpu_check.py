@@ -147,9 +147,9 @@ def train_presets(args: argparse.Namespace) -> list[dict[str, Any]]:
 def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from attnlab.config import load_preset
     from attnlab.device import autocast
     from attnlab.evaluate import token_loss_sum
+    from attnlab.experiment import load_preset
     from attnlab.nn.model import build_model
     from attnlab.train.trainer import make_optimizer
 

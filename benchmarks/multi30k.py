@@ -37,10 +37,10 @@ PUBLISHED = {
 
 
 def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from attnlab.config import apply_overrides, load_preset
     from attnlab.data.dataset import load_dataset
     from attnlab.errors import AttnlabError
     from attnlab.evaluate import evaluate_split
+    from attnlab.experiment import apply_overrides, load_preset
     from attnlab.runs import load_checkpoint
     from attnlab.train.trainer import Trainer
 

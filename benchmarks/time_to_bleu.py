@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.config import apply_overrides, load_preset
+from attnlab.experiment import apply_overrides, load_preset
 from attnlab.train.trainer import Trainer
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from attnlab.config import apply_overrides, load_preset
 from attnlab.evaluate import evaluate_split
+from attnlab.experiment import apply_overrides, load_preset
 from attnlab.nn.attention import ATTENTION, ROLE_SELF
 from attnlab.runs import load_checkpoint
 from attnlab.train.trainer import Trainer

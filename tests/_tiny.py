@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.config import ExperimentConfig, apply_overrides
+from attnlab.config import ExperimentConfig
+from attnlab.experiment import apply_overrides
 from attnlab.nn.seq2seq import BOS_ID, PAD_ID
 
 # --set overrides for a model and data small enough for fast CLI and trainer tests.

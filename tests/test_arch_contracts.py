@@ -10,15 +10,9 @@ import sys
 import _twin_variant as twin
 import pytest
 
-from attnlab.config import (
-    ExperimentConfig,
-    apply_overrides,
-    dumps_toml,
-    from_dict,
-    to_dict,
-    validate,
-)
+from attnlab.config import ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
+from attnlab.experiment import apply_overrides, from_dict, validate
 from attnlab.naming import attention_roles, describe, experiment_name
 from attnlab.nn.archs import ARCHITECTURES, ArchSpec, AttentionSlot
 from attnlab.nn.attention import ATTENTION, AttentionSpec, HParam

@@ -47,8 +47,9 @@ def runs(tmp_path_factory):
 def test_shipped_gold_sample_is_the_toy_tasks_gold():
     from conftest import TINY_OVERRIDES
 
-    from attnlab.config import ExperimentConfig, apply_overrides
+    from attnlab.config import ExperimentConfig
     from attnlab.data.dataset import load_dataset
+    from attnlab.experiment import apply_overrides
     from attnlab.interpret.alignment import read_pharaoh
 
     cfg = apply_overrides(ExperimentConfig(name="tiny"), list(TINY_OVERRIDES))

@@ -10,15 +10,13 @@ import pytest
 from attnlab.config import (
     SECTIONS,
     ExperimentConfig,
-    apply_overrides,
     dumps_toml,
-    from_dict,
-    load_preset,
     load_toml,
     preset_names,
     resolve_preset,
 )
 from attnlab.errors import AttnlabError
+from attnlab.experiment import apply_overrides, from_dict, load_preset
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -183,7 +181,7 @@ def test_a_float_attention_hyper_parameter_must_be_finite():
 
 
 def test_a_type_error_in_a_preset_file_names_the_file(tmp_path):
-    from attnlab.config import load_preset
+    from attnlab.experiment import load_preset
 
     preset = tmp_path / "mine.toml"
     preset.write_text('[model]\nhidden = "big"\n', encoding="utf-8")

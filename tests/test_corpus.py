@@ -342,10 +342,10 @@ def test_end_to_end_2k_pairs_translates_after_cache_is_deleted(tmp_path, monkeyp
 
     import torch
 
-    from attnlab.config import apply_overrides, load_preset
     from attnlab.data.batching import make_batch
     from attnlab.data.example import Example
     from attnlab.evaluate import decode_best
+    from attnlab.experiment import apply_overrides, load_preset
     from attnlab.runs import load_checkpoint
     from attnlab.train.trainer import Trainer
 

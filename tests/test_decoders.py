@@ -15,7 +15,7 @@ from _decode_fakes import HashModel, pad_batch
 from click.testing import CliRunner
 
 from attnlab.cli import cli
-from attnlab.config import DecodeConfig, ExperimentConfig, apply_overrides
+from attnlab.config import DecodeConfig, ExperimentConfig
 from attnlab.decode.hypothesis import Hypothesis
 from attnlab.decode.mbr import expected_utilities, mbr_rank, sentence_utility
 from attnlab.decode.search import DECODERS, decode_batch, decode_sorted, sentences_per_batch
@@ -26,6 +26,7 @@ from attnlab.decode.strategy import (
     derived_decoder,
 )
 from attnlab.errors import AttnlabError
+from attnlab.experiment import apply_overrides
 
 SOURCES = [[5, 6, 7], [8, 4], [9, 10, 11, 12, 13], [4]]
 BUILTIN = ["greedy", "beam", "diverse-beam", "sampling", "mbr"]

@@ -186,7 +186,8 @@ def _reference(config, steps: int, world: int) -> tuple[dict[str, torch.Tensor],
 def test_two_ranks_update_like_one_process_on_the_merged_batches(tmp_path):
     """torchrun directly (no attnlab launcher); dropout 0; 5 steps over 3 epochs. The merged
     batch pads differently, so float32 sums differ in the last bits: 1e-6 holds at lr 1e-3."""
-    from attnlab.config import ExperimentConfig, apply_overrides
+    from attnlab.config import ExperimentConfig
+    from attnlab.experiment import apply_overrides
     from attnlab.runs import read_checkpoint
 
     extra = ("model.dropout=0", "train.max_steps=5", "train.eval_every=1000", "train.lr=0.001")
@@ -335,7 +336,8 @@ def test_the_lab_passes_processes_through_its_preset(tmp_path):
     it, and `attnlab train --preset FILE` then launches that many processes."""
     from dataclasses import replace
 
-    from attnlab.config import ExperimentConfig, load_preset
+    from attnlab.config import ExperimentConfig
+    from attnlab.experiment import load_preset
     from attnlab.tui.launcher import TrainingProcess
     from attnlab.tui.views.setup import FIELDS
 

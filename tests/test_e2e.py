@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from attnlab.config import apply_overrides, load_preset
+from attnlab.experiment import apply_overrides, load_preset
 from attnlab.runs import load_checkpoint
 from attnlab.train.events import iter_events, read_events
 from attnlab.train.trainer import Trainer

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from attnlab.config import ExperimentConfig, apply_overrides
+from attnlab.config import ExperimentConfig
+from attnlab.experiment import apply_overrides
 from attnlab.interpret import alignment as al
 from attnlab.interpret.attribution import (
     explain,

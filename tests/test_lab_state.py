@@ -16,7 +16,8 @@ import pytest
 from _tui_support import T0, lab_config, ready, run_events, until, write_events, write_run
 from textual.widgets import Input, OptionList, Select, Static, Tabs
 
-from attnlab.config import apply_overrides, load_toml
+from attnlab.config import load_toml
+from attnlab.experiment import apply_overrides
 from attnlab.naming import experiment_name, run_name_for
 from attnlab.tui.app import make_app
 from attnlab.tui.follow import RunFollower, Sample

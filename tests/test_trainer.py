@@ -219,7 +219,8 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     from click.testing import CliRunner
 
     from attnlab.cli import cli
-    from attnlab.config import ExperimentConfig, apply_overrides
+    from attnlab.config import ExperimentConfig
+    from attnlab.experiment import apply_overrides
 
     overrides = [
         "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",

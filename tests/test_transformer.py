@@ -258,10 +258,10 @@ def test_tied_and_shared_embeddings():
     model = make_model(tie_embeddings=True)
     assert model.output.weight is model.tgt_embed.weight
     torch.manual_seed(0)
-    shared = TransformerSeq2Seq(config(share_embeddings=True), TGT_V, TGT_V)
+    shared = TransformerSeq2Seq(config(share_embeddings=True).model, TGT_V, TGT_V, max_len=8)
     assert shared.src_embed is shared.tgt_embed
     with pytest.raises(AttnlabError, match="share_embeddings"):
-        TransformerSeq2Seq(config(share_embeddings=True), SRC_V, TGT_V)
+        TransformerSeq2Seq(config(share_embeddings=True).model, SRC_V, TGT_V, max_len=8)
 
 
 def test_linformer_in_decoder_self_attention_is_refused_at_config_time():
@@ -326,7 +326,7 @@ def test_config_dataclass_has_the_transformer_keys():
 def test_reverse_transformer_learns_short_reversals(tmp_path):
     """The reverse-transformer preset, on lengths 3-10 and a 60-second budget, reaches dev exact
     match >= 0.9 through the real trainer (the full preset's figures are in the README)."""
-    from attnlab.config import apply_overrides, load_preset
+    from attnlab.experiment import apply_overrides, load_preset
     from attnlab.train.trainer import Trainer
 
     config = apply_overrides(

@@ -17,7 +17,7 @@ from _tui_support import lab_config
 from _tui_support import until as until_shared
 from textual.widgets import DataTable, Select
 
-from attnlab.config import apply_overrides
+from attnlab.experiment import apply_overrides
 from attnlab.tui.app import make_app
 from attnlab.tui.views.export import ExportView
 from attnlab.tui.views.inspect import InspectView

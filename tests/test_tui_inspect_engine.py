@@ -13,9 +13,9 @@ import pytest
 import torch
 from _tui_support import lab_config
 
-from attnlab.config import apply_overrides
 from attnlab.data.dataset import load_dataset
 from attnlab.errors import AttnlabError
+from attnlab.experiment import apply_overrides
 from attnlab.nn.model import build_model, count_parameters
 from attnlab.runs import save_checkpoint
 from attnlab.tui.inspect_engine import InspectRequest, analyse, select_map

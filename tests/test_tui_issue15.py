@@ -14,8 +14,8 @@ import torch
 from _tui_support import ready, tiny_config, until, write_run
 from textual.widgets import Static
 
-from attnlab.config import apply_overrides
 from attnlab.data.dataset import load_dataset
+from attnlab.experiment import apply_overrides
 from attnlab.nn.model import build_model, count_parameters
 from attnlab.runs import load_checkpoint, save_checkpoint, write_config
 from attnlab.tui.app import make_app

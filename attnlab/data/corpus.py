@@ -341,7 +341,7 @@ def _split(joined: str) -> tuple[str, ...]:
 
 def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
     """Train / build the tokenizers, tokenise every split, build the vocabularies."""
-    from attnlab.data.dataset import build_vocabs
+    from attnlab.data.indexed import build_vocabs
     from attnlab.data.tokenizers import SUBWORD, make_tokenizer
 
     train_src = [s for s, _ in pairs["train"]]
@@ -419,7 +419,7 @@ def _load(path: Path) -> Prepared | None:
 
 def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> Dataset
     """Read, split, tokenise and index a parallel corpus (cached)."""
-    from attnlab.data.dataset import Dataset, vocab_and_tokenizers_from_meta
+    from attnlab.data.indexed import Dataset, vocab_and_tokenizers_from_meta
 
     start = time.perf_counter()
     sides = read_source(cfg)

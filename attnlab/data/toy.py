@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from attnlab.config import DataConfig
 from attnlab.data.example import Example, Splits
-from attnlab.data.tasks import TASKS, TaskSpec
+from attnlab.data.task_registry import TASKS, TaskSpec
 from attnlab.errors import AttnlabError
 
 # A draw returns (source tokens, target tokens, gold alignment or None).

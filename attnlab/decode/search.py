@@ -17,13 +17,12 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-import attnlab.decode.mbr  # noqa: F401  (registers mbr)
-import attnlab.decode.strategies  # noqa: F401  (registers greedy, beam, diverse-beam, sampling)
 from attnlab.config import DecodeConfig
 from attnlab.data.batching import pad
 from attnlab.decode.greedy import max_lengths
 from attnlab.decode.hypothesis import Hypothesis
-from attnlab.decode.strategy import DECODERS, ToText, check_decode, resolve_decoder
+from attnlab.decode.resolve import check_decode, resolve_decoder  # loads the built-ins
+from attnlab.decode.strategy import DECODERS, ToText
 from attnlab.nn.seq2seq import PAD_ID, Seq2Seq
 
 __all__ = [

@@ -24,8 +24,6 @@ from torch import Tensor
 
 from attnlab.config import CHOICES, RANGES, DecodeConfig
 from attnlab.decode.hypothesis import Hypothesis
-from attnlab.decode.penalties import LENGTH_NORMS
-from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.registry import Registry
 
 # ids (no <s>/</s>) -> the text a text-level utility compares (e.g. MBR's chrF).
@@ -149,43 +147,3 @@ def derived_decoder(cfg: DecodeConfig) -> str:
     if cfg.beam > 1:
         return "diverse-beam" if cfg.groups > 1 else "beam"
     return "greedy"
-
-
-def resolve_decoder(cfg: DecodeConfig) -> DecodingStrategy:
-    """The strategy ``cfg`` runs, its options checked; one-line AttnlabError otherwise."""
-    _register_builtins()
-    name = cfg.decoder or derived_decoder(cfg)
-    if name not in DECODERS:
-        raise unknown_choice("decode.decoder", name, DECODERS.names())
-    strategy = DECODERS.get(name).factory()
-    if cfg.decoder:
-        flag = strategy.conflict(cfg)
-        if flag is not None:
-            raise AttnlabError(
-                f"decode.decoder={name} contradicts {flag} (which selects "
-                f"{derived_decoder(cfg)}); drop one of them"
-            )
-    _check_common(cfg)
-    strategy.check(cfg)
-    return strategy
-
-
-def check_decode(cfg: DecodeConfig) -> None:
-    """Every check of the decoding options (config validation and each search run it)."""
-    resolve_decoder(cfg)
-
-
-def _check_common(cfg: DecodeConfig) -> None:
-    """Options every strategy shares; a DecodeConfig built in code skips config validation."""
-    if cfg.length_norm not in LENGTH_NORMS:
-        raise unknown_choice("decode.length_norm", cfg.length_norm, LENGTH_NORMS)
-    if cfg.beam < 1:
-        raise AttnlabError(f"decode.beam={cfg.beam} must be at least 1")
-    if cfg.nbest < 1:
-        raise AttnlabError(f"decode.nbest={cfg.nbest} must be at least 1")
-
-
-def _register_builtins() -> None:
-    """Import the modules whose decorators register the built-in strategies."""
-    import attnlab.decode.mbr  # noqa: F401
-    import attnlab.decode.strategies  # noqa: F401

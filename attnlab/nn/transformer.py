@@ -179,13 +179,13 @@ class TransformerSeq2Seq(Seq2Seq):
     # True: always the padded layout and explicit attention (attnlab.nn.reference).
     reference_mode: bool = False
 
-    def __init__(self, config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, m: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, *, max_len: int):
+        """``m`` is the model section alone; ``max_len`` the longest sequence the data holds
+        (it sizes the learned position table; the builder reads it from the data section)."""
         super().__init__()
-        m = config.model
-        self.config = config
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model = m.d_model
-        hparams = config.attention_params()
+        hparams = dict(m.attn_params)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, m.d_model, padding_idx=PAD_ID)
         if m.share_embeddings:
             if src_vocab_size != tgt_vocab_size:
@@ -200,7 +200,7 @@ class TransformerSeq2Seq(Seq2Seq):
             nn.init.normal_(emb.weight, std=m.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[PAD_ID].zero_()
-        max_positions = max(1024, 4 * max(config.data.max_len, config.data.test_max_len) + 64)
+        max_positions = max(1024, 4 * max_len + 64)
         self.positions = AbsolutePositions(m.positions, m.d_model, max_positions)
         self.embed_dropout = Dropout(m.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(m, hparams) for _ in range(m.enc_layers))
@@ -407,7 +407,8 @@ def check_transformer(config: ExperimentConfig) -> None:
 
 def build_transformer(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> TransformerSeq2Seq:
     check_transformer(config)
-    return TransformerSeq2Seq(config, src_vocab_size, tgt_vocab_size)
+    longest = max(config.data.max_len, config.data.test_max_len)
+    return TransformerSeq2Seq(config.model, src_vocab_size, tgt_vocab_size, max_len=longest)
 
 
 # Registered (with its attention slots and Setup fields) in attnlab.nn.archs.

@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
-from attnlab.config import ExperimentConfig, validate
+from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError
 from attnlab.tui.menus import Menus
 from attnlab.tui.views.setup import SetupView
@@ -47,7 +47,8 @@ class MenusFailed(Message):
 def default_config() -> ExperimentConfig:
     """The experiment the lab opens on: reverse, GRU + Bahdanau, small enough to show progress
     within seconds (the ``reverse-bahdanau`` preset when it exists)."""
-    from attnlab.config import load_preset, preset_names
+    from attnlab.config import preset_names
+    from attnlab.experiment import load_preset
 
     if "reverse-bahdanau" in preset_names():
         return load_preset("reverse-bahdanau")
@@ -249,6 +250,8 @@ class AttnLab(App[None]):
         if slot is None:
             self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
             return
+        from attnlab.experiment import validate  # the registries import torch: lazily
+
         key, names = slot.field, self.menus.variants_for(slot.role)
         queued: list[str] = []
         for name in names:

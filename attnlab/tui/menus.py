@@ -17,16 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.config import (
-    CHOICES,
-    RANGES,
-    ExperimentConfig,
-    ModelConfig,
-    from_dict,
-    params_for,
-    to_dict,
-    validate,
-)
+from attnlab.config import CHOICES, RANGES, ExperimentConfig, ModelConfig, params_for, to_dict
 from attnlab.errors import AttnlabError
 from attnlab.nn.archs import ArchSpec, AttentionSlot
 
@@ -198,6 +189,8 @@ def key_in_message(message: str) -> str | None:
 
 def check_field(key: str, value: Any) -> str | None:
     """The one-line error for one field on its own (type, range, closed choices), or None."""
+    from attnlab.experiment import from_dict  # the registries import torch: lazily
+
     section, name = key.split(".", 1)
     try:
         from_dict({section: {name: value}}, source="setup")
@@ -215,6 +208,8 @@ def config_from_form(
     the config module); ``hparams`` maps the chosen variants' ``variant.name`` keys to values.
     Fields not in the form keep ``base``'s values.
     """
+    from attnlab.experiment import from_dict, validate  # the registries import torch: lazily
+
     raw = to_dict(base)
     model_fields = set(to_dict(ExperimentConfig())["model"])
     # Drop base's attention hyper-parameters: the form's inputs are the source of truth.

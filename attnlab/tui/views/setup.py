@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, load_preset, to_dict
+from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
 from attnlab.naming import describe, experiment_name
 from attnlab.tui.menus import (
@@ -486,6 +486,8 @@ class SetupView(Vertical):
 
     async def load(self, name: str) -> None:
         """Load a preset (a name from presets/ or a TOML file) into the form."""
+        from attnlab.experiment import load_preset  # the registries import torch: lazily
+
         try:
             config = load_preset(name)
         except AttnlabError as err:
