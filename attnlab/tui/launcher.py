@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.config import ExperimentConfig, dumps_toml, safe_name
+from attnlab.runs import CONTROL_FILE, write_control  # noqa: F401 - the one writer, re-exported
+from attnlab.train.events import ControlCommand
 
-CONTROL_FILE = "control"
-CONTROL_WORDS = ("pause", "resume", "save", "stop")
 SCRATCH_PREFIX = "attnlab-lab-"
 OWNER_FILE = "owner"  # "<lab pid> <child pid>": the sweep keeps a scratch dir while either lives
 UNOWNED_MAX_AGE_S = 3600.0  # scratch dirs from before owner files: removed once this old
@@ -62,16 +62,6 @@ def train_command(preset_file: Path, runs_dir: Path, run_name: str) -> list[str]
         run_name,
         "--quiet",
     ]
-
-
-def write_control(run_dir: Path, word: str) -> None:
-    """Ask the trainer to pause / resume / save / stop (atomic: temp file + os.replace)."""
-    if word not in CONTROL_WORDS:
-        raise ValueError(f"control word must be one of {CONTROL_WORDS}, got {word!r}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{CONTROL_FILE}.tmp"
-    tmp.write_text(word + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / CONTROL_FILE)
 
 
 @dataclass
@@ -141,7 +131,7 @@ class TrainingProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def control(self, word: str) -> None:
+    def control(self, word: ControlCommand | str) -> None:
         write_control(self.run_dir, word)
 
     def stderr_tail(self, max_lines: int = 5) -> list[str]:
