@@ -10,29 +10,36 @@ written back after the known ones), ``to_json`` gives the object written to disk
 words are ``ControlCommand``, done reasons ``DoneReason``; ``run_status`` is the one
 mapping from a done reason to a run's status.
 
-| type       | fields (besides type/time/step)                                                       |
-|------------|----------------------------------------------------------------------------------------|
-| start      | run_dir, name, config (TOML-shaped dict), params, device, resumed (bool)               |
-| step       | loss (per target token), lr, tokens_per_s, tf_ratio, grad_norm, elapsed_s, tokens,      |
-|            | padding (mean padding fraction of the batches since the last step event)               |
-| eval       | split, loss, ppl, bleu, chrf, exact_match, alignment_accuracy (null if no gold),        |
-|            | bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s                             |
-| sample     | index, src (tokens), ref (tokens), hyp (tokens), attention (hyp_len x src_len floats)   |
-| checkpoint | tag ("best" or "last"), path                                                           |
-| error      | message, kind ("nan" | "exception" | "oom" | "io")                                      |
-| done       | reason ("finished" | "interrupted" | "stopped" | "early-stop" | "error"), best (metrics) |
-| control    | command ("pause" | "resume"): the trainer acknowledged a control command          |
-| note       | message: a one-line notice (torch.compile failed: training goes on eagerly)            |
+| type / class       | fields (besides type/time/step), in the order written                  |
+|--------------------|-------------------------------------------------------------------------|
+| start  Start       | run_dir, name, config (TOML-shaped dict), params, device, resumed,      |
+|                    | max_steps, roles (attention role -> variant as built), pid, host,       |
+|                    | dropped_pairs, world_size (data-parallel processes)                     |
+| step   Step        | loss (per target token), lr, tokens_per_s, tf_ratio, grad_norm,         |
+|                    | elapsed_s, tokens, padding (mean padding fraction since the last step   |
+|                    | event), world_size; under DDP loss and tokens_per_s are global          |
+| eval   Eval        | split, n, loss, ppl, bleu, chrf, bleu_signature, chrf_signature,        |
+|                    | bleu_lc, bleu_lc_signature, exact_match, alignment_accuracy (null if    |
+|                    | no gold), bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s    |
+| sample Sample      | index, src, ref, hyp (tokens), attention (hyp_len x src_len floats)     |
+| checkpoint         | tag ("best" | "last"), path                                             |
+|   Checkpoint       |                                                                         |
+| error  Error       | message, kind ("nan" | "exception" | "oom" | "io")                      |
+| done   Done        | reason (DoneReason), best (metrics), elapsed_s, tokens_per_s            |
+| control Control    | command (ControlCommand "pause" | "resume"): the trainer acknowledged   |
+| note   Note        | message: a one-line notice (torch.compile failed: training goes on)     |
 
-Fields added later are additive: ``start`` also carries max_steps, pid and host; ``eval``
-also bleu_signature and chrf_signature; ``done`` also elapsed_s and tokens_per_s; ``start``
-and ``step`` also world_size (data-parallel processes; loss and tokens_per_s are global).
+Fields are additive: a field this version does not know (e.g. an interpretability metric on
+``eval``) is kept in the event's ``extra`` and written back after the known ones; a known
+field missing from an older line reads as its default.
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline. ``EventReader`` is the one reader (the CLI's ``attnlab runs``, the run list and the
 lab all use it): it reads from a byte offset, leaves a last line without its newline for the next
 read, skips and counts malformed lines (invalid UTF-8, not JSON, not an object, no string
 ``type``, no integer ``step``), drops fields of the wrong type, and never raises on file content.
+It returns the checked JSON objects (dicts: ``read_events``, ``read_event_log``, ``iter_events``);
+``typed``, ``read_typed_log`` and ``iter_typed_events`` give the typed events built from them.
 """
 
 from __future__ import annotations

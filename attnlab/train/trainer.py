@@ -571,7 +571,8 @@ class Trainer:
         self.lr_schedule.on_eval(value)
         self.last_metrics = {**result, "step": self.step}
         elapsed = round(self.elapsed(), 3)
-        self.events.emit(Eval.build(self.step, **jsonable(result), best=improved, elapsed_s=elapsed))
+        evaluation = Eval.build(self.step, **jsonable(result), best=improved, elapsed_s=elapsed)
+        self.events.emit(evaluation)
         for sample in samples:
             self.events.emit(Sample.build(self.step, **sample))
         if improved:
