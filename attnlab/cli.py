@@ -9,6 +9,7 @@ an error (e.g. a non-finite loss). torch and the engine are imported inside the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -22,6 +23,8 @@ from typing import Any
 import click
 
 from attnlab import __version__
+from attnlab.cli_data import data as _data_group
+from attnlab.cli_inspect import COMMANDS as _inspect_commands
 from attnlab.errors import AttnlabError
 from attnlab.train.events import Checkpoint, Done, Error, Eval, Event, Start, Step, as_event
 
@@ -583,9 +586,17 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
     "--max-sentences", type=click.IntRange(min=0), default=0, show_default=True,
     help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
 )
+@click.option(
+    "--gold-alignments", "gold_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Pharaoh file (i-j sure, i?j possible; one line per sentence of --split): report AER",
+)
+@click.option(
+    "--alignment-order", type=click.Choice(["src-tgt", "tgt-src"]), default="src-tgt",
+    show_default=True, help="what i and j in i-j index (0-based): source-target or target-source",
+)
 @decode_options
 def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
-                 **flags: Any) -> None:
+                 gold_path: Path | None, alignment_order: str, **flags: Any) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
     from attnlab.config import apply_overrides
     from attnlab.data.dataset import load_dataset
@@ -600,6 +611,12 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
+    if gold_path is not None:
+        from attnlab.cli_inspect import gold_alignment_result
+
+        result["gold_alignments"] = gold_alignment_result(
+            loaded, dataset, split, gold_path, alignment_order, torch_device
+        )
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False))
         return
@@ -611,6 +628,14 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
     for key, digits in (("n", 0), ("bleu", 2), ("chrf", 2), ("exact_match", 4), ("loss", 4), ("ppl", 3), ("alignment_accuracy", 4)):
         if result.get(key) is not None:
             table.add_row(key, _fmt(result[key], digits))
+    if result.get("aer") is not None:
+        table.add_row("aer", _fmt(result["aer"], 4))
+    gold = result.get("gold_alignments")
+    if gold is not None:
+        table.add_row("AER (gold file, last layer)", _fmt(gold["aer"], 4))
+        shift = gold.get("shift_att")
+        if shift is not None and shift["aer"] is not None:
+            table.add_row(f"AER (Shift-Att, layer {shift['layer']})", _fmt(shift["aer"], 4))
     table.add_row("BLEU signature", result.get("bleu_signature", ""))
     console = _console()
     console.print(table)
@@ -623,6 +648,7 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
 
 
 ROLES = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}
+METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
 ROLE_AXES = {  # (rows, columns) of each role's map
     "cross": ("target", "source"),
     "enc-self": ("source", "source"),
@@ -634,45 +660,68 @@ ROLE_AXES = {  # (rows, columns) of each role's map
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.argument("text", nargs=-1)
 @click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
+@click.option(
+    "--show-alignment", is_flag=True,
+    help="print each target row's arg-max source token and weight (from the map --method picks)",
+)
 @click.option("--role", type=click.Choice(list(ROLES)), default="cross", show_default=True,
               help="which attention --show-attention prints (Transformers have all three)")
 @click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
 @click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
+@click.option(
+    "--method", type=click.Choice(list(METHODS)), default="raw", show_default=True,
+    help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
+         "layers and heads, gradient / norm take --layer and --head)",
+)
+@click.option(
+    "--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="also write what is printed to FILE.svg or FILE.html (in colour)",
+)
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
-def translate(run: Path, text: tuple[str, ...], show_attention: bool, role: str, layer: int | None,
-              head: int | None, device: str | None, **flags: Any) -> None:
+def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_alignment: bool,
+              role: str, layer: int | None, head: int | None, method: str,
+              export_path: Path | None, device: str | None, **flags: Any) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
+    from attnlab.cli_inspect import check_export_path
     from attnlab.config import apply_overrides
 
+    check_export_path(export_path)
+    MapChoice(role, layer, head, method).check()
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
     if role != "cross" and loaded.config.model.arch != "transformer":
         raise AttnlabError(f"--role {role}: a {loaded.config.model.arch} model has only "
                            "cross-attention; valid: --role cross")
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
-    results = _translate_lines(loaded, lines, config.decode, torch_device, show_attention)
-    console = _console()
+    need_maps = show_attention or show_alignment
+    results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
+    console: Any = _console()
+    if export_path is not None:  # also record what is printed, as a colour terminal shows it
+        from attnlab.cli_inspect import TeeConsole
+
+        console = TeeConsole(console)
     detailed = config.decode.nbest > 1 or config.decode.beam > 1
     for line, (source_tokens, nbest) in zip(lines, results, strict=True):
         if not nbest:
-            click.echo("")
+            console.print("")
             continue
         texts = [loaded.dataset.detokenize_target(tokens) for _hyp, tokens in nbest]
         if detailed:
             from attnlab.viz.nbest import render_nbest
 
             console.print(render_nbest([hyp for hyp, _ in nbest], texts, title=line))
+        elif export_path is not None:
+            console.print(texts[0], markup=False, highlight=False)
         else:
             click.echo(texts[0])
-        if show_attention:
-            for rank, (hyp, tokens) in enumerate(nbest, start=1):
-                maps = _role_maps(loaded, source_tokens, hyp, role, torch_device)
-                if maps is None:
-                    continue
-                matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, role, layer, head)
-                _print_heatmap(console, matrix, rows, cols,
-                               _map_title(role, layer, head, maps.shape[:2], rank if detailed else None))
+        if show_attention or show_alignment:
+            _print_maps(console, loaded, nbest, source_tokens, torch_device, detailed,
+                        MapChoice(role, layer, head, method), show_attention, show_alignment)
+    if export_path is not None:
+        from attnlab.cli_inspect import save_recording
+
+        save_recording(console.recording, export_path, "attnlab translate")
 
 
 def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
@@ -695,6 +744,82 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
         chosen = nbest[: decode_cfg.nbest]
         results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
     return results
+
+
+@dataclasses.dataclass(frozen=True)
+class MapChoice:
+    """Which map ``translate`` prints: the attention of --role at --layer/--head, or --method's
+    attribution of the cross-attention (rollout / relevancy span every layer and head)."""
+
+    role: str = "cross"
+    layer: int | None = None
+    head: int | None = None
+    method: str = "raw"
+
+    def check(self) -> None:
+        if self.method == "raw":
+            return
+        if self.role != "cross":
+            raise AttnlabError(f"--method {self.method} explains target tokens by source tokens: "
+                               "it needs --role cross (or --method raw for self-attention)")
+        if self.method in ("rollout", "relevancy") and (self.layer, self.head) != (None, None):
+            raise AttnlabError(f"--method {self.method} combines every layer and head; "
+                               "--layer/--head apply to --method raw, gradient or norm")
+
+
+def _check_index(flag: str, value: int | None, count: int) -> None:
+    if value is not None and not 0 <= value < count:
+        raise AttnlabError(f"{flag} {value}: this model has {count} "
+                           f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+
+
+def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list[str],
+                device: Any, detailed: bool, choice: MapChoice, show_attention: bool,
+                show_alignment: bool) -> None:
+    """Each hypothesis's chosen map as a heatmap and / or its arg-max alignment table."""
+    from attnlab.cli_inspect import alignment_renderable, alignment_rows
+
+    for rank, (hyp, tokens) in enumerate(nbest, start=1):
+        chosen = _chosen_map(loaded, source_tokens, hyp, tokens, choice, device)
+        if chosen is None:
+            continue
+        matrix, rows, cols, title = chosen
+        title = title if not detailed else f"hypothesis {rank}: {title}"
+        if show_attention:
+            _print_heatmap(console, matrix, rows, cols, title)
+        if show_alignment:
+            table = alignment_rows(matrix, rows, cols)
+            console.print(alignment_renderable(table, f"alignment from {title}"))
+
+
+def _chosen_map(loaded: Any, source_tokens: list[str], hyp: Any, tokens: list[str],
+                choice: MapChoice, device: Any) -> tuple[Any, list[str], list[str], str] | None:
+    """(matrix, row tokens, column tokens, title) of ``choice`` for one hypothesis."""
+    if choice.method == "raw":
+        maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
+        if maps is None:
+            return None
+        matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, choice.role,
+                                        choice.layer, choice.head)
+        return matrix, rows, cols, _map_title(choice.role, choice.layer, choice.head,
+                                              maps.shape[:2], None)
+    from attnlab.cli_inspect import method_map
+
+    cross = hyp.attention_layers
+    n_layers, n_heads = (int(cross.shape[0]), int(cross.shape[1])) if cross is not None else (1, 1)
+    _check_index("--layer", choice.layer, n_layers)
+    _check_index("--head", choice.head, n_heads)
+    layer = n_layers - 1 if choice.layer is None else choice.layer
+    matrix = method_map(loaded, source_tokens, hyp, choice.method, layer, choice.head)
+    rows = (list(tokens) + (["</s>"] if hyp.finished else []))[: matrix.shape[0]]
+    cols = list(source_tokens)[: matrix.shape[1]]
+    if choice.method in ("rollout", "relevancy"):
+        where = "all layers and heads"
+    else:
+        which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
+        where = f"layer {layer}/{n_layers}, {which}"
+    title = f"{choice.method} (target × source), {where}"
+    return matrix[: len(rows), : len(cols)], rows, cols, title
 
 
 def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
@@ -753,6 +878,10 @@ def _map_title(role: str, layer: int | None, head: int | None, shape: tuple[int,
 def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:
     from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
 
+    recording = getattr(console, "recording", None)  # --export: a TeeConsole
+    if recording is not None:  # the file shows what a colour terminal shows
+        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=recording.width))
+        console = console.console
     # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
     if not console.is_terminal or console.no_color:
         click.echo(render_plain_heatmap(matrix, rows, cols, title=title))
@@ -905,12 +1034,23 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 )
 @click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
-def export(run: Path, out_file: Path | None, which: str, force: bool) -> None:
+@click.option("--tensorboard", "tb_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
+                   "without --out nothing else is written")
+def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import default_export_path, export_checkpoint, export_source
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
+    if tb_dir is not None:
+        from attnlab.tensorboard_export import export_tensorboard
+
+        counts = export_tensorboard(run, tb_dir)
+        click.echo(f"wrote {counts['scalars']} scalars and {counts['texts']} texts to {tb_dir}")
+        if out_file is None:  # --tensorboard alone: the event files only
+            return
     _directory, used = export_source(run, which)
     if out_file is None:
         out_file = default_export_path(run, used if used != "checkpoint" else which)
@@ -920,9 +1060,6 @@ def export(run: Path, out_file: Path | None, which: str, force: bool) -> None:
     click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
 
 
-try:  # the data group (attnlab data stats ...) lives in its own module
-    from attnlab.cli_data import data as _data_group
-
-    cli.add_command(_data_group)
-except ImportError:  # pragma: no cover - optional
-    pass
+cli.add_command(_data_group)  # attnlab data stats ...: its own module
+for _command in _inspect_commands:  # heads, compare, average (issue 15): their own module
+    cli.add_command(_command)

@@ -137,6 +137,7 @@ class TrainConfig:
     samples: int = 3  # sample translations (with attention) logged per eval
     log_every: int = 25
     patience: int = 0  # early stopping: evals without improvement (0 = off)
+    keep_last: int = 0  # > 0: also keep checkpoints/step-<N> copies of the last N saves
     metric: str = "bleu"  # bleu | chrf | exact_match | loss: what "best" means
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | mps
@@ -253,6 +254,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.eval_every": (1, None),
     "train.log_every": (1, None),
     "train.patience": (0, None),
+    "train.keep_last": (0, None),
     "train.nproc": (1, 1024),
     "decode.beam": (1, 1000),
     "decode.alpha": (0.0, 10.0),

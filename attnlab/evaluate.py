@@ -10,7 +10,13 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
 - **alignment accuracy** (tasks with gold alignments): share of reference target tokens whose
   arg-max cross-attention (last layer, averaged over heads) falls on the gold source token,
   with the model teacher-forced on the reference (so every target token has a gold position;
-  the ``</s>`` position has none and is not counted).
+  the ``</s>`` position has none and is not counted). **AER** (Och & Ney 2003) against the
+  same gold links as sure links: with one predicted and one gold link per target token it
+  equals 1 − alignment accuracy (reported beside it for comparison with gold-file AERs).
+- **attention statistics** (every split, on its first ``ATTENTION_STATS_SENTENCES``
+  sentences, one teacher-forced pass with the weights): ``attention_entropy`` =
+  {role: [[mean row entropy in nats per head] per layer]} for enc_self / dec_self / cross,
+  and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from attnlab.data.vocab import PAD_ID
 from attnlab.decode.hypothesis import Hypothesis
 
 LENGTH_BUCKET_WIDTH = 10
+ATTENTION_STATS_SENTENCES = 32  # sentences of the teacher-forced pass behind the statistics
 
 
 # -- text metrics -------------------------------------------------------------------------------
@@ -263,13 +270,51 @@ def evaluate_split(
         "bleu_lc_signature": bleu_lc_signature,
         "exact_match": exact_match(hyp_tokens, [e.tgt_tokens for e in examples]),
         "alignment_accuracy": (correct / counted if counted else None) if with_alignment else None,
+        "aer": (1.0 - correct / counted if counted else None) if with_alignment else None,
         "bleu_by_length": bleu_by_length([len(e.src_tokens) for e in examples], hyps_text, refs_text)
         if examples
         else [],
     }
+    stats = examples[:ATTENTION_STATS_SENTENCES]
+    result.update(attention_statistics(model, dataset, stats, device, with_alignment))
     result["samples"] = sample_translations(model, dataset, examples[:samples], cfg, device) if samples else []
     model.train(was_training)
     return result
+
+
+def attention_statistics(
+    model: Any,
+    dataset: Any,
+    examples: Sequence[Example],
+    device: torch.device,
+    with_alignment: bool,
+) -> dict[str, Any]:
+    """Mean attention entropy per role × layer × head and, with gold alignments, alignment
+    accuracy per layer, from one teacher-forced pass over ``examples`` with the weights."""
+    from attnlab.interpret.entropy import entropy_sums
+
+    out: dict[str, Any] = {"attention_entropy": {}}
+    if with_alignment:
+        out["alignment_accuracy_by_layer"] = None
+    if not examples:
+        return out
+    batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
+    attentions = model(batch.src, batch.src_mask, batch.tgt_in, need_weights=True).attentions
+    target_rows = batch.tgt_out != PAD_ID
+    for role, maps in attentions.items():
+        rows = batch.src_mask if role == "enc_self" else target_rows
+        total, count = entropy_sums(maps.float(), rows)
+        out["attention_entropy"][role] = [
+            [round(float(x), 5) for x in layer] for layer in (total / max(count, 1)).tolist()
+        ]
+    cross = attentions.get("cross")
+    gold = gold_alignment(batch.examples, batch.tgt_out.size(1)) if with_alignment else None
+    if cross is not None and gold is not None:
+        out["alignment_accuracy_by_layer"] = [
+            alignment_accuracy(cross[:, layer].float().mean(dim=1).cpu(), gold)
+            for layer in range(cross.shape[1])
+        ]
+    return out
 
 
 def sample_translations(

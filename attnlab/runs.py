@@ -14,6 +14,9 @@ Layout of a run directory::
         trainer_state.json                last only: step, schedules, early stopping, data position
         meta.json                         config, dataset meta (vocabularies, tokenizers), step,
                                           metrics, params, attnlab version
+    RUN/checkpoints/step-<N>/             with train.keep_last = K > 0: model.safetensors +
+                                          meta.json of the last save at step N, the K newest
+                                          (``keep_step_checkpoint``; ``attnlab average``)
 
 **Every file of a checkpoint carries its step**; loading and resuming refuse a directory whose
 files disagree (one line naming each file's step).
@@ -30,7 +33,9 @@ after step 3, it is the new, complete one (renames are atomic). Between 2 and 3 
 absent and ``.TAG.old-*`` holds the old checkpoint, complete: a reader falls back to it
 (``resolve_checkpoint``) and the next writer renames it back (``prepare_checkpoints``, called
 at the start of training and before every save). A failed rename in 3 is rolled back at once.
-A ``.TAG.tmp-*`` directory is never read; it and any ``.TAG.old-*`` beside a present ``TAG/``
+A step copy is written the same way (TAG = ``step-N``), and a retired one is first renamed
+to ``.step-N.tmp-*``, so no partial copy ever sits under its name. A ``.TAG.tmp-*`` directory
+is never read; it and any ``.TAG.old-*`` beside a present ``TAG/``
 are stale and removed by the next start or save, once the process named by their PID is gone.
 
 Single files (``config.toml``, ``control``, exported ``.safetensors``) are written to a
@@ -94,6 +99,7 @@ if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loadin
 
 CONFIG_FILE = "config.toml"
 CONTROL_FILE = "control"
+CONTROL_COMMANDS = tuple(c.value for c in ControlCommand)  # what write_control accepts
 LOCK_FILE = ".lock"
 LOCK_WAIT_S = 0.5  # a lab's lock probe (a shared lock for a moment) is not a second trainer
 CHECKPOINTS = "checkpoints"
@@ -105,6 +111,9 @@ EXPORT_FORMAT = "attnlab-checkpoint-1"
 CHECKPOINT_TAGS = ("best", "last")
 FAULT_DELAY_ENV = "ATTNLAB_FAULT_SAVE_DELAY"
 _TMP, _OLD = ".tmp-", ".old-"  # markers of a checkpoint's scratch directories
+STEP_PREFIX = "step-"  # checkpoints/step-N: the copies train.keep_last keeps
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_STEP_ENTRY = re.compile(r"^\.?(step-\d+)(?:$|\.tmp-|\.old-)")
 
 
 class WriteError(AttnlabError):
@@ -438,14 +447,27 @@ def _fallback_dir(root: Path, tag: str) -> Path | None:
     return max(olds, key=lambda p: p.stat().st_mtime_ns) if olds else None
 
 
+def _step_tags(root: Path) -> list[str]:
+    """``step-N`` names of the step copies (``train.keep_last``) in ``root``, complete or not:
+    from the directories themselves and from their scratch directories."""
+    tags = set()
+    with suppress(OSError):
+        for entry in root.iterdir():
+            match = _STEP_ENTRY.match(entry.name)
+            if match is not None:
+                tags.add(match.group(1))
+    return sorted(tags)
+
+
 def prepare_checkpoints(run_dir: Path) -> None:
     """Finish what a killed save left: put a lone ``.TAG.old-*`` back as ``TAG/``, and remove
     scratch directories and stale ``.tmp`` files. Only the run's single writer calls this (the
     trainer, at start and before each save), holding the run directory's lock: every scratch
-    directory it finds was left by an earlier writer, whatever its PID says (PIDs are reused)."""
+    directory it finds was left by an earlier writer, whatever its PID says (PIDs are reused).
+    The ``step-N`` copies (``train.keep_last``) are kept and repaired the same way."""
     run_dir = Path(run_dir)
     root = run_dir / CHECKPOINTS
-    for tag in CHECKPOINT_TAGS:
+    for tag in (*CHECKPOINT_TAGS, *_step_tags(root)):
         final = root / tag
         fallback = _fallback_dir(root, tag)
         if not final.exists() and fallback is not None:
@@ -541,6 +563,60 @@ def save_checkpoint(
             raise _write_error(target, err) from None
         raise
     return final
+
+
+def step_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every complete ``checkpoints/step-N`` copy, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    found = []
+    with suppress(OSError):
+        for child in root.iterdir():
+            match = _STEP_DIR.match(child.name)
+            if match is not None and (child / META_FILE).is_file():
+                found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def keep_step_checkpoint(run_dir: Path, step: int, keep_last: int) -> Path | None:
+    """Copy ``checkpoints/last`` (weights + meta, both stamped with ``step``) to
+    ``checkpoints/step-<step>`` as a whole (a scratch directory swapped in, like a save), then
+    retire all but the ``keep_last`` newest copies. Nothing happens when ``keep_last`` is 0.
+    The run's single writer (rank 0) calls this right after saving ``last``."""
+    if keep_last <= 0:
+        return None
+    root = Path(run_dir) / CHECKPOINTS
+    source = checkpoint_dir(run_dir, "last")
+    tag = f"{STEP_PREFIX}{int(step)}"
+    target = root / tag
+    try:
+        new = root / f".{tag}{_TMP}{_scratch_suffix()}"
+        os.mkdir(new, 0o777)
+    except OSError as err:
+        raise _write_error(target, err) from None
+    try:
+        for name in (MODEL_FILE, META_FILE):  # meta last, as in a save
+            _write_new_file(new / name, (source / name).read_bytes())
+        _fsync_dir(new)
+        _swap_in(root, tag, new)
+    except BaseException as err:
+        shutil.rmtree(new, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise _write_error(target, err) from None
+        raise
+    for _step, directory in step_checkpoints(run_dir)[:-keep_last]:
+        _retire(root, directory)
+    return target
+
+
+def _retire(root: Path, directory: Path) -> None:
+    """Remove a checkpoint directory without ever leaving a partial one under its name: it
+    is first renamed to a scratch ``.tmp-`` name (prepare_checkpoints clears those, never
+    restores them)."""
+    scratch = root / f".{directory.name}{_TMP}{_scratch_suffix()}"
+    with suppress(OSError):
+        os.rename(directory, scratch)
+        _fsync_dir(root)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def jsonable(obj: Any) -> Any:
@@ -860,6 +936,7 @@ def export_checkpoint(
     directory, _tag = export_source(run_dir, which)
     tensors, meta = read_checkpoint(directory)
     metadata = {
+        "format": "pt",  # the convention other safetensors loaders check
         "attnlab.format": EXPORT_FORMAT,
         "attnlab.version": str(meta.get("attnlab_version", __version__)),
         "attnlab.config": json.dumps(meta["config"], ensure_ascii=False),

@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-# --set overrides for a model and data small enough for fast CLI and trainer tests.
-TINY_OVERRIDES = (
-    "data.train_size=64",
-    "data.dev_size=16",
-    "data.test_size=16",
-    "data.max_len=8",
-    "model.hidden=16",
-    "model.emb=8",
-    "train.max_steps=6",
-    "train.batch_size=16",
-    "train.eval_every=3",
-    "train.log_every=1",
-    "train.samples=2",
-)
+from _tiny import TINY_OVERRIDES
+from _tiny import tiny_config as _tiny_config
 
 
 @pytest.fixture
 def tiny_config():
-    """reverse + GRU + Bahdanau at toy sizes (a fresh config per test)."""
-    from attnlab.config import ExperimentConfig, apply_overrides
-
-    return apply_overrides(ExperimentConfig(name="tiny"), list(TINY_OVERRIDES))
+    """reverse + GRU + Bahdanau at toy sizes (a fresh config per test): ``_tiny.tiny_config()``."""
+    return _tiny_config()
 
 
 @pytest.fixture

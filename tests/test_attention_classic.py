@@ -9,17 +9,12 @@ import torch
 
 from attnlab.errors import AttnlabError
 from attnlab.nn.attention import ATTENTION, ROLE_CROSS, ROLE_RNN_CROSS, build_attention
+from attnlab.nn.attention.classic import ClassicAttention
 
-CLASSIC = [
-    "none",
-    "bahdanau",
-    "luong-dot",
-    "luong-general",
-    "luong-concat",
-    "luong-location",
-    "local-m",
-    "local-p",
-]
+# The classic family as registered, whoever wrote it: a new ClassicAttention needs a reference.
+CLASSIC = [e.name for e in ATTENTION.entries() if issubclass(e.factory, ClassicAttention)]
+PAPERS = {"none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location",
+          "local-m", "local-p"}  # Bahdanau et al. 2015 and Luong et al. 2015
 SCORED = [n for n in CLASSIC if n != "none"]  # variants whose weights mean something
 B, TQ, TK, DQ, DK = 3, 4, 6, 4, 5
 LENGTHS = [6, 4, 2]  # real keys per row; the rest is padding
@@ -260,6 +255,7 @@ def test_window_out_of_range_is_a_user_error():
 
 
 def test_classic_variants_are_registered_with_one_line_formulas():
+    assert set(CLASSIC) >= PAPERS  # the enumeration finds every variant of the two papers
     for name in CLASSIC:
         spec = ATTENTION.get(name).meta
         assert ROLE_RNN_CROSS in spec.roles

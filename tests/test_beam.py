@@ -14,6 +14,7 @@ from attnlab.decode.beam import beam_search
 from attnlab.decode.greedy import greedy_decode
 from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.search import decode_batch
+from attnlab.nn.model import ARCHITECTURES, build_model
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID
 
 SOURCES = [[5, 6, 7], [8, 4], [9, 10, 11, 12, 13], [4]]
@@ -212,12 +213,8 @@ def test_decode_batch_dispatches_to_beam():
     assert all(len(n) == 2 for n in out)
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("arch", ARCHITECTURES.names())  # every registered architecture
 def test_real_model_beam_alone_equals_batched(arch):
-    from attnlab.nn.model import ARCHITECTURES, build_model
-
-    if arch not in ARCHITECTURES:
-        pytest.skip(f"architecture {arch!r} is not registered yet")
     torch.manual_seed(0)
     model = build_model(ExperimentConfig(model=ModelConfig(arch=arch)), 20, 15).eval()
     src, mask = pad_batch(SOURCES)

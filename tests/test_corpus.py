@@ -374,13 +374,17 @@ def test_end_to_end_2k_pairs_translates_after_cache_is_deleted(tmp_path, monkeyp
 
 
 def test_preview_reads_without_preparing(tmp_path):
-    from attnlab.data.corpus import preview_corpus
+    """The lab's corpus preview (the one preview there is) reads the files, prepares nothing."""
+    from attnlab.tui.views.corpus_preview import summarise_corpus
 
     folder = make_folder(tmp_path / "m")
-    preview = preview_corpus(DataConfig(task="corpus", path=str(folder)), n=2)
-    assert preview["pairs"] == [("ein hund läuft . train", "a dog runs . train"), ("zwei katzen schlafen . train", "two cats sleep . train")]
-    assert preview["sizes"] == {"train": 4, "dev": 2, "test": 3}
+    preview = summarise_corpus(DataConfig(task="corpus", path=str(folder)), n=2)
+    assert preview.first_pairs == [("ein hund läuft . train", "a dog runs . train"), ("zwei katzen schlafen . train", "two cats sleep . train")]
+    assert {k: s.pairs for k, s in preview.splits.items()} == {"train": 4, "dev": 2, "test": 3}
     assert not (tmp_path / "cache").exists()
-    src = write(tmp_path / "c.de", ["a", "b"])
-    tgt = write(tmp_path / "c.en", ["x", "y"])
-    assert preview_corpus(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt)))["sizes"] == {"train": 2, "dev": None, "test": None}
+    src = write(tmp_path / "c.de", [f"a {i}" for i in range(40)])
+    tgt = write(tmp_path / "c.en", [f"x {i}" for i in range(40)])
+    # No dev/test files: both are split off train (0.05 of 40 pairs each).
+    alone = summarise_corpus(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt)))
+    assert {k: s.pairs for k, s in alone.splits.items()} == {"train": 36, "dev": 2, "test": 2}
+    assert sorted(alone.split_off) == ["dev", "test"]

@@ -13,6 +13,7 @@ from attnlab.decode.greedy import greedy_decode, max_lengths
 from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.search import decode_batch
 from attnlab.errors import AttnlabError
+from attnlab.nn.model import ARCHITECTURES, build_model
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID
 
 SOURCES = [[5, 6, 7], [8, 4], [9, 10, 11, 12, 13], [4]]
@@ -138,16 +139,12 @@ def test_bad_decode_options_raise_one_line_errors(field, value):
 
 
 def _real_model(arch: str):
-    from attnlab.nn.model import ARCHITECTURES, build_model
-
-    if arch not in ARCHITECTURES:
-        pytest.skip(f"architecture {arch!r} is not registered yet")
     torch.manual_seed(0)
     model = build_model(ExperimentConfig(model=ModelConfig(arch=arch)), 20, 15)
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("arch", ARCHITECTURES.names())  # every registered architecture
 def test_real_model_greedy_alone_equals_batched(arch, device):
     model = _real_model(arch).to(device)
     src, mask = pad_batch(SOURCES)

@@ -322,12 +322,12 @@ def test_cli_decoder_mbr_on_a_tiny_trained_model(tmp_path, tiny_sets):
 
 
 async def test_inspect_search_menu_is_the_registry(tmp_path):
-    from _tui_support import ready, tiny_config, until
+    from _tui_support import lab_config, ready, until
     from textual.widgets import Select
 
     from attnlab.tui.app import make_app
 
-    app = make_app(tmp_path, config=tiny_config())
+    app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         await pilot.press("3")  # Inspect

@@ -521,3 +521,29 @@ def test_a_nan_dev_loss_on_rank_0_ends_both_ranks_with_one_error(tmp_path):
     (end,) = _events(run_dir, "done")
     assert (end["reason"], end["step"]) == ("error", 2)
     assert [e["step"] for e in _events(run_dir, "step")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_two_ranks_keep_step_copies_once_and_eval_carries_entropy(tmp_path):
+    """train.keep_last under 2 ranks: rank 0 alone writes the step copies (each the whole
+    ``last`` of its step, no scratch left by a second writer); the eval events carry the
+    attention entropy of rank 0's extra pass."""
+    from attnlab.runs import read_checkpoint, step_checkpoints
+
+    run_dir = tmp_path / "keep"
+    argv = [
+        sys.executable, "-m", "attnlab", "train", "--nproc", "2", "--out", str(tmp_path),
+        "--run-name", "keep", "--quiet",
+        *_sets("train.max_steps=6", "train.eval_every=2", "train.keep_last=2"),
+    ]
+    done = _run(argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [s for s, _ in step_checkpoints(run_dir)] == [4, 6]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "best", "last", "step-4", "step-6",
+    ]
+    last, _ = read_checkpoint(run_dir / "checkpoints" / "last")
+    kept, meta = read_checkpoint(run_dir / "checkpoints" / "step-6")
+    assert meta["step"] == 6 and all(torch.equal(kept[k], last[k]) for k in last)
+    evals = _events(run_dir, "eval")
+    assert len(evals) == 3 and all(e["attention_entropy"].get("cross") for e in evals)

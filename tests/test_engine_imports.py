@@ -20,6 +20,18 @@ ENGINE_MODULES = [
     "attnlab.train.trainer",
     "attnlab.train.schedules",
     "attnlab.train.events",
+    "attnlab.interpret.rollout",
+    "attnlab.interpret.attribution",
+    "attnlab.interpret.heads",
+    "attnlab.interpret.alignment",
+    "attnlab.interpret.gold",
+    "attnlab.interpret.compare",
+    "attnlab.interpret.entropy",
+    "attnlab.interpret.average",
+    "attnlab.interpret.reports",
+    "attnlab.viz.export",
+    "attnlab.tensorboard_export",
+    "attnlab.viz.diverging",
 ]
 
 

@@ -331,14 +331,16 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
         ev.Eval(10, time=3.0, split="test", n=16, loss=2.5, ppl=12.18, bleu=12.5, chrf=30.0,
                 bleu_signature="b|sig", chrf_signature="c|sig", bleu_lc=13.0,
                 bleu_lc_signature="lc|sig", exact_match=0.25, alignment_accuracy=0.75,
-                bleu_by_length=[{"bucket": "1-10", "n": 16, "bleu": 12.5}], best=True,
-                elapsed_s=4.0),
+                aer=0.25, bleu_by_length=[{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+                attention_entropy={"cross": [[0.5, 1.0]]}, alignment_accuracy_by_layer=[0.75],
+                best=True, elapsed_s=4.0),
         {"type": "eval", "time": 3.0, "step": 10, "split": "test", "n": 16, "loss": 2.5,
          "ppl": 12.18, "bleu": 12.5, "chrf": 30.0, "bleu_signature": "b|sig",
          "chrf_signature": "c|sig", "bleu_lc": 13.0, "bleu_lc_signature": "lc|sig",
-         "exact_match": 0.25, "alignment_accuracy": 0.75,
-         "bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 12.5}], "best": True,
-         "elapsed_s": 4.0},
+         "exact_match": 0.25, "alignment_accuracy": 0.75, "aer": 0.25,
+         "bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+         "attention_entropy": {"cross": [[0.5, 1.0]]}, "alignment_accuracy_by_layer": [0.75],
+         "best": True, "elapsed_s": 4.0},
     ),
     (
         ev.Sample(10, time=3.1, index=1, src=["a", "b"], ref=["b", "a"], hyp=["b"],
@@ -406,18 +408,15 @@ def test_the_keyword_form_builds_the_same_event(tmp_path: Path) -> None:
 
 
 def test_unknown_fields_and_types_survive_a_read_and_a_write() -> None:
-    # Fields other branches add (interpretability metrics) and fields of newer writers.
+    # Fields of newer writers (or other branches).
     line = {
         "type": "eval", "time": 3.0, "step": 10, "split": "dev", "bleu": 12.5,
-        "attention_entropy": [1.5, 0.25], "aer": 0.125,
-        "alignment_accuracy_by_layer": [0.5, 0.75], "best": True,
+        "head_importance": [1.5, 0.25], "gold_aer": 0.125, "best": True,
     }
     event = ev.Event.from_json(line)
     assert isinstance(event, ev.Eval) and event.bleu == 12.5 and event.best is True
-    assert event.extra == {
-        "attention_entropy": [1.5, 0.25], "aer": 0.125, "alignment_accuracy_by_layer": [0.5, 0.75]
-    }
-    assert event.metric("aer") == 0.125 and event.metric("bleu") == 12.5
+    assert event.extra == {"head_importance": [1.5, 0.25], "gold_aer": 0.125}
+    assert event.metric("gold_aer") == 0.125 and event.metric("bleu") == 12.5
     assert event.metric("nothing") is None
     out = event.to_json()
     assert {k: out[k] for k in line} == line  # every given field written back, unchanged
@@ -588,3 +587,72 @@ def test_the_cli_progress_reads_typed_events_and_dicts_alike(capsys) -> None:
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("note: dropped 2 training pairs longer than")
     assert err[1].startswith("error: boom") and err[2] == "error: disk full" and len(err) == 3
+
+
+def test_inspection_fields_of_eval_are_type_checked() -> None:
+    good = {
+        "type": "eval", "step": 4, "aer": 0.25, "alignment_accuracy_by_layer": [0.5, None],
+        "attention_entropy": {"cross": [[1.0, 0.5], [0.7, None]], "enc_self": []},
+    }
+    assert check_event(good) == (good, "", 0)
+    bad = {
+        "type": "eval", "step": 4, "aer": "0.25", "alignment_accuracy_by_layer": [0.5, "x"],
+        "attention_entropy": {"cross": [1.0, 0.5]}, "bleu": 3.0,
+    }
+    kept, why, dropped = check_event(bad)
+    assert why == "" and dropped == 3
+    assert kept == {"type": "eval", "step": 4, "bleu": 3.0}
+
+
+# An eval line as the trainer writes it since the interpretability fields (evaluate_split's
+# key order; alignment_accuracy_by_layer only with gold alignments), spelled out by hand.
+EVAL_HEAD = (
+    '{"type": "eval", "time": 5.0, "step": 8, "split": "dev", "n": 4, "loss": 1.5, '
+    '"ppl": 4.48, "bleu": 10.0, "chrf": 20.0, "bleu_signature": "s", "chrf_signature": "c", '
+    '"bleu_lc": 10.5, "bleu_lc_signature": "l", "exact_match": 0.25, '
+)
+EVAL_LINES = {
+    "no gold": EVAL_HEAD + '"alignment_accuracy": null, "aer": null, "bleu_by_length": [], '
+    '"attention_entropy": {"enc_self": [[0.5, 0.25]], "cross": [[1.0, null]]}, '
+    '"best": true, "elapsed_s": 2.0}',
+    "gold": EVAL_HEAD + '"alignment_accuracy": 0.75, "aer": 0.25, "bleu_by_length": [], '
+    '"attention_entropy": {"cross": [[1.0, 0.5], [0.25, 0.5]]}, '
+    '"alignment_accuracy_by_layer": [0.5, 0.75], "best": false, "elapsed_s": 2.0}',
+    "gold, no sentences": EVAL_HEAD + '"alignment_accuracy": null, "aer": null, '
+    '"bleu_by_length": [], "attention_entropy": {}, "alignment_accuracy_by_layer": null, '
+    '"best": false, "elapsed_s": 2.0}',
+}
+
+
+@pytest.mark.parametrize("case", list(EVAL_LINES))
+def test_eval_inspection_fields_are_typed_and_written_back_byte_identical(case: str) -> None:
+    line = EVAL_LINES[case]
+    event = ev.Event.from_json(line)
+    assert isinstance(event, ev.Eval) and event.extra == {}  # all of them known fields
+    assert event.to_line() == line  # same keys, same order, nulls kept as nulls
+    raw = json.loads(line)
+    assert event.aer == raw["aer"]
+    assert event.attention_entropy == raw["attention_entropy"]
+    assert event.alignment_accuracy_by_layer == raw.get("alignment_accuracy_by_layer")
+    # The trainer's keyword form (evaluate_split's dict, then best and elapsed_s) writes it too.
+    values = {k: v for k, v in raw.items() if k not in ("type", "time", "step")}
+    built = ev.make_event("eval", 8, **values)
+    built.time = 5.0
+    assert built.to_line() == line and built == event
+
+
+def test_eval_inspection_fields_are_optional() -> None:
+    # Absent (an older writer): read as None and not written; set later: written in place.
+    event = ev.Event.from_json({"type": "eval", "step": 2, "bleu": 1.0, "best": False})
+    assert isinstance(event, ev.Eval)
+    assert (event.aer, event.attention_entropy, event.alignment_accuracy_by_layer) == (
+        None, None, None
+    )
+    assert not {"aer", "attention_entropy", "alignment_accuracy_by_layer"} & set(event.to_json())
+    event.aer = 0.5
+    keys = list(event.to_json())
+    assert keys.index("alignment_accuracy") + 1 == keys.index("aer")
+    # Mistyped (check_event drops them): their default, not written.
+    bad = ev.Event.from_json({"type": "eval", "step": 2, "aer": "x", "attention_entropy": [1]})
+    assert isinstance(bad, ev.Eval) and bad.aer is None and bad.attention_entropy is None
+    assert "aer" not in bad.to_json() and "attention_entropy" not in bad.to_json()

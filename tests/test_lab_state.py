@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _tui_support import T0, ready, run_events, tiny_config, until, write_events, write_run
+from _tui_support import T0, lab_config, ready, run_events, until, write_events, write_run
 from textual.widgets import Input, OptionList, Select, Static, Tabs
 
 from attnlab.config import apply_overrides, load_toml
@@ -35,7 +35,7 @@ ONE_COMPONENT = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def _transformer(*overrides: str):
-    return apply_overrides(tiny_config(), ["data.task=copy", "model.arch=transformer", *overrides])
+    return apply_overrides(lab_config(), ["data.task=copy", "model.arch=transformer", *overrides])
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def _transformer(*overrides: str):
     ],
 )
 def test_run_names_describe_every_attention_role(overrides, expected) -> None:
-    config = apply_overrides(tiny_config("a-stale-preset-name"), list(overrides))
+    config = apply_overrides(lab_config("a-stale-preset-name"), list(overrides))
     assert experiment_name(config) == expected
     now = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
     name = run_name_for(config, now)
@@ -97,7 +97,7 @@ def test_run_names_obey_the_run_name_rule_with_room_for_a_suffix(tmp_path: Path)
 
     from attnlab.config import NAME_MAX, check_name
 
-    config = tiny_config()
+    config = lab_config()
     long = config.replace(data=dataclasses.replace(config.data, task="t/ä " * 60))
     name = lab_run_name(long, tmp_path, now=0)
     assert check_name(name, "name") == name and len(name) <= NAME_MAX - 8  # "-NN" still fits
@@ -108,7 +108,7 @@ def test_run_names_obey_the_run_name_rule_with_room_for_a_suffix(tmp_path: Path)
 
 async def test_setup_names_a_changed_experiment_and_save_writes_it(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    app = make_app(tmp_path / "runs", config=tiny_config("reverse-bahdanau"))
+    app = make_app(tmp_path / "runs", config=lab_config("reverse-bahdanau"))
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         setup = app.query_one(SetupView)
@@ -128,7 +128,7 @@ async def test_setup_names_a_changed_experiment_and_save_writes_it(tmp_path: Pat
 
 async def test_train_header_names_the_run_not_the_preset(tmp_path: Path) -> None:
     run = write_run(tmp_path, "reverse-rnn-luong-general-20260101-000000")  # start event: "tiny"
-    app = make_app(tmp_path, config=tiny_config())
+    app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         app.query_one(TrainView).follow_run(run)
@@ -228,7 +228,7 @@ async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, 
     _fake_export(monkeypatch, written, forced)
     write_run(Path("runs"), "reverse-rnn-bahdanau-a")
     write_run(Path("runs"), "copy-transformer-scaled-dot-b")
-    app = make_app(Path("runs"), config=tiny_config())
+    app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("5")
@@ -280,7 +280,7 @@ async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(
 ) -> None:
     calls: list = []
     monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: calls.append(request))
-    empty = make_app(tmp_path / "none", config=tiny_config())
+    empty = make_app(tmp_path / "none", config=lab_config())
     notes: list = []
     monkeypatch.setattr(empty, "notify", lambda message, *a, **k: notes.append(message))
     async with empty.run_test(size=SIZE) as pilot:
@@ -289,7 +289,7 @@ async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(
         await pilot.pause(0.3)
         assert notes == [] and calls == []  # the menus' first values are no request to decode
     _with_checkpoint(write_run(tmp_path / "runs", "reverse-rnn-bahdanau-a"))
-    app = make_app(tmp_path / "runs", config=tiny_config())
+    app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.pause(0.3)
@@ -309,7 +309,7 @@ async def test_inspect_prefers_a_run_with_a_checkpoint_and_is_calm_without_one(t
     os.utime(older / "events.jsonl", (1e9, 1e9))  # 2001: "newest" is the newest run
     requests = []
     monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: requests.append(request))
-    app = make_app(Path("runs"), config=tiny_config())
+    app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("3")
@@ -336,7 +336,7 @@ async def test_a_train_sample_shows_its_run_in_the_run_menu(tmp_path: Path, monk
     first = _with_checkpoint(write_run(Path("runs"), "first"))
     second = write_run(Path("runs"), "second")
     monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: None)
-    app = make_app(Path("runs"), config=tiny_config())
+    app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("3")
@@ -352,7 +352,7 @@ async def test_a_train_sample_shows_its_run_in_the_run_menu(tmp_path: Path, monk
 async def test_esc_in_an_inspect_field_gives_the_keys_back(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     write_run(Path("runs"), "r")
-    app = make_app(Path("runs"), config=tiny_config())
+    app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("3")
@@ -372,7 +372,7 @@ async def test_the_queue_is_listed_and_entries_can_be_removed(tmp_path: Path) ->
     def sleeper(preset: Path, runs_dir: Path, name: str) -> list[str]:
         return [sys.executable, "-c", "import time; time.sleep(60)"]
 
-    app = make_app(tmp_path, config=tiny_config(), command_factory=sleeper, poll_seconds=0.05)
+    app = make_app(tmp_path, config=lab_config(), command_factory=sleeper, poll_seconds=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         train = app.query_one(TrainView)
@@ -408,7 +408,7 @@ async def test_the_queue_is_listed_and_entries_can_be_removed(tmp_path: Path) ->
 
 
 async def test_tab_stays_in_the_tab_body_and_help_matches_the_footer(tmp_path: Path) -> None:
-    app = make_app(tmp_path, config=tiny_config())
+    app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("3")
@@ -421,7 +421,7 @@ async def test_tab_stays_in_the_tab_body_and_help_matches_the_footer(tmp_path: P
 async def test_setup_fields_of_the_other_architecture_are_hidden_when_mounted(tmp_path: Path, monkeypatch) -> None:
     # Without the follow-up pass that applies the groups, the rows must already be hidden.
     monkeypatch.setattr(SetupView, "_apply_groups", lambda self: None)
-    app = make_app(tmp_path, config=tiny_config())
+    app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         rows = list(app.query(".group-transformer"))

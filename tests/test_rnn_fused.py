@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from _tiny import batch
 
 from attnlab.nn.reference import reference_mode, set_reference_mode
 from attnlab.nn.rnn import RNNSeq2Seq
@@ -25,19 +26,15 @@ def model(feed: bool = True, bidirectional: bool = True, dropout: float = 0.0, *
     ).double()
 
 
-def batch():
-    """Sources of lengths 5, 2, 3 and 1 and targets of different lengths, padded."""
-    src = torch.tensor([[4, 5, 6, 7, 8], [9, 4, 0, 0, 0], [5, 10, 6, 0, 0], [7, 0, 0, 0, 0]])
-    tgt_in = torch.tensor([
-        [BOS_ID, 4, 5, 6, 7, 8], [BOS_ID, 9, 0, 0, 0, 0], [BOS_ID, 5, 10, 12, 0, 0], [BOS_ID, 7, 7, 0, 0, 0],
-    ])
-    return src, src != PAD_ID, tgt_in
+# Sources of lengths 5, 2, 3 and 1 and targets of different lengths.
+SOURCES = [[4, 5, 6, 7, 8], [9, 4], [5, 10, 6], [7]]
+TARGETS = [[4, 5, 6, 7, 8], [9], [5, 10, 12], [7, 7]]
 
 
 def loss_and_grads(m: RNNSeq2Seq, fused: bool, seed: int = 0):
     set_reference_mode(m, not fused)
     m.zero_grad()
-    src, src_mask, tgt_in = batch()
+    src, src_mask, tgt_in = batch(SOURCES, TARGETS)
     torch.manual_seed(seed)
     out = m(src, src_mask, tgt_in, need_weights=True)
     targets = tgt_in.roll(-1, 1).masked_fill(tgt_in.roll(-1, 1) == BOS_ID, PAD_ID)
@@ -99,7 +96,7 @@ def test_fused_encoder_equals_packed_gru(bidirectional):
 def test_fused_decoder_zero_weights_for_a_source_without_tokens():
     """A row whose keys are all masked: zero context and weights (masked_softmax's rule)."""
     m = model().eval()
-    src, src_mask, tgt_in = batch()
+    src, src_mask, tgt_in = batch(SOURCES, TARGETS)
     src_mask = src_mask.clone()
     src_mask[3] = False
     outs = []
@@ -123,7 +120,7 @@ def test_fused_path_runs_only_where_it_applies(monkeypatch):
     monkeypatch.setattr(
         rnn, "fused_gru_encoder", lambda *a, **k: encoder_calls.append(1) or real_encoder(*a, **k)
     )
-    src, src_mask, tgt_in = batch()
+    src, src_mask, tgt_in = batch(SOURCES, TARGETS)
     cases = [
         (dict(), 1.0, False, 1, 1),
         (dict(cell="lstm"), 1.0, False, 0, 0),
@@ -150,7 +147,7 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
     from attnlab.decode.search import decode_batch
 
     m = model(feed).to(dtype).eval()
-    src, src_mask, _ = batch()
+    src, src_mask, _ = batch(SOURCES, TARGETS)
     with torch.no_grad():
         enc = m.encode(src, src_mask)
         prev = torch.full((src.size(0),), BOS_ID)
@@ -183,7 +180,7 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
 
 def test_lean_step_runs_only_in_eval_without_grad(monkeypatch):
     m = model().eval()
-    src, src_mask, _ = batch()
+    src, src_mask, _ = batch(SOURCES, TARGETS)
     calls = []
     original = m._lean_step
     monkeypatch.setattr(m, "_lean_step", lambda *a: calls.append(1) or original(*a))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _tui_support import ready, tiny_config
+from _tui_support import lab_config, ready
 from _tui_support import until as until_shared
 from textual.widgets import Input, Select
 
@@ -94,7 +94,7 @@ def test_the_preview_never_imports_torch(tmp_path: Path) -> None:
 
 async def test_typing_a_corpus_path_shows_the_first_pairs_and_counts(tmp_path: Path) -> None:
     folder = write_corpus(tmp_path / "corpus")
-    app = make_app(tmp_path / "runs", config=tiny_config())
+    app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         setup = app.query_one(SetupView)
@@ -119,7 +119,7 @@ async def test_typing_a_corpus_path_shows_the_first_pairs_and_counts(tmp_path: P
 async def test_a_missing_path_shows_one_line_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
     started = []
     monkeypatch.setattr("attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a)))
-    app = make_app(tmp_path / "runs", config=tiny_config())
+    app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         setup = app.query_one(SetupView)
@@ -142,7 +142,7 @@ async def test_a_missing_path_shows_one_line_and_never_starts_a_run(tmp_path: Pa
 
 
 async def test_back_to_a_toy_task_hides_the_preview_and_allows_train(tmp_path: Path) -> None:
-    app = make_app(tmp_path / "runs", config=tiny_config())
+    app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         preview = await choose_corpus(app, pilot)
@@ -157,7 +157,7 @@ async def test_back_to_a_toy_task_hides_the_preview_and_allows_train(tmp_path: P
 
 async def test_setup_with_a_preview_fits_80x24(tmp_path: Path) -> None:
     folder = write_corpus(tmp_path / "corpus")
-    app = make_app(tmp_path / "runs", config=tiny_config())
+    app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(80, 24)) as pilot:
         await ready(app, pilot)
         preview = await choose_corpus(app, pilot)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _tui_support import tiny_config
+from _tui_support import lab_config
 from _tui_support import until as until_shared
 from textual.widgets import DataTable, Select
 
@@ -34,7 +34,7 @@ async def until(pilot, condition, timeout: float = 120.0) -> None:
 @pytest.mark.slow
 async def test_choose_train_stop_inspect_export(tmp_path: Path) -> None:
     # Long enough that it is still running when we stop it after the first eval.
-    config = apply_overrides(tiny_config(), ["train.max_steps=5000", "train.eval_every=10"])
+    config = apply_overrides(lab_config(), ["train.max_steps=5000", "train.eval_every=10"])
     app = make_app(tmp_path / "runs", config=config, poll_seconds=0.1)
     async with app.run_test(size=(100, 30)) as pilot:
         await asyncio.wait_for(app.menus_ready.wait(), 60)

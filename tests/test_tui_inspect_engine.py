@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _tui_support import tiny_config
+from _tui_support import lab_config
 
 from attnlab.config import apply_overrides
 from attnlab.data.dataset import load_dataset
@@ -22,7 +22,7 @@ from attnlab.tui.inspect_engine import InspectRequest, analyse, select_map
 
 
 def saved_run(tmp_path: Path, overrides: list[str]) -> Path:
-    config = apply_overrides(tiny_config(), overrides)
+    config = apply_overrides(lab_config(), overrides)
     dataset = load_dataset(config.data)
     torch.manual_seed(0)
     model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))

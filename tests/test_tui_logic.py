@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _tui_support import run_events, tiny_config, write_events
+from _tui_support import lab_config, run_events, write_events
 
 from attnlab.errors import AttnlabError
+from attnlab.runs import write_control
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose, row_entropy
 from attnlab.tui.follow import (
     FAILED,
@@ -21,7 +22,7 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.launcher import TrainingProcess, run_name_for, write_control
+from attnlab.tui.launcher import TrainingProcess, run_name_for
 from attnlab.tui.menus import check_field, config_from_form, key_in_message
 
 # -- following events.jsonl ------------------------------------------------------------------
@@ -100,7 +101,7 @@ def test_write_control_is_one_word_and_rejects_others(tmp_path: Path) -> None:
 
 
 def test_run_names_do_not_collide(tmp_path: Path) -> None:
-    config = tiny_config()
+    config = lab_config()
     first = run_name_for(config, tmp_path, now=0)
     (tmp_path / first).mkdir()
     second = run_name_for(config, tmp_path, now=0)
@@ -112,7 +113,7 @@ def test_child_that_dies_reports_its_exit_code_and_stderr(tmp_path: Path) -> Non
         assert preset.read_text().startswith("name = ")  # the experiment was written for the child
         return [sys.executable, "-c", "import sys; sys.stderr.write('CUDA error: out of memory\\n'); sys.exit(3)"]
 
-    process = TrainingProcess.start(tiny_config(), tmp_path, "doomed", command=dying)
+    process = TrainingProcess.start(lab_config(), tmp_path, "doomed", command=dying)
     assert process.wait(timeout=30) == 3
     assert process.poll() == 3 and not process.running
     assert process.stderr_tail() == ["CUDA error: out of memory"]
@@ -159,7 +160,7 @@ def test_alignment_accuracy_counts_argmax_on_gold() -> None:
 
 def test_form_values_become_a_validated_config() -> None:
     config = config_from_form(
-        tiny_config(), {"model.hidden": "32", "train.lr": "0.01", "model.attention": "luong-general"}, {}
+        lab_config(), {"model.hidden": "32", "train.lr": "0.01", "model.attention": "luong-general"}, {}
     )
     assert config.model.hidden == 32 and config.train.lr == 0.01 and config.model.attention == "luong-general"
 
@@ -169,6 +170,6 @@ def test_invalid_form_values_give_one_line_errors_naming_the_key() -> None:
     assert "out of range" in check_field("train.teacher_forcing", "1.5")
     assert check_field("train.max_steps", "100") is None
     with pytest.raises(AttnlabError) as err:
-        config_from_form(tiny_config(), {"data.min_len": "9", "data.max_len": "4"}, {})
+        config_from_form(lab_config(), {"data.min_len": "9", "data.max_len": "4"}, {})
     assert "\n" not in str(err.value)
     assert key_in_message(str(err.value)) == "data.min_len"

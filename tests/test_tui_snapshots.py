@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _tui_support import tiny_config, write_run
+from _tui_support import lab_config, write_run
 
 from attnlab.tui.app import make_app
 from attnlab.tui.follow import Sample
@@ -25,7 +25,7 @@ def lab(tmp_path: Path, monkeypatch):
     """The app on a fixed runs directory shown as ``runs`` (a relative path)."""
     monkeypatch.chdir(tmp_path)
     write_run(Path("runs"), "reverse-rnn-bahdanau-a")
-    return make_app(Path("runs"), config=tiny_config("reverse-bahdanau"))
+    return make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
 
 
 async def _ready(pilot) -> None:
@@ -98,7 +98,7 @@ def test_train_screen_lab_80x24(lab, snap_compare) -> None:
         await pilot.press("2")
         train = pilot.app.query_one(TrainView)
         train.follow_run(Path("runs/reverse-rnn-bahdanau-a"))
-        train.queue.append(tiny_config("queued"))  # the queue list under the progress bar
+        train.queue.append(lab_config("queued"))  # the queue list under the progress bar
         train.poll()
         await pilot.pause()
 

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _tui_support import ready, run_events, tiny_config, until, write_events, write_run
+from _tui_support import lab_config, ready, run_events, until, write_events, write_run
 from textual.widgets import DataTable, Select
 
 from attnlab.tui import launcher
@@ -155,7 +155,7 @@ def test_terminate_sends_sigterm_then_kills_after_the_grace(
         "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
     )
     process = TrainingProcess.start(
-        tiny_config(),
+        lab_config(),
         tmp_path / "runs",
         "stubborn",
         command=lambda p, r, n: [sys.executable, "-c", code, str(ready_file)],
@@ -172,7 +172,7 @@ def test_terminate_sends_sigterm_then_kills_after_the_grace(
     finally:
         process.kill()
     polite = TrainingProcess.start(
-        tiny_config(),
+        lab_config(),
         tmp_path / "runs",
         "polite",
         command=lambda p, r, n: [sys.executable, "-c", "import time; time.sleep(60)"],
@@ -185,13 +185,13 @@ def test_scratch_dirs_are_removed_unless_a_child_may_still_read_its_preset(
     tmp_path: Path, scratch_root: Path
 ) -> None:
     done = TrainingProcess.start(
-        tiny_config(),
+        lab_config(),
         tmp_path / "runs",
         "done",
         command=lambda p, r, n: [sys.executable, "-c", "pass"],
     )
     sleeping = TrainingProcess.start(
-        tiny_config(),
+        lab_config(),
         tmp_path / "runs",
         "sleeping",
         command=lambda p, r, n: [sys.executable, "-c", "import time; time.sleep(60)"],
@@ -236,7 +236,7 @@ async def test_the_lab_follows_a_run_with_bad_lines_and_still_lists_it(tmp_path:
     events = run_events(steps=20, eval_every=10, done=None)
     run_dir = write_run(tmp_path, "messy", events[:3])
     _append(run_dir, _bad_bytes())
-    app = make_app(tmp_path, config=tiny_config(), poll_seconds=0.05)
+    app = make_app(tmp_path, config=lab_config(), poll_seconds=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press("2")
@@ -280,7 +280,7 @@ async def test_a_run_directory_deleted_while_training_stops_the_child(tmp_path: 
         return [sys.executable, "-c", code, str(runs_dir / name)]
 
     finished: list[TrainView.RunFinished] = []
-    app = make_app(tmp_path, config=tiny_config(), command_factory=forever, poll_seconds=0.05)
+    app = make_app(tmp_path, config=lab_config(), command_factory=forever, poll_seconds=0.05)
 
     def hook(message: object) -> None:
         if isinstance(message, TrainView.RunFinished):
@@ -320,7 +320,7 @@ async def test_the_lab_removes_its_scratch_dirs_when_it_exits(
 
     finished: list[object] = []
     app = make_app(
-        tmp_path / "runs", config=tiny_config(), command_factory=quick, poll_seconds=0.05
+        tmp_path / "runs", config=lab_config(), command_factory=quick, poll_seconds=0.05
     )
 
     def hook(message: object) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _tui_support import tiny_config, write_run
+from _tui_support import lab_config, write_run
 from textual.widgets import Select, Static
 
 from attnlab.tui.app import make_app
@@ -39,7 +39,7 @@ def _big_sample() -> Sample:
 def lab(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_run(Path("runs"), RUN)
-    return make_app(Path("runs"), config=tiny_config("reverse-bahdanau"))
+    return make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
 
 
 async def _ready(pilot) -> None:

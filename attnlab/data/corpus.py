@@ -447,20 +447,3 @@ def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> D
     stats["prepare_seconds"] = round(time.perf_counter() - start, 3)
     splits = Splits(examples["train"], examples["dev"], examples["test"], stats)
     return Dataset(splits, src_vocab, tgt_vocab, src_tok, tgt_tok, False, "corpus")
-
-
-def preview_corpus(cfg: DataConfig, n: int = 5) -> dict[str, Any]:
-    """A cheap look before preparing (for the TUI's corpus field): no tokenizer training.
-
-    Returns the first ``n`` training pairs, the pair count per split (``None`` for splits
-    that will be split off) and the files read; raises AttnlabError like ``load_dataset``.
-    """
-    sides = read_source(cfg)
-    train = sides["train"]
-    assert train is not None
-    return {
-        "pairs": train.pairs[:n],
-        "sizes": {split: (len(side.pairs) if side is not None else None) for split, side in sides.items()},
-        "sources": {split: side.description for split, side in sides.items() if side is not None},
-        "empty_skipped": {split: side.empty_skipped for split, side in sides.items() if side is not None},
-    }

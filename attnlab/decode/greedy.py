@@ -7,7 +7,6 @@ does not make the finished ones pay for its extra steps.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -160,8 +159,3 @@ def decode_one_path(
         length_norm=length_norm,
         keep_attention=need_attention,
     )
-
-
-def ceil_len(ratio: float, src_len: int, const: int) -> int:
-    """The scalar version of :func:`max_lengths` (for one sentence)."""
-    return max(1, math.ceil(ratio * src_len) + const)

@@ -29,9 +29,12 @@ mapping from a done reason to a run's status.
 | control Control    | command (ControlCommand "pause" | "resume"): the trainer acknowledged   |
 | note   Note        | message: a one-line notice (torch.compile failed: training goes on)     |
 
-Fields are additive: a field this version does not know (e.g. an interpretability metric on
-``eval``) is kept in the event's ``extra`` and written back after the known ones; a known
-field missing from an older line reads as its default.
+Fields are additive: a field this version does not know is kept in the event's ``extra``
+and written back after the known ones; a known field missing from an older line reads as its
+default. ``eval``'s interpretability fields are optional (written only when the writer gave
+them, so older lines write back unchanged): aer (null if no gold; after
+alignment_accuracy), attention_entropy ({role: [[mean entropy in nats per head] per
+layer]}) and, with gold, alignment_accuracy_by_layer (both after bleu_by_length).
 
 Writers append whole lines and flush, so a reader that sees a partial last line can wait for
 the newline. ``EventReader`` is the one reader (the CLI's ``attnlab runs``, the run list and the
@@ -176,6 +179,19 @@ def _names(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
+def _numbers(value: Any) -> bool:
+    """null or a list of numbers (null entries: non-finite values)."""
+    return value is None or (isinstance(value, list) and all(_number(x) for x in value))
+
+
+def _role_grids(value: Any) -> bool:
+    """{role: [[number per head] per layer]} (``attention_entropy``)."""
+    return isinstance(value, dict) and all(
+        isinstance(layers, list) and all(isinstance(h, list) and _numbers(h) for h in layers)
+        for layers in value.values()
+    )
+
+
 # The fields readers use, by event type (the typed events' fields); a field of another type is
 # dropped (the typed event then has its default), the rest of the event is kept. Unknown types
 # and fields pass through.
@@ -198,9 +214,10 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "chrf_signature": _text, "bleu_lc_signature": _text, "n": _integer,
         **dict.fromkeys(
             ("loss", "ppl", "bleu", "chrf", "bleu_lc", "exact_match", "alignment_accuracy",
-             "elapsed_s"),
+             "elapsed_s", "aer"),
             _number,
         ),
+        "attention_entropy": _role_grids, "alignment_accuracy_by_layer": _numbers,
     },
     "sample": {
         "index": _integer, "src": _tokens, "ref": _tokens, "hyp": _tokens, "attention": _matrix,
@@ -466,7 +483,10 @@ def exit_code(reason: DoneReason | str) -> int:
 
 # -- typed events ------------------------------------------------------------------------------
 
-_BASE_FIELDS = ("step", "time", "extra")
+_BASE_FIELDS = ("step", "time", "extra", "given_null")
+# Field metadata: an optional field is written only when it has a value or the writer gave it
+# as null, so a line without it (an older writer's) writes back without it.
+OPTIONAL = {"optional": True}
 
 
 @dataclass
@@ -480,6 +500,8 @@ class Event:
     step: int = 0
     time: float | None = None  # unix seconds; set by EventLog.emit
     extra: dict[str, Any] = field(default_factory=dict)
+    # Optional fields given explicitly as null (written as null; absent ones are not written).
+    given_null: set[str] = field(default_factory=set, repr=False)
 
     @property
     def type(self) -> str:
@@ -493,6 +515,7 @@ class Event:
         extra = {k: v for k, v in values.items() if k not in names and k != "type"}
         event = cls(step=int(step), **known)
         event.extra.update(extra)
+        event.given_null = {k for k in _optional_names(cls) if k in known and known[k] is None}
         return event
 
     @staticmethod
@@ -528,8 +551,11 @@ class Event:
         if self.time is not None:
             out["time"] = self.time
         out["step"] = self.step
+        optional = _optional_names(type(self))
         for name in _field_names(type(self)):
-            out[name] = _plain(getattr(self, name))
+            value = getattr(self, name)
+            if value is not None or name not in optional or name in self.given_null:
+                out[name] = _plain(value)
         for key, value in self.extra.items():
             out.setdefault(key, _plain(value))
         return out
@@ -547,6 +573,10 @@ class Event:
 
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls) if f.name not in _BASE_FIELDS)
+
+
+def _optional_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls) if f.metadata.get("optional"))
 
 
 def _plain(value: Any) -> Any:
@@ -602,12 +632,22 @@ class Eval(Event):
     bleu_lc_signature: str = ""
     exact_match: float | None = None  # a fraction in [0, 1]
     alignment_accuracy: float | None = None  # None without gold alignments
+    # Optional (older lines lack them): AER (None without gold), written after
+    # alignment_accuracy; mean attention entropy {role: [[nats per head] per layer]} and, with
+    # gold, alignment accuracy per layer, written after bleu_by_length.
+    aer: float | None = field(default=None, metadata=OPTIONAL)
     bleu_by_length: list[dict[str, Any]] = field(default_factory=list)  # [{bucket, n, bleu}]
+    attention_entropy: dict[str, list[list[float | None]]] | None = field(
+        default=None, metadata=OPTIONAL
+    )
+    alignment_accuracy_by_layer: list[float | None] | None = field(
+        default=None, metadata=OPTIONAL
+    )
     best: bool = False
     elapsed_s: float | None = None
 
     def metric(self, name: str) -> Any:
-        """A metric by name, declared or extra (``attention_entropy``...), else None."""
+        """A metric by name, declared or extra (a newer writer's field), else None."""
         if name in _field_names(Eval):
             return getattr(self, name)
         return self.extra.get(name)

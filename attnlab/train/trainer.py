@@ -41,6 +41,7 @@ from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
+from attnlab.interpret.average import keep_step_copy
 from attnlab.naming import attention_roles
 from attnlab.runs import (
     CONTROL_FILE,
@@ -604,6 +605,7 @@ class Trainer:
         )
         if tag == "last":
             self._last_saved_step = self.step
+            keep_step_copy(self.run_dir, self.step, self.config.train.keep_last)
         self.events.emit(Checkpoint(self.step, tag=tag, path=str(directory)))
 
     def _trainer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -286,7 +286,25 @@ class AttnLab(App[None]):
         yield SystemCommand("Pause / resume training", "Pause or resume the active run", lambda: self.action_control("pause"))
         yield SystemCommand("Stop training", "Stop the active run (saves a checkpoint)", lambda: self.action_control("stop"))
         yield SystemCommand("Save checkpoint now", "Ask the active run to save", lambda: self.action_control("save"))
+        yield SystemCommand("Heads: importance and pruning curve",
+                            "Which heads matter for the run chosen in Inspect",
+                            lambda: self._inspect("heads"))
+        yield SystemCommand("Compare two runs on this sentence",
+                            "Inspect's sentence through a second run: maps, A − B, JS, AER",
+                            lambda: self._inspect("compare"))
+        yield SystemCommand("Export the Inspect map to SVG/HTML",
+                            "Write the map shown in Inspect to RUN/figures",
+                            lambda: self._inspect("export_map"))
         yield SystemCommand("Toggle light/dark", "Switch between the light and dark theme", self.action_toggle_theme)
+
+    def _inspect(self, action: str) -> None:
+        """A command of the Inspect tab from the palette (Inspect shows the result)."""
+        from attnlab.tui.views.inspect import InspectView
+
+        if not self.views_ready:
+            return
+        self.action_tab("inspect")
+        getattr(self.query_one(InspectView), f"action_{action}")()
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"

@@ -59,6 +59,24 @@ class Curves:
     chrf: list[float] = field(default_factory=list)
     exact_match: list[float] = field(default_factory=list)  # percent
     bleu_by_length: list[dict[str, Any]] = field(default_factory=list)  # from the last eval
+    # Mean attention entropy (nats, over layers × heads) per role, one value per eval step
+    # (NaN where an eval carries no attention_entropy: runs written before it existed).
+    entropy: dict[str, list[float]] = field(default_factory=dict)
+
+
+ENTROPY_ROLES = ("cross", "enc_self", "dec_self")
+ENTROPY_LABELS = {"cross": "cross", "enc_self": "enc self", "dec_self": "dec self"}
+
+
+def mean_entropy(layers: Any) -> float:
+    """Mean of a role's [[entropy per head] per layer] (NaN if nothing finite)."""
+    values = [
+        float(v)
+        for heads in (layers if isinstance(layers, list) else [])
+        for v in (heads if isinstance(heads, list) else [])
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _num(value: Any, default: float = float("nan")) -> float:
@@ -254,6 +272,12 @@ class RunFollower:
         c.chrf.append(_num(e.chrf))
         c.exact_match.append(exact_match_percent(e.exact_match))
         c.bleu_by_length = list(e.bleu_by_length)
+        grids = e.attention_entropy or {}
+        for role in ENTROPY_ROLES:
+            if role in grids and role not in c.entropy:  # a role first seen: NaN before it
+                c.entropy[role] = [float("nan")] * (len(c.eval_step) - 1)
+            if role in c.entropy:
+                c.entropy[role].append(mean_entropy(grids.get(role)))
         if e.best:
             self.best = {"step": e.step, "bleu": e.bleu, "chrf": e.chrf,
                          "exact_match": e.exact_match, "loss": e.loss}

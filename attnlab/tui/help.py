@@ -25,7 +25,8 @@ HELP_TEXT = """\
   Invalid values are marked in red; Train stays disabled and the reason is shown.
   Queue + adds the experiment to the queue; palette: "Queue every variant".
 
-[b]Train[/b]    plots of train/dev loss and dev BLEU/chrF/exact match; the samples table
+[b]Train[/b]    plots of train/dev loss, dev BLEU/chrF/exact match and mean attention
+  entropy per role (nats, from each evaluation); the samples table
   (Enter on a sample opens its attention in Inspect) and the event log. Runs queued
   with t / Queue + are listed under the progress bar: Del removes the highlighted one.
 
@@ -36,8 +37,14 @@ HELP_TEXT = """\
   a           show all rows again
   h           half-block overview of the whole matrix
   k / l       previous / next hypothesis of the beam's n-best list
+  m           map method: raw attention → rollout → relevancy (∇) → gradient × attention
+              → ‖α f(v)‖ (attribution scores are coloured relative to their maximum)
+  e           export the map shown to RUN/figures/*.svg and *.html (as `translate --export`)
+  H           heads: layer × head importance and the pruning curve (c stops it, Esc closes)
+  c           compare: this sentence through a second run (both maps, A − B, JS, AER)
 
-[b]Runs[/b]     Space marks runs to compare (curves and BLEU by length overlay);
+[b]Runs[/b]     Space marks runs to compare (BLEU, BLEU by length, cross-attention entropy;
+  below 90 columns e switches the third panel between bars and entropy);
   Enter opens the run in Inspect; w follows it live in Train; r refreshes.
 
 [b]Export[/b]   writes one .safetensors bundle and shows the `attnlab translate` command.

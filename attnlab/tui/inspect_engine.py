@@ -21,6 +21,8 @@ import numpy as np
 from attnlab.tui.diagnostics import alignment_accuracy
 
 EOS, BOS = "</s>", "<s>"
+# Attribution maps shown beside the raw ones (Inspect's "m" key cycles cross and these).
+METHOD_KINDS = ("rollout", "relevancy", "gradient", "norm")
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,10 @@ def analyse(request: InspectRequest) -> InspectResult:
                 "enc_self": (src_tokens, src_tokens),
                 "dec_self": (inputs, inputs),
             }
+            explained = method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished)
+            for method, matrix in explained.items():
+                maps[method] = matrix
+                labels[method] = labels["cross"]
             result_hyps.append(
                 HypothesisMaps(tokens, float(hyp.score), bool(hyp.finished), maps, {k: labels[k] for k in maps if k in labels})
             )
@@ -173,6 +179,29 @@ def analyse(request: InspectRequest) -> InspectResult:
             if "cross" in ref_maps:
                 accuracy = alignment_accuracy(ref_maps["cross"][-1].mean(axis=0), gold)
     return InspectResult(request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy)
+
+
+def method_maps(
+    model: Any, src_ids: list[int], tgt_ids: list[int], finished: bool
+) -> dict[str, np.ndarray]:
+    """Rollout / relevancy / gradient / norm maps of one hypothesis (attnlab.interpret), each
+    [L=1, H=1, T+1, S] like the cross rows (an unfinished hypothesis gets a zero last row)."""
+    from attnlab.errors import AttnlabError
+    from attnlab.interpret.attribution import explain
+
+    try:
+        maps = explain(model, src_ids, tgt_ids, eos=finished)
+    except AttnlabError:
+        return {}
+    out = {}
+    for method in METHOD_KINDS:
+        if method not in maps:
+            continue
+        matrix = maps[method].detach().float().cpu().numpy()
+        if not finished:
+            matrix = np.concatenate([matrix, np.zeros((1, matrix.shape[1]), dtype=matrix.dtype)])
+        out[method] = matrix[None, None]
+    return out
 
 
 def select_map(maps: np.ndarray, layer: int, head: int | None) -> np.ndarray:

@@ -24,9 +24,18 @@ from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
-KIND_LABELS = {"cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self"}
-# (rows × columns) of each kind of map: self-attention relates a sequence to itself
-KIND_AXES = {"cross": "target × source", "enc_self": "source × source", "dec_self": "target × target"}
+KIND_LABELS = {
+    "cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self",
+    "rollout": "rollout", "relevancy": "relevancy (∇)", "gradient": "gradient × attn",
+    "norm": "‖α f(v)‖",
+}
+METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" key
+# (rows × columns) of each kind of map: self-attention relates a sequence to itself; every
+# interpretation method explains target tokens by source tokens
+KIND_AXES = {
+    "cross": "target × source", "enc_self": "source × source", "dec_self": "target × target",
+    **{kind: "target × source" for kind in METHOD_CYCLE[1:]},
+}
 _STEP = Binding.Group("Step", compact=True)
 _HYP = Binding.Group("Hyp", compact=True)
 HEAD_AVERAGE = -1
@@ -43,16 +52,31 @@ class InspectFailed(Message):
     error: str
 
 
+@dataclass
+class MapExported(Message):
+    paths: list[Path]
+    error: str = ""
+
+
+def is_attribution(kind: str | None) -> bool:
+    """rollout / relevancy / gradient / norm: scores, not weights (no fixed 0..1 range)."""
+    return kind in METHOD_CYCLE[1:]
+
+
 class InspectView(Horizontal):
     BINDINGS = [
         Binding("d", "decode", "Decode"),
         # Grouped so that n/b and k/l fit the footer at 80 columns.
         Binding("n", "step(1)", "Next token", group=_STEP),
         Binding("b", "step(-1)", "Back a token", group=_STEP),
-        Binding("a", "show_all", "All rows"),
+        Binding("a", "show_all", "All"),  # short: the footer keeps ^q Quit at 80 columns
         Binding("h", "toggle_half", "Half"),
         Binding("k", "hypothesis(-1)", "Prev hyp", group=_HYP),
         Binding("l", "hypothesis(1)", "Next hyp", group=_HYP),
+        Binding("m", "cycle_method", "Method"),
+        Binding("e", "export_map", "SVG"),
+        Binding("H", "heads", "Heads", show=False),  # in the help and the palette
+        Binding("c", "compare", "Compare", show=False),
     ]
 
     def __init__(self, runs_dir: Path, *, id: str | None = None):
@@ -67,6 +91,7 @@ class InspectView(Horizontal):
         self._run_paths: list[str] = []
         self._last_request: tuple[str, ...] | None = None
         self._decoders_filled = False
+        self.last_export: list[Path] = []
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -306,7 +331,7 @@ class InspectView(Horizontal):
 
     def _configure_selectors(self) -> None:
         kind_select = self.query_one("#insp-kind", Select)
-        kinds = [k for k in ("cross", "enc_self", "dec_self") if k in self.maps]
+        kinds = [k for k in KIND_LABELS if k in self.maps]
         with self.prevent(Select.Changed):
             current = kind_select.value if kind_select.value in kinds else (kinds[0] if kinds else Select.NULL)
             kind_select.set_options([(KIND_LABELS[k], k) for k in kinds])
@@ -341,7 +366,8 @@ class InspectView(Horizontal):
         return next(iter(self.maps), None)
 
     def current_matrix(self) -> tuple[np.ndarray, list[str], list[str]] | None:
-        """The matrix on screen (before step truncation), with its row and column labels."""
+        """The matrix on screen (before step truncation), with its row and column labels;
+        attribution maps divided by their maximum."""
         from attnlab.tui.inspect_engine import select_map
 
         kind = self.current_kind
@@ -352,6 +378,11 @@ class InspectView(Horizontal):
         matrix = select_map(
             self.maps[kind], int(layer) if isinstance(layer, int) else 0, None if head in (HEAD_AVERAGE, Select.NULL) else int(head)
         )
+        if is_attribution(kind) and matrix.size:
+            # Attribution scores have no 0..1 range: shown relative to their maximum (the
+            # colours of `attnlab translate --method`); the diagnostics say so.
+            top = float(np.nanmax(matrix))
+            matrix = matrix / top if top > 0 else matrix
         rows, cols = self.labels.get(kind, ([], []))
         return matrix, list(rows), list(cols)
 
@@ -375,8 +406,11 @@ class InspectView(Horizontal):
 
     def _draw_diagnostics(self, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
         d = diagnose(matrix, cols)
+        kind = self.current_kind or ""
+        scale = " · ÷ its max" if is_attribution(kind) else ""
         lines = [
-            f"[b]{matrix.shape[0]}×{matrix.shape[1]}[/] ({KIND_AXES.get(self.current_kind or '', '?')})",
+            f"[b]{KIND_LABELS.get(kind, kind)}[/] {matrix.shape[0]}×{matrix.shape[1]} "
+            f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
             f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats ({d.entropy_ratio:.0%})",
         ]
         if d.eos_mass is not None:
@@ -442,6 +476,116 @@ class InspectView(Horizontal):
     def action_show_all(self) -> None:
         self.step_row = None
         self.redraw()
+
+    def action_cycle_method(self) -> None:
+        """Raw cross-attention -> rollout -> relevancy -> gradient-weighted -> norm-weighted."""
+        available = [k for k in METHOD_CYCLE if k in self.maps]
+        if not available:
+            return
+        current = self.current_kind
+        index = available.index(current) + 1 if current in available else 0
+        self.query_one("#insp-kind", Select).value = available[index % len(available)]
+
+    # -- export, heads, compare ------------------------------------------------------------------
+
+    def _shown_run(self) -> Path | None:
+        run = self.query_one("#insp-run", Select).value
+        return None if run is Select.NULL or not run else Path(str(run))
+
+    def export_target(self) -> tuple[Path, str] | None:
+        """(file stem without suffix, title) of the map on screen; None without one."""
+        run = self._shown_run()
+        kind = self.current_kind
+        if run is None or kind is None:
+            return None
+        layer = self.query_one("#insp-layer", Select).value
+        head = self.query_one("#insp-head", Select).value
+        layers, heads = self.maps[kind].shape[:2]
+        where = []
+        if layers > 1:
+            where.append(f"layer {layer}/{layers}")
+        if heads > 1:
+            average = head in (HEAD_AVERAGE, Select.NULL)
+            where.append("head avg" if average else f"head {head}/{heads}")
+        text = self.query_one("#insp-text", Input).value.strip()
+        split = self.query_one("#insp-split", Select).value
+        index = self.query_one("#insp-index", Input).value or "0"
+        which = "typed" if text else f"{split}{index}"
+        h = "avg" if head in (HEAD_AVERAGE, Select.NULL) else f"h{head}"
+        name = f"{which}-{kind}-l{layer}-{h}-hyp{self.hyp_index + 1}"
+        title = f"{run.name}: {KIND_LABELS.get(kind, kind)} ({KIND_AXES.get(kind, '?')})"
+        title += (", " + ", ".join(where)) if where else ""
+        return run / "figures" / name, title
+
+    def action_export_map(self) -> None:
+        """Write the map on screen to RUN/figures/*.svg and *.html (attnlab.viz.export, the
+        renderer of `attnlab translate --export`) in a thread; the notice names the files."""
+        current = self.current_matrix()
+        target = self.export_target()
+        if current is None or target is None or not current[0].size:
+            self.app.notify("no map to export: decode a sample first", severity="warning")
+            return
+        matrix, rows, cols = current
+        if self.step_row is not None:  # what is shown: the rows stepped through so far
+            matrix, rows = matrix[: self.step_row + 1], rows[: self.step_row + 1]
+        self.write_export(matrix, rows[: matrix.shape[0]], cols[: matrix.shape[1]], *target)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
+    def write_export(self, matrix: np.ndarray, rows: list[str], cols: list[str], stem: Path,
+                     title: str) -> None:
+        from attnlab.errors import AttnlabError
+        from attnlab.viz.export import export_heatmap
+
+        try:
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            paths = export_heatmap(matrix, rows, cols, title, stem)
+        except (AttnlabError, OSError) as err:
+            self.post_message(MapExported([], str(err)))
+            return
+        self.post_message(MapExported(paths))
+
+    @on(MapExported)
+    def _exported(self, message: MapExported) -> None:
+        if message.error:
+            self.app.notify(message.error, title="Export", severity="error")
+            return
+        svg, *others = message.paths
+        self.last_export = message.paths
+        extra = "".join(f" + {p.suffix}" for p in others)
+        self.app.notify(f"wrote {svg}{extra}", title="Map exported", timeout=10)
+
+    def action_heads(self) -> None:
+        """Head importance and the pruning curve of the chosen run (a screen with a worker)."""
+        from attnlab.tui.screens.heads import HeadsScreen
+
+        run = self._shown_run()
+        if run is None or not has_checkpoint(str(run)):
+            self.app.notify("pick a run with a checkpoint first", severity="warning")
+            return
+        self.app.push_screen(HeadsScreen(
+            run, str(self.query_one("#insp-ckpt", Select).value),
+            str(self.query_one("#insp-split", Select).value),
+        ))
+
+    def action_compare(self) -> None:
+        """This sentence through a second run: both maps, A − B, JS per row, AER."""
+        from attnlab.tui.screens.compare import CompareScreen, CompareSource
+
+        run = self._shown_run()
+        if run is None or not has_checkpoint(str(run)):
+            self.app.notify("pick a run with a checkpoint first", severity="warning")
+            return
+        try:
+            index = int(self.query_one("#insp-index", Input).value or 0)
+        except ValueError:
+            index = 0
+        kind = self.current_kind
+        self.app.push_screen(CompareScreen(CompareSource(
+            run, str(self.query_one("#insp-ckpt", Select).value),
+            str(self.query_one("#insp-split", Select).value), index,
+            self.query_one("#insp-text", Input).value.strip(),
+            "raw" if kind in (None, "cross") or not is_attribution(kind) else kind,
+        ), self.runs_dir))
 
     def action_toggle_half(self) -> None:
         heatmap = self.query_one(AttentionHeatmap)

@@ -17,6 +17,12 @@ def has_checkpoint(run_dir: Path | str) -> bool:
     return any((Path(run_dir) / "checkpoints" / tag / "meta.json").is_file() for tag in CHECKPOINT_TAGS)
 
 
+def checkpoint_path(run_dir: Path, tag: str) -> Path:
+    """RUN/checkpoints/TAG when it was saved, else RUN (best, else last)."""
+    path = Path(run_dir) / "checkpoints" / tag
+    return path if (path / "meta.json").is_file() else Path(run_dir)
+
+
 def refresh_run_select(
     select: Select,
     runs_dir: Path,

@@ -2,7 +2,8 @@
 
 The table re-reads ``attnlab.runs.list_runs`` every couple of seconds, so a run started with
 ``attnlab train`` in another terminal appears and its figures move. Space marks runs; the
-marked runs' dev BLEU curves and their last BLEU-by-source-length buckets are overlaid.
+marked runs' dev BLEU curves, their last BLEU-by-source-length buckets and their mean
+cross-attention entropy (from eval events' attention_entropy) are overlaid.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class RunsView(Vertical):
         Binding("enter", "inspect", "Inspect", show=False),
         Binding("w", "watch", "Follow in Train"),
         Binding("r", "refresh_runs", "Refresh"),
+        Binding("e", "toggle_entropy", "Bars/entropy", show=False),
     ]
+    NARROW = 90  # below this width the BLEU-by-length bars and the entropy overlay take turns
 
     def __init__(self, runs_dir: Path, *, refresh_seconds: float = REFRESH_SECONDS, id: str | None = None):
         super().__init__(id=id)
@@ -101,6 +104,7 @@ class RunsView(Vertical):
         self.refresh_seconds = refresh_seconds
         self.runs: list[Any] = []
         self.marked: set[str] = set()
+        self.entropy_first = False  # narrow terminals: the entropy overlay instead of the bars
         self._followers: dict[str, RunFollower] = {}
         self._rows: list[tuple[str, ...]] = []
         self._last_signature: tuple | None = None
@@ -112,6 +116,7 @@ class RunsView(Vertical):
         with Horizontal(id="compare"):
             yield MetricPlot("dev BLEU of marked runs", id="compare-curves")
             yield BarsPlot("BLEU by source length", id="compare-bars")
+            yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
 
     def on_mount(self) -> None:
         self.refresh_runs()
@@ -190,6 +195,21 @@ class RunsView(Vertical):
     def on_resize(self) -> None:
         if self.is_mounted and self._layout is not None and self._layout != self._fit():
             self._fill_table()
+        if self.is_mounted:
+            self._show_panels()
+
+    def action_toggle_entropy(self) -> None:
+        """At 80 columns: the third panel shows BLEU by length or the entropy overlay."""
+        self.entropy_first = not self.entropy_first
+        self._show_panels()
+
+    def _show_panels(self) -> None:
+        """Three panels when they fit; else the curves plus one of bars / entropy (``e``)."""
+        entropy = self.query_one("#compare-entropy", MetricPlot)
+        has_entropy = any(len(ys) for _, _, ys in entropy.series)
+        narrow = self.app.size.width < self.NARROW
+        entropy.display = has_entropy and (not narrow or self.entropy_first)
+        self.query_one("#compare-bars", BarsPlot).display = not (narrow and entropy.display)
 
     def _current(self) -> Any | None:
         table = self.query_one("#runs-table", DataTable)
@@ -226,6 +246,7 @@ class RunsView(Vertical):
 
     def _update_compare(self) -> None:
         series = []
+        entropy = []
         groups: list[str] = []
         bars: list[tuple[str, list[float]]] = []
         for key in sorted(self.marked):
@@ -234,6 +255,8 @@ class RunsView(Vertical):
             label = run_label(Path(key).name, 28)  # keeps the variant, cuts the stamp
             c = follower.curves
             series.append((label, c.eval_step, c.bleu))
+            # cross-attention: the one role every architecture has (RNN and Transformer alike)
+            entropy.append((label, c.eval_step, c.entropy.get("cross", [])))
             buckets = c.bleu_by_length
             if buckets:
                 names = [str(b.get("bucket")) for b in buckets]
@@ -243,3 +266,5 @@ class RunsView(Vertical):
                 bars.append((label, [by_name.get(g, 0.0) for g in groups]))
         self.query_one("#compare-curves", MetricPlot).set_series(series)
         self.query_one("#compare-bars", BarsPlot).set_bars(groups, bars)
+        self.query_one("#compare-entropy", MetricPlot).set_series(entropy)
+        self._show_panels()  # the overlay appears once a marked run logged attention_entropy

@@ -22,7 +22,15 @@ from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Stat
 
 from attnlab.config import ExperimentConfig
 from attnlab.train.events import ControlCommand
-from attnlab.tui.follow import FAILED, PAUSED, STARTING, RunFollower, format_duration
+from attnlab.tui.follow import (
+    ENTROPY_LABELS,
+    ENTROPY_ROLES,
+    FAILED,
+    PAUSED,
+    STARTING,
+    RunFollower,
+    format_duration,
+)
 from attnlab.tui.launcher import TrainingProcess
 from attnlab.tui.widgets.plots import MetricPlot
 from attnlab.viz.text import run_label
@@ -84,6 +92,7 @@ class TrainView(Vertical):
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
             yield MetricPlot("dev metrics (0-100)", id="metric-plot")
+            yield MetricPlot("attention entropy (nats)", id="entropy-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
             yield table
@@ -234,6 +243,10 @@ class TrainView(Vertical):
                         ("exact %", c.eval_step, c.exact_match),
                     ]
                 )
+                entropy = self.query_one("#entropy-plot", MetricPlot)
+                entropy.set_series([(ENTROPY_LABELS[role], c.eval_step, c.entropy[role])
+                                    for role in ENTROPY_ROLES if role in c.entropy])
+                entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
             if drawn[2] != previous[2]:
                 table = self.query_one("#samples", DataTable)
                 table.clear()

@@ -103,10 +103,12 @@ class MetricPlot(Vertical):
     MetricPlot { height: 1fr; width: 1fr; min-height: 5; }
     """
 
-    def __init__(self, title: str, *, y_label: str = "", id: str | None = None, classes: str | None = None):
+    def __init__(self, title: str, *, y_label: str = "", x_label: str = "step",
+                 id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self.title = title
         self.y_label = y_label
+        self.x_label = x_label
         self.series: list[Series] = []
         self.points = 0  # number of finite points drawn (tests check that the plot moved)
 
@@ -128,7 +130,7 @@ class MetricPlot(Vertical):
         plt.clear_data()
         plt.clear_figure()
         plt.title(self.title)
-        plt.xlabel("step")
+        plt.xlabel(self.x_label)
         if self.y_label:
             plt.ylabel(self.y_label)
         total = 0

@@ -1,0 +1,341 @@
+"""CLI commands of issue 15: ``heads``, ``compare``, ``average``, plus the helpers behind
+``eval --gold-alignments``, ``translate --show-alignment / --method / --export`` and
+``export --tensorboard`` (attnlab/cli.py calls them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnlab.errors import AttnlabError
+from attnlab.interpret.reports import compare_report, heads_report, scoring_dataset
+
+EXPORT_SUFFIXES = (".svg", ".html")  # attnlab.viz.export (imported lazily: rich)
+
+DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _load(run: Path, device: str | None) -> tuple[Any, Any]:
+    from attnlab.device import resolve_device
+    from attnlab.runs import load_checkpoint
+
+    torch_device = resolve_device(device or "auto")
+    return load_checkpoint(run, device=torch_device), torch_device
+
+
+# -- eval --gold-alignments ------------------------------------------------------------------
+
+
+def gold_alignment_result(
+    loaded: Any,
+    dataset: Any,
+    split: str,
+    path: Path,
+    order: str,
+    device: Any,
+    max_sentences: int = 0,
+) -> dict[str, Any]:
+    from attnlab.interpret.alignment import read_pharaoh
+    from attnlab.interpret.gold import gold_alignment_report
+
+    golds = read_pharaoh(path, order)
+    examples = list(dataset.splits.split(split))
+    if max_sentences > 0:
+        examples, golds = examples[:max_sentences], golds[:max_sentences]
+    transformer = loaded.config.model.arch == "transformer"
+    report = gold_alignment_report(loaded.model, dataset, examples, golds, device, transformer)
+    return {"file": str(path), "order": order, **report}
+
+
+# -- translate --show-alignment / --method / --export ----------------------------------------
+
+
+def method_map(
+    loaded: Any,
+    source_tokens: list[str],
+    hyp: Any,
+    method: str,
+    layer: int = -1,
+    head: int | None = None,
+) -> Any:
+    """[T(+1), S] map of ``method`` for one hypothesis (``raw`` with the defaults is the
+    search's own map); ``layer`` / ``head`` pick the cross layer and head of raw / gradient /
+    norm (head None = the methods' own head combination)."""
+    from attnlab.interpret.attribution import explain
+
+    if method == "raw" and hyp.attention is not None and (layer, head) == (-1, None):
+        return hyp.attention.float()
+    maps = explain(
+        loaded.model,
+        loaded.src_vocab.encode(source_tokens),
+        list(hyp.tokens),
+        eos=hyp.finished,
+        layer=layer,
+        head=head,
+    )
+    if method not in maps:
+        raise AttnlabError(
+            f"--method {method} is not available for this model (available: {', '.join(maps)})"
+        )
+    return maps[method].float()
+
+
+def alignment_rows(matrix: Any, rows: list[str], cols: list[str]) -> list[dict[str, Any]]:
+    from attnlab.interpret.alignment import alignment_table
+
+    return [dataclasses.asdict(r) for r in alignment_table(matrix, rows, cols)]
+
+
+def alignment_renderable(table: list[dict[str, Any]], title: str) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    out = Table(title=title)
+    for column, justify in (
+        ("target", "left"),
+        ("source", "left"),
+        ("index", "right"),
+        ("weight", "right"),
+    ):
+        out.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in table:
+        out.add_row(
+            Text(row["target"]),
+            Text(row["source"]),
+            str(row["source_index"]),
+            f"{row['weight']:.3f}",
+        )
+    return out
+
+
+def check_export_path(path: Path | None) -> None:
+    if path is not None and path.suffix.lower() not in EXPORT_SUFFIXES:
+        raise AttnlabError(f"{path}: --export writes .svg or .html; valid suffixes: .svg, .html")
+
+
+class TeeConsole:
+    """Prints to the real console and to a recording colour console of the same width (the
+    export shows what a colour terminal shows, even when stdout is piped)."""
+
+    def __init__(self, console: Any):
+        from attnlab.viz.export import recording_console
+
+        self.console = console
+        self.recording = recording_console(console.width)
+        self.is_terminal, self.no_color = True, False  # what the recording shows
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console.print(*objects, **options)
+        self.recording.print(*objects, **options)
+
+
+def save_recording(console: Any, path: Path, title: str) -> None:
+    """What the recording console printed, as SVG or HTML (attnlab.viz.export)."""
+    from attnlab.viz.export import save_recording as save
+
+    save(console, path, title)
+
+
+# -- heads -------------------------------------------------------------------------------------
+
+
+def heads_renderables(report: dict[str, Any]) -> list[Any]:
+    from rich.table import Table
+
+    out = []
+    for role, layers in report["importance"].items():
+        table = Table(
+            title=f"head importance: {role} (Michel et al. 2019, ℓ2-normalised per layer)"
+        )
+        table.add_column("layer", justify="right")
+        for h in range(len(layers[0]) if layers else 0):
+            table.add_column(f"head {h}", justify="right")
+        for index, scores in enumerate(layers):
+            table.add_row(str(index), *(f"{s:.3f}" for s in scores))
+        out.append(table)
+    if report["curve"]:
+        table = Table(title=f"pruning curve ({report['split']}, {report['n']} sentences)")
+        for column in ("masked", "head", "BLEU", "loss"):
+            table.add_column(column, justify="right")
+        for point in report["curve"]:
+            head = "–" if point["head"] is None else "{} L{} H{}".format(*point["head"])
+            table.add_row(
+                str(point["masked"]), head, f"{point['bleu']:.2f}", f"{point['loss']:.4f}"
+            )
+        out.append(table)
+    return out
+
+
+@click.command()
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
+@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option(
+    "--max-sentences",
+    type=click.IntRange(min=0),
+    default=200,
+    show_default=True,
+    help="sentences scored for the importance and at each point of the curve (0 = all)",
+)
+@click.option("--no-curve", is_flag=True, help="importance only (no pruning curve)")
+@click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
+@click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+def heads(
+    run: Path, split: str, max_sentences: int, no_curve: bool, as_json: bool, device: str | None
+) -> None:
+    """Head importance (|∂L/∂ξ_h| of a head gate) and the pruning curve: dev BLEU with the k
+    least important heads masked, k = 0 … all. Masks are run-time gates: no weight changes."""
+    loaded, torch_device = _load(run, device)
+    dataset = scoring_dataset(loaded, loaded.config)
+    report = heads_report(loaded, dataset, split, max_sentences, torch_device, curve=not no_curve)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+        return
+    console = _console()
+    for renderable in heads_renderables(report):
+        console.print(renderable)
+
+
+# -- compare -----------------------------------------------------------------------------------
+
+
+def compare_renderables(report: dict[str, Any]) -> list[Any]:
+    from attnlab.viz.diverging import render_diverging
+    from attnlab.viz.heatmap import render_heatmap
+
+    out = []
+    for key in ("a", "b"):
+        side = report[key]
+        out.append(
+            render_heatmap(
+                side["map"],
+                side["rows"],
+                report["source"],
+                vmax=report["vmax"] or None,
+                title=f"{key.upper()}: {side['checkpoint']} ({report['method']})",
+            )
+        )
+        if side["aer"] is not None:
+            out.append(
+                f"{key.upper()}: alignment accuracy {side['alignment_accuracy']:.3f}, "
+                f"AER {side['aer']:.3f}"
+            )
+    if report["same_target"]:
+        out.append(
+            render_diverging(
+                report["difference"],
+                report["a"]["rows"],
+                report["source"],
+                title="A − B",
+                row_notes=[f"JS {x:.3f}" for x in report["js"]],
+            )
+        )
+    else:
+        out.append(
+            "the two models produced different target tokens: no A − B map and no JS per row"
+        )
+    return out
+
+
+@click.command()
+@click.argument("run_a", type=click.Path(path_type=Path), metavar="RUN_A")
+@click.argument("run_b", type=click.Path(path_type=Path), metavar="RUN_B")
+@click.argument("sentence", required=False, default="")
+@click.option(
+    "--index",
+    type=click.IntRange(min=0),
+    default=None,
+    help="use sample INDEX of --split instead of a typed sentence (gold alignments, if any)",
+)
+@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option(
+    "--method",
+    type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
+    default="raw",
+    show_default=True,
+    help="which map to compare",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="also write what is printed to FILE.svg or FILE.html",
+)
+@click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+def compare(
+    run_a: Path,
+    run_b: Path,
+    sentence: str,
+    index: int | None,
+    split: str,
+    method: str,
+    as_json: bool,
+    export_path: Path | None,
+    device: str | None,
+) -> None:
+    """Two models, one sentence: both maps on one colour scale, A − B where the target tokens
+    agree, Jensen-Shannon divergence per target row, alignment accuracy / AER with gold."""
+    check_export_path(export_path)
+    if (index is None) == (not sentence.strip()):
+        raise AttnlabError(
+            "give either a SENTENCE or --index N (a sample of --split), not both or neither"
+        )
+    a, torch_device = _load(run_a, device)
+    b, _ = _load(run_b, device)
+    example = None
+    if index is not None:
+        examples = list(scoring_dataset(a, a.config).splits.split(split))
+        if not 0 <= index < len(examples):
+            raise AttnlabError(
+                f"--index {index} is out of range [0, {len(examples) - 1}] for the {split} split"
+            )
+        example = examples[index]
+    report = compare_report(a, b, sentence, example, method, torch_device)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+        return
+    console: Any = _console()
+    if export_path is not None:
+        console = TeeConsole(console)
+    for renderable in compare_renderables(report):
+        console.print(renderable)
+    if export_path is not None:
+        save_recording(console.recording, export_path, "attnlab compare")
+
+
+# -- average -----------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path), metavar="RUN")
+@click.option("--last", type=int, required=True, help="how many of the newest step-* checkpoints")
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="the .safetensors bundle to write (eval / translate load it)",
+)
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+def average(run: Path, last: int, out_file: Path, force: bool) -> None:
+    """Average the N newest checkpoints/step-* copies (train.keep_last = N keeps them)."""
+    from attnlab.interpret.average import average_checkpoints
+
+    if not run.is_dir():
+        raise AttnlabError(f"{run}: no such run directory")
+    path, steps = average_checkpoints(run, last, out_file, force=force)
+    click.echo(f"averaged steps {', '.join(map(str, steps))} into {path}")
+
+
+COMMANDS = (heads, compare, average)

@@ -1,0 +1,122 @@
+"""Checkpoint averaging and the step copies it averages (``train.keep_last``).
+
+With ``train.keep_last = N`` (> 0), after each save of ``checkpoints/last`` the trainer (rank 0,
+the one writer) calls ``keep_step_copy``: the weights and meta of that save are copied to
+``checkpoints/step-<step>`` as a whole (attnlab.runs's directory swap) and all but the N newest
+step copies are retired.
+``average_checkpoints`` averages the N newest copies elementwise (floating-point tensors in
+float64, cast back; integer buffers are taken from the newest) into one exported
+``.safetensors`` bundle that ``eval`` / ``translate`` load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.errors import AttnlabError
+
+
+def step_copies(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every complete ``checkpoints/step-*`` copy, oldest first."""
+    from attnlab.runs import step_checkpoints
+
+    return step_checkpoints(run_dir)
+
+
+def keep_step_copy(run_dir: Path, step: int, keep_last: int) -> Path | None:
+    """``checkpoints/last`` -> ``checkpoints/step-<step>`` (atomic), keeping the ``keep_last``
+    newest copies (attnlab.runs.keep_step_checkpoint). Nothing happens when it is 0."""
+    from attnlab.runs import keep_step_checkpoint
+
+    return keep_step_checkpoint(run_dir, step, keep_last)
+
+
+def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Elementwise mean of floating tensors; others (and mismatches) must agree in keys."""
+    if not states:
+        raise AttnlabError("no checkpoints to average")
+    keys = set(states[0])
+    for state in states[1:]:
+        if set(state) != keys:
+            raise AttnlabError(
+                "the checkpoints to average hold different tensors (different models)"
+            )
+    out = {}
+    for key, newest in states[-1].items():
+        if newest.is_floating_point():
+            total = torch.zeros_like(newest, dtype=torch.float64)
+            for state in states:
+                if state[key].shape != newest.shape:
+                    raise AttnlabError(f"tensor {key} differs in shape between the checkpoints")
+                total += state[key].to(torch.float64)
+            out[key] = (total / len(states)).to(newest.dtype)
+        else:
+            out[key] = newest.clone()
+    return out
+
+
+def read_step_copy(step: int, directory: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """One step copy through the checkpoint reader (every file must carry one step), which
+    must also be the step its name says."""
+    from attnlab.runs import read_checkpoint
+
+    state, meta = read_checkpoint(directory)
+    if meta["step"] != step:
+        raise AttnlabError(
+            f"checkpoint {directory} holds step {meta['step']}, not the step {step} of its "
+            "name; it was not written by keep_last: remove it or average fewer (--last)"
+        )
+    return state, meta
+
+
+def average_checkpoints(
+    run_dir: Path, last: int, out_file: Path, force: bool = False
+) -> tuple[Path, list[int]]:
+    """Average the ``last`` newest step copies of ``run_dir`` into ``out_file`` (.safetensors,
+    written whole; an existing file is replaced only with ``force``)."""
+    import json
+
+    from attnlab.runs import EXPORT_FORMAT, remove_stale_temps, save_tensors
+
+    out_file = Path(out_file)
+    if out_file.suffix != ".safetensors":
+        raise AttnlabError(f"{out_file}: the output file name must end in .safetensors")
+    if out_file.is_dir():
+        raise AttnlabError(f"{out_file}: is a directory; give a .safetensors file name")
+    if last < 1:
+        raise AttnlabError(f"--last must be at least 1, got {last}")
+    copies = step_copies(run_dir)
+    if not copies:
+        raise AttnlabError(
+            f"{run_dir}: no checkpoints/step-* copies to average; "
+            "train with --set train.keep_last=N"
+        )
+    if len(copies) < last:
+        raise AttnlabError(
+            f"{run_dir}: --last {last} but the run kept only {len(copies)} step checkpoints"
+        )
+    if out_file.exists() and not force:
+        raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
+    chosen = copies[-last:]
+    states, metas = zip(*(read_step_copy(step, path) for step, path in chosen), strict=True)
+    averaged = average_state_dicts(list(states))
+    meta = metas[-1]
+    steps = [step for step, _ in chosen]
+    metadata = {
+        "format": "pt",
+        "attnlab.format": EXPORT_FORMAT,
+        "attnlab.version": str(meta.get("attnlab_version", "")),
+        "attnlab.config": json.dumps(meta["config"], ensure_ascii=False),
+        "attnlab.dataset": json.dumps(meta["dataset"], ensure_ascii=False),
+        "attnlab.metrics": json.dumps({}, ensure_ascii=False),
+        "attnlab.step": str(meta.get("step", 0)),
+        "attnlab.params": str(meta.get("params", 0)),
+        "attnlab.averaged_steps": json.dumps(steps),
+    }
+    remove_stale_temps(out_file.parent, out_file.name)
+    save_tensors(out_file, averaged, metadata)
+    return out_file, steps

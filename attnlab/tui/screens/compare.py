@@ -1,0 +1,206 @@
+"""Compare: how do two runs align the same sentence (issue 15)?
+
+Run A and the sentence (a sample of a split, or a typed one) come from Inspect; run B and the
+method (raw / rollout / relevancy / gradient / norm) are chosen here. Both maps are drawn on
+one colour scale; where the two runs produced the same target tokens the A − B map (blue: B
+larger, red: A larger) and the Jensen-Shannon divergence of each target row follow; with gold
+alignments each run's alignment accuracy and AER. The report is
+``attnlab.interpret.reports.compare_report`` (the ``attnlab compare`` command's), computed in a
+thread worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Label, Select, Static
+
+from attnlab.tui.views.run_select import checkpoint_path, has_checkpoint, refresh_run_select
+from attnlab.tui.widgets.heatmap import AttentionHeatmap
+
+METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
+
+
+@dataclass(frozen=True)
+class CompareSource:
+    """Run A and the sentence: ``text`` typed, else sample ``index`` of ``split``."""
+
+    run_dir: Path
+    checkpoint: str
+    split: str
+    index: int
+    text: str
+    method: str = "raw"
+
+
+@dataclass
+class CompareDone(Message):
+    request: tuple[str, str]  # (run B, method) it answers
+    report: dict[str, Any] | None
+    error: str = ""
+
+
+def shown_maps(report: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+    """A's and B's maps on one scale: attention weights as they are (0..1), attribution
+    scores divided by the larger maximum of the two (so the top cell of either is 1)."""
+    a = np.asarray(report["a"]["map"], dtype=np.float64).reshape(len(report["a"]["rows"]), -1)
+    b = np.asarray(report["b"]["map"], dtype=np.float64).reshape(len(report["b"]["rows"]), -1)
+    scale = 1.0 if report["method"] == "raw" else float(report["vmax"] or 0.0)
+    if scale > 0:
+        a, b = a / scale, b / scale
+    return a, b, scale
+
+
+def alignment_line(report: dict[str, Any]) -> str:
+    parts = []
+    for key in ("a", "b"):
+        side = report[key]
+        if side["aer"] is not None:
+            parts.append(f"{key.upper()}: alignment acc. {side['alignment_accuracy']:.0%}, "
+                         f"AER {side['aer']:.3f}")
+    return " · ".join(parts) if parts else "no gold alignments for this sentence"
+
+
+class CompareScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape", "close", "Close")]
+
+    def __init__(self, source: CompareSource, runs_dir: Path) -> None:
+        super().__init__()
+        self.source = source
+        self.runs_dir = Path(runs_dir)
+        self.report: dict[str, Any] | None = None
+        self._paths: list[str] = []
+        self._pending: tuple[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        src = self.source
+        what = f'"{_escape(src.text)}"' if src.text else f"{src.split} sample {src.index}"
+        with Vertical(id="cmp-box"):
+            yield Static(f"[b]A[/] {_escape(src.run_dir.name)} ({src.checkpoint}) · {what}",
+                         id="cmp-title")
+            with Horizontal(id="cmp-controls"):
+                yield Label("B")
+                yield Select([], id="cmp-run", compact=True, prompt="(no other run)")
+                yield Select([(m, m) for m in METHODS], value=src.method, allow_blank=False,
+                             id="cmp-method", compact=True)
+            yield Static("", id="cmp-status")
+            with Horizontal(id="cmp-maps"):
+                with Vertical(classes="cmp-side"):
+                    yield Static("A", id="cmp-a-label", classes="cmp-label")
+                    yield AttentionHeatmap(id="cmp-a")
+                with Vertical(classes="cmp-side"):
+                    yield Static("B", id="cmp-b-label", classes="cmp-label")
+                    yield AttentionHeatmap(id="cmp-b")
+            with VerticalScroll(id="cmp-diff-box"):
+                yield Static("", id="cmp-diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        select = self.query_one("#cmp-run", Select)
+        mine = str(self.source.run_dir)
+        with self.prevent(Select.Changed):
+            self._paths = refresh_run_select(
+                select, self.runs_dir, [], label_width=36,
+                prefer=lambda p: p != mine and has_checkpoint(p),
+            )
+        self.start()
+
+    @on(Select.Changed, "#cmp-run")
+    @on(Select.Changed, "#cmp-method")
+    def _changed(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        run_b = self.query_one("#cmp-run", Select).value
+        method = str(self.query_one("#cmp-method", Select).value)
+        if run_b is Select.NULL or not run_b:
+            self._status("no second run to compare with: train another one")
+            return
+        if not has_checkpoint(str(run_b)):
+            self._status(f"{Path(str(run_b)).name} has no checkpoint yet")
+            return
+        self._pending = (str(run_b), method)
+        self._status(f"comparing with {Path(str(run_b)).name} ({method}) …")
+        self.compute(Path(str(run_b)), method)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
+    def compute(self, run_b: Path, method: str) -> None:
+        from attnlab.errors import AttnlabError
+        from attnlab.interpret.reports import compare_report, scoring_dataset
+        from attnlab.runs import load_checkpoint
+
+        src = self.source
+        request = (str(run_b), method)
+        try:
+            a = load_checkpoint(checkpoint_path(src.run_dir, src.checkpoint))
+            b = load_checkpoint(run_b)
+            example = None
+            if not src.text:
+                examples = list(scoring_dataset(a, a.config).splits.split(src.split))
+                if not 0 <= src.index < len(examples):
+                    raise AttnlabError(f"sample {src.index} is out of range [0, "
+                                       f"{len(examples) - 1}] for the {src.split} split")
+                example = examples[src.index]
+            report = compare_report(a, b, src.text, example, method, "cpu")
+        except AttnlabError as err:
+            self.post_message(CompareDone(request, None, str(err)))
+            return
+        except Exception as err:  # a broken checkpoint must not take the lab down
+            self.post_message(CompareDone(request, None, f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(CompareDone(request, report))
+
+    @on(CompareDone)
+    def _done(self, message: CompareDone) -> None:
+        if message.request != self._pending:
+            return  # an earlier choice's answer
+        if message.report is None:
+            self._status(f"[$error]✗ {_escape(message.error)}[/]")
+            return
+        self.report = report = message.report
+        a, b, scale = shown_maps(report)
+        source = report["source"]
+        self.query_one("#cmp-a", AttentionHeatmap).set_matrix(a, report["a"]["rows"], source)
+        self.query_one("#cmp-b", AttentionHeatmap).set_matrix(b, report["b"]["rows"], source)
+        for key in ("a", "b"):
+            hyp = " ".join(report[key]["hyp"])
+            self.query_one(f"#cmp-{key}-label", Static).update(
+                f"[b]{key.upper()}[/] {_escape(Path(report[key]['checkpoint']).parent.parent.name)}"
+                f" → {_escape(hyp)}"
+            )
+        unit = "weights 0..1" if scale == 1.0 else f"÷ {scale:.3g} (the larger maximum)"
+        self._status(f"one colour scale: {unit} · {alignment_line(report)}")
+        self.query_one("#cmp-diff", Static).update(self._difference(report))
+
+    @staticmethod
+    def _difference(report: dict[str, Any]) -> Any:
+        if not report["same_target"]:
+            return ("the two runs produced different target tokens: no A − B map and no "
+                    "Jensen-Shannon divergence per row")
+        from attnlab.viz.diverging import render_diverging
+
+        js = report["js"]
+        return render_diverging(
+            report["difference"], report["a"]["rows"], report["source"],
+            title=f"A − B · JS per row (bits), mean {sum(js) / max(len(js), 1):.3f}",
+            row_notes=[f"JS {x:.3f}" for x in js],
+        )
+
+    def _status(self, text: str) -> None:
+        self.query_one("#cmp-status", Static).update(text)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")

@@ -1,0 +1,46 @@
+"""The one tiny configuration and the one padded batch the tests share.
+
+``tiny_config()`` is reverse + GRU + Bahdanau at toy sizes that train in well under a second
+(conftest's ``tiny_config`` fixture and ``tiny_sets``, the lab tests' ``lab_config``, all start
+from it); ``batch()`` pads token lists into the model's inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnlab.config import ExperimentConfig, apply_overrides
+from attnlab.nn.seq2seq import BOS_ID, PAD_ID
+
+# --set overrides for a model and data small enough for fast CLI and trainer tests.
+TINY_OVERRIDES = (
+    "data.train_size=64",
+    "data.dev_size=16",
+    "data.test_size=16",
+    "data.max_len=8",
+    "model.hidden=16",
+    "model.emb=8",
+    "train.max_steps=6",
+    "train.batch_size=16",
+    "train.eval_every=3",
+    "train.log_every=1",
+    "train.samples=2",
+)
+
+
+def tiny_config(name: str = "tiny", *overrides: str) -> ExperimentConfig:
+    """A fresh tiny config; ``overrides`` (``key=value``) apply after ``TINY_OVERRIDES``."""
+    return apply_overrides(ExperimentConfig(name=name), [*TINY_OVERRIDES, *overrides])
+
+
+def batch(sources: list[list[int]], targets: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """``(src, src_mask, tgt_in)``: sources right-padded, each target behind BOS, padded."""
+    width_src = max(len(s) for s in sources)
+    width_tgt = 1 + max(len(t) for t in targets)
+    src = torch.full((len(sources), width_src), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((len(targets), width_tgt), PAD_ID, dtype=torch.long)
+    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
+        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        tgt_in[row, : 1 + len(t)] = torch.tensor([BOS_ID, *t], dtype=torch.long)
+    return src, src != PAD_ID, tgt_in

@@ -1,0 +1,298 @@
+"""CLI of issue 15: heads, compare, average, eval --gold-alignments, translate --show-alignment /
+--method / --export, export --tensorboard; JSON fields and round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from attnlab.cli import cli
+
+DATA = Path(__file__).parent / "data"
+TRANSFORMER = (
+    "model.arch=transformer",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=32",
+    "model.enc_layers=1",
+    "model.dec_layers=2",
+    "train.keep_last=2",
+)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A tiny RNN run and a tiny Transformer run (keep_last = 2: step-3 and step-6 kept)."""
+    from conftest import TINY_OVERRIDES
+
+    root = tmp_path_factory.mktemp("runs")
+    sets = [arg for item in TINY_OVERRIDES for arg in ("--set", item)]
+    assert invoke("train", "--out", str(root), "--run-name", "rnn", "--quiet", *sets).exit_code == 0
+    extra = [arg for item in TRANSFORMER for arg in ("--set", item)]
+    assert (
+        invoke("train", "--out", str(root), "--run-name", "tr", "--quiet", *sets, *extra).exit_code
+        == 0
+    )
+    return root
+
+
+def test_shipped_gold_sample_is_the_toy_tasks_gold():
+    from conftest import TINY_OVERRIDES
+
+    from attnlab.config import ExperimentConfig, apply_overrides
+    from attnlab.data.dataset import load_dataset
+    from attnlab.interpret.alignment import read_pharaoh
+
+    cfg = apply_overrides(ExperimentConfig(name="tiny"), list(TINY_OVERRIDES))
+    dev = load_dataset(cfg.data).splits.split("dev")
+    golds = read_pharaoh(DATA / "reverse-tiny-dev.align")
+    assert len(golds) == len(dev)
+    for gold, example in zip(golds, dev, strict=True):
+        assert gold.sure == {(s, t) for t, s in enumerate(example.alignment)}
+
+
+def test_eval_gold_alignments_aer_equals_the_toy_aer(runs):
+    for name in ("rnn", "tr"):
+        result = invoke(
+            "eval",
+            str(runs / name),
+            "--json",
+            "--gold-alignments",
+            str(DATA / "reverse-tiny-dev.align"),
+        )
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        gold = report["gold_alignments"]
+        # the file holds exactly the toy's gold links: both AERs are the same number
+        assert gold["aer"] == pytest.approx(report["aer"]) and gold["n"] == report["n"] == 16
+        assert report["aer"] == pytest.approx(1 - report["alignment_accuracy"])
+        assert isinstance(report["attention_entropy"]["cross"][0][0], float)
+        if name == "tr":
+            assert len(gold["aer_by_layer"]) == 2 and gold["shift_att"]["layer"] in (0, 1)
+            assert set(report["attention_entropy"]) == {"enc_self", "dec_self", "cross"}
+        else:
+            assert "shift_att" not in gold
+
+
+def test_eval_gold_alignments_user_errors(runs, tmp_path):
+    bad = tmp_path / "bad.align"
+    bad.write_text("0-0 1x1\n")
+    result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(bad)])
+    assert (
+        result.exit_code == 2
+        and "error: " in result.output
+        and '"1x1" is not a Pharaoh link' in result.output
+    )
+    short = tmp_path / "short.align"
+    short.write_text("0-0\n")
+    result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(short)])
+    assert result.exit_code == 2 and "has 1 lines but the split has 16" in result.output
+
+
+def test_eval_events_carry_entropy(runs):
+    from attnlab.train.events import iter_events
+
+    evals = [e for e in iter_events(runs / "tr") if e["type"] == "eval"]
+    assert evals and all(len(e["attention_entropy"]["enc_self"]) == 1 for e in evals)
+    assert all(len(e["alignment_accuracy_by_layer"]) == 2 for e in evals)
+
+
+def test_heads_json(runs):
+    result = invoke("heads", str(runs / "tr"), "--json", "--max-sentences", "8")
+    report = json.loads(result.output)
+    assert set(report["importance"]) == {"enc_self", "dec_self", "cross"}
+    assert len(report["order"]) == 10 and len(report["curve"]) == 11
+    assert report["curve"][0]["masked"] == 0 and report["curve"][0]["head"] is None
+    assert [p["head"] for p in report["curve"][1:]] == report["order"]
+    result = CliRunner().invoke(cli, ["heads", str(runs / "rnn"), "--json"])
+    assert result.exit_code == 2 and "no multi-head attention" in result.output
+
+
+def test_compare_json_same_model_gives_zero_difference(runs):
+    result = invoke("compare", str(runs / "tr"), str(runs / "tr"), "--index", "1", "--json")
+    report = json.loads(result.output)
+    assert report["same_target"] and all(x == 0.0 for x in report["js"])
+    assert all(v == 0.0 for row in report["difference"] for v in row)
+    assert report["a"]["aer"] is not None and report["a"]["alignment_accuracy"] == pytest.approx(
+        1 - report["a"]["aer"]
+    )
+    typed = json.loads(
+        invoke("compare", str(runs / "tr"), str(runs / "rnn"), "3 5 7", "--json").output
+    )
+    assert typed["a"]["aer"] is None and len(typed["a"]["map"]) == len(typed["a"]["rows"])
+    both = CliRunner().invoke(
+        cli, ["compare", str(runs / "tr"), str(runs / "rnn"), "3 5", "--index", "0"]
+    )
+    assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_translate_alignment_method_and_exports(runs, tmp_path):
+    result = invoke(
+        "translate", str(runs / "tr"), "3 5 7 2", "--show-alignment", "--method", "gradient"
+    )
+    assert result.exit_code == 0 and "target" in result.output and "weight" in result.output
+    for suffix, marker in ((".svg", "<svg"), (".html", "<html")):
+        out = tmp_path / f"map{suffix}"
+        result = invoke(
+            "translate", str(runs / "tr"), "3 5 7 2", "--show-attention", "--export", str(out)
+        )
+        assert result.exit_code == 0 and marker in out.read_text()
+    assert (
+        "#440154" in (tmp_path / "map.svg").read_text()
+        or "#fde725" in (tmp_path / "map.svg").read_text()
+    )
+    bad = CliRunner().invoke(
+        cli, ["translate", str(runs / "tr"), "3", "--export", str(tmp_path / "m.png")]
+    )
+    assert bad.exit_code == 2 and "valid suffixes: .svg, .html" in bad.output
+
+
+def test_average_of_two_kept_checkpoints_is_their_mean(runs, tmp_path):
+    from attnlab.runs import read_checkpoint, read_tensors
+
+    ckpts = runs / "tr" / "checkpoints"
+    assert sorted(p.name for p in ckpts.glob("step-*")) == ["step-3", "step-6"]
+    out = tmp_path / "avg.safetensors"
+    assert invoke("average", str(runs / "tr"), "--last", "2", "--out", str(out)).exit_code == 0
+    a, _ = read_checkpoint(ckpts / "step-3")
+    b, _ = read_checkpoint(ckpts / "step-6")
+    avg, metadata = read_tensors(out)
+    assert metadata["format"] == "pt" and json.loads(metadata["attnlab.averaged_steps"]) == [3, 6]
+    for key, value in avg.items():
+        expected = ((a[key].double() + b[key].double()) / 2).to(value.dtype)
+        assert torch.equal(value, expected), key
+    result = invoke("eval", str(out), "--json")
+    assert result.exit_code == 0 and json.loads(result.output)["n"] == 16
+    many = CliRunner().invoke(cli, ["average", str(runs / "tr"), "--last", "3", "--out", str(out)])
+    assert many.exit_code == 2 and "kept only 2" in many.output
+    none = CliRunner().invoke(cli, ["average", str(runs / "rnn"), "--last", "1", "--out", str(out)])
+    assert none.exit_code == 2 and "train.keep_last" in none.output
+
+
+def test_exported_safetensors_carry_format_pt(runs, tmp_path):
+    from attnlab.runs import read_tensors
+
+    out = tmp_path / "m.safetensors"
+    assert invoke("export", str(runs / "rnn"), "--out", str(out)).exit_code == 0
+    _, metadata = read_tensors(out)
+    assert metadata["format"] == "pt" and "attnlab.config" in metadata
+
+
+def test_tensorboard_round_trip(runs, tmp_path):
+    pytest.importorskip("tensorboardX")
+    from attnlab.tensorboard_export import read_event_files
+    from attnlab.train.events import iter_events
+
+    result = invoke("export", str(runs / "tr"), "--tensorboard", str(tmp_path / "tb"))
+    assert result.exit_code == 0, result.output
+    scalars: dict[tuple[str, int], float] = {}
+    texts = []
+    for event in read_event_files(tmp_path / "tb"):
+        for value in event.summary.value:
+            if value.HasField("simple_value"):
+                scalars[(value.tag, event.step)] = value.simple_value
+            elif value.metadata.plugin_data.plugin_name == "text":
+                texts.append(value.tensor.string_val[0].decode())
+    events = list(iter_events(runs / "tr"))
+    for e in events:
+        if e["type"] == "step":
+            assert scalars[("train/loss", e["step"])] == pytest.approx(e["loss"], rel=1e-6)
+            assert scalars[("train/lr", e["step"])] == pytest.approx(e["lr"], rel=1e-6)
+        if e["type"] == "eval":
+            assert scalars[("dev/bleu", e["step"])] == pytest.approx(e["bleu"], rel=1e-6)
+            assert scalars[("dev/exact_match", e["step"])] == pytest.approx(
+                e["exact_match"], abs=1e-7
+            )
+            entropy = e["attention_entropy"]["cross"][1][0]
+            assert scalars[("entropy/cross/layer1/head0", e["step"])] == pytest.approx(
+                entropy, rel=1e-6
+            )
+    samples = [e for e in events if e["type"] == "sample"]
+    assert len(texts) == len(samples) and " ".join(samples[0]["hyp"]) in texts[0]
+
+
+def _plain_rows(output: str, title: str) -> list[list[int]]:
+    lines = output.splitlines()
+    at = lines.index(title)
+    rows = []
+    for line in lines[at + 2 :]:
+        if line.startswith("("):
+            break
+        rows.append([int(c) for c in line.split()[1:]])
+    return rows
+
+
+def test_translate_method_takes_the_chosen_layer_and_head(runs):
+    """--method gradient / norm with --layer / --head = that head's own map (explain with a
+    per-head reference computed here from the trace), printed plain when piped."""
+    from attnlab.interpret.attribution import trace
+    from attnlab.runs import load_checkpoint
+
+    run = runs / "tr"
+    src = "3 5 7 2"
+    result = invoke(
+        "translate", str(run), src, "--show-attention", "--method", "gradient", "--layer", "0",
+        "--head", "1",
+    )
+    assert result.exit_code == 0, result.output
+    hyp = result.output.splitlines()[0].split()
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    n_heads = loaded.config.model.heads
+    layers = loaded.config.model.dec_layers
+    title = f"gradient (target × source), layer 0/{layers}, head 1/{n_heads}"
+    printed = _plain_rows(result.output, title)
+    ids = loaded.src_vocab.encode(src.split())
+    tgt = loaded.tgt_vocab.encode(hyp)
+    finished = len(printed) == len(tgt) + 1  # a row for </s>
+    assert finished or len(printed) == len(tgt)
+    rows = len(printed)
+    out_ids = [*tgt, 3][:rows]  # EOS_ID = 3
+    traced = trace(
+        loaded.model.eval(),
+        torch.tensor([ids] * rows),
+        torch.tensor([ids] * rows) != 0,
+        torch.tensor([[2, *tgt][:rows]] * rows),
+        torch.tensor([out_ids] * rows),
+        torch.arange(rows),
+    )
+    cross, grads = traced.maps["cross"], traced.grads["cross"]  # [B, L, H, T, S]
+    expected = [(grads[r, 0, 1, r] * cross[r, 0, 1, r]).clamp_min(0) for r in range(rows)]
+    assert printed == [[round(100 * float(v)) for v in row] for row in expected]
+    norm = invoke("translate", str(run), src, "--show-alignment", "--method", "norm", "--head", "0")
+    title = f"alignment from norm (target × source), layer {layers - 1}/{layers}, head 0/{n_heads}"
+    assert norm.exit_code == 0 and title in " ".join(norm.output.split())  # the title wraps
+
+
+def test_translate_method_refuses_combinations_that_mean_nothing(runs):
+    run = str(runs / "tr")
+    for args, message in (
+        (("--method", "rollout", "--layer", "0"), "--method rollout combines every layer and head"),
+        (("--method", "norm", "--role", "dec-self"), "it needs --role cross"),
+        (("--method", "gradient", "--head", "7"), "--head 7: this model has 2 heads; valid: 0..1"),
+    ):
+        result = CliRunner().invoke(cli, ["translate", run, "3 5", "--show-attention", *args])
+        assert result.exit_code == 2, args
+        assert [line for line in result.output.splitlines() if line.startswith("error: ")] == [
+            "error: " + result.output.split("error: ", 1)[1].strip()
+        ]
+        assert message in result.output, result.output
+
+
+def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):
+    out = tmp_path / "enc.svg"
+    result = invoke(
+        "translate", str(runs / "tr"), "3 5 7", "--show-attention", "--role", "enc-self",
+        "--export", str(out),
+    )
+    assert result.exit_code == 0
+    assert "encoder self-attention (source × source)" in result.output  # plain, piped
+    svg = out.read_text()
+    assert "<svg" in svg and "encoder" in svg and "\x1b" not in result.output
