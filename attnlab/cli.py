@@ -26,6 +26,7 @@ from attnlab import __version__
 from attnlab.cli_data import data as _data_group
 from attnlab.cli_inspect import COMMANDS as _inspect_commands
 from attnlab.errors import AttnlabError
+from attnlab.events import Checkpoint, Done, Error, Eval, Event, Start, Step, as_event
 
 DEFAULT_PRESET = "reverse-bahdanau"
 
@@ -246,33 +247,36 @@ class TrainProgress:
             return None
         return max(self.max_steps - step, 0) * (self.clock() - self.started) / done
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "start" and event.get("dropped_pairs"):
+    def on_event(self, event: Event | dict[str, Any]) -> None:
+        """The trainer's callback (typed events; a dict is read as its JSON)."""
+        typed = as_event(event)
+        if typed is None:
+            return
+        if isinstance(typed, Start) and typed.dropped_pairs:
             click.echo(
-                f"note: dropped {event['dropped_pairs']} training pairs longer than "
+                f"note: dropped {typed.dropped_pairs} training pairs longer than "
                 "data.train_max_tokens tokens", err=True,
             )
         if self.progress is None:
-            if event["type"] == "error":  # --quiet still says why training stopped
-                click.echo(f"error: {_one_line(str(event.get('message')))}", err=True)
+            if isinstance(typed, Error):  # --quiet still says why training stopped
+                click.echo(f"error: {_one_line(typed.message)}", err=True)
             return
         if self._stopped:
             return
-        if kind == "step":
+        if isinstance(typed, Step):
             self.progress.update(
                 self.task,
-                completed=event["step"],
-                loss=_fmt(event.get("loss"), 4),
-                tps=_fmt(event.get("tokens_per_s"), 0),
-                eta=_duration(self.eta_s(int(event["step"]))),
+                completed=typed.step,
+                loss=_fmt(typed.loss, 4),
+                tps=_fmt(typed.tokens_per_s, 0),
+                eta=_duration(self.eta_s(typed.step)),
             )
-        elif kind == "eval":
-            self.progress.update(self.task, completed=event["step"], bleu=_fmt(event.get("bleu")))
-        elif kind in ("checkpoint", "done"):
-            self.progress.update(self.task, completed=event["step"])
-        elif kind == "error":
-            self.progress.console.print(f"[red]error:[/red] {event.get('message')}")
+        elif isinstance(typed, Eval):
+            self.progress.update(self.task, completed=typed.step, bleu=_fmt(typed.bleu))
+        elif isinstance(typed, (Checkpoint, Done)):
+            self.progress.update(self.task, completed=typed.step)
+        elif isinstance(typed, Error):
+            self.progress.console.print(f"[red]error:[/red] {typed.message}")
 
 
 def _duration(seconds: float | None) -> str:

@@ -72,7 +72,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from attnlab import __version__
 from attnlab.config import ExperimentConfig, check_name, dumps_toml, load_toml, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.events import EVENTS_FILE, read_event_log
+from attnlab.events import (
+    EVENTS_FILE,
+    ControlCommand,
+    Done,
+    Error,
+    Eval,
+    RunStatus,
+    Start,
+    Step,
+    read_typed_log,
+    run_status,
+)
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     import torch
@@ -80,7 +91,7 @@ if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loadin
 
 CONFIG_FILE = "config.toml"
 CONTROL_FILE = "control"
-CONTROL_COMMANDS = ("pause", "resume", "save", "stop")  # what write_control accepts
+CONTROL_COMMANDS = tuple(c.value for c in ControlCommand)  # what write_control accepts
 LOCK_FILE = ".lock"
 LOCK_WAIT_S = 0.5  # a lab's lock probe (a shared lock for a moment) is not a second trainer
 CHECKPOINTS = "checkpoints"
@@ -404,16 +415,14 @@ def checkpoint_dir(run_dir: Path, tag: str) -> Path:
     return Path(run_dir) / CHECKPOINTS / tag
 
 
-def write_control(run_dir: Path, command: str) -> None:
-    """What a controller (the TUI) calls: ``pause`` | ``resume`` | ``save`` | ``stop``.
-
-    Atomic (temp file + rename); creates the run directory if the trainer has not yet. A word
-    outside the four is a programming error (words come from code, not users): ValueError.
-    """
-    if command not in CONTROL_COMMANDS:
-        raise ValueError(f'unknown control command "{command}"; valid: {", ".join(CONTROL_COMMANDS)}')
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(run_dir) / CONTROL_FILE, command + "\n")
+def write_control(run_dir: Path, command: ControlCommand | str) -> None:
+    """The one way a controller (the lab, a test, a script) asks a running trainer to
+    ``pause`` | ``resume`` | ``save`` | ``stop``: one word in ``RUN/control``, written
+    atomically (the trainer never reads half a word). An unknown word raises
+    ``UnknownControlCommand`` (an AttnlabError and a ValueError) naming the valid ones."""
+    word = ControlCommand.parse(command)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)  # the lab may ask before the child made it
+    atomic_write_text(Path(run_dir) / CONTROL_FILE, word.value + "\n")
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -1074,15 +1083,6 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)  # one line each, for the user
 
 
-_DONE_STATUS = {
-    "finished": "finished",
-    "early-stop": "finished",
-    "interrupted": "interrupted",
-    "stopped": "stopped",
-    "error": "error",
-}
-
-
 def _pid_alive(pid: int) -> bool:
     if not 0 < pid < 2**31:  # a logged pid is data: never signal a group or overflow
         return False
@@ -1119,42 +1119,40 @@ def summarize_run(run_dir: Path) -> RunSummary:
     )
     if config_warning:
         summary.warnings.append(config_warning)
-    done_reason, errored, pid, host = None, False, None, None
-    events, reader = read_event_log(run_dir)
-    for event in events:  # well-shaped: str type, int step, used fields of the right type
-        kind = event["type"]
-        summary.steps = max(summary.steps, event["step"])
-        if kind == "start":
-            summary.params = int(event.get("params", 0) or 0)
-            if isinstance(event.get("roles"), dict):  # the variants as built (dec-self resolved)
-                summary.attention = _attention_text(arch, model, event["roles"])
-            pid, host = event.get("pid"), event.get("host")
+    done_reason, errored, pid, host = None, False, None, ""
+    events, reader = read_typed_log(run_dir)
+    for event in events:  # well-shaped; a mistyped field has its default
+        summary.steps = max(summary.steps, event.step)
+        if isinstance(event, Start):
+            summary.params = event.params
+            if event.roles:  # the variants as built (dec-self resolved)
+                summary.attention = _attention_text(arch, model, event.roles)
+            pid, host = event.pid, event.host
             done_reason, errored = None, False  # a resumed run starts over
-        elif kind == "step":
-            summary.tokens_per_s = event.get("tokens_per_s", summary.tokens_per_s)
-            summary.wall_s = event.get("elapsed_s", summary.wall_s)
-        elif kind == "eval":
-            summary.wall_s = event.get("elapsed_s", summary.wall_s)
-            for attr, key in (("best_bleu", "bleu"), ("best_chrf", "chrf"), ("best_exact_match", "exact_match")):
-                value = event.get(key)
-                if value is not None and (getattr(summary, attr) is None or value > getattr(summary, attr)):
-                    setattr(summary, attr, value)
-        elif kind == "error":
+        elif isinstance(event, Step):
+            summary.tokens_per_s = _given(event.tokens_per_s, summary.tokens_per_s)
+            summary.wall_s = _given(event.elapsed_s, summary.wall_s)
+        elif isinstance(event, Eval):
+            summary.wall_s = _given(event.elapsed_s, summary.wall_s)
+            summary.best_bleu = _larger(summary.best_bleu, event.bleu)
+            summary.best_chrf = _larger(summary.best_chrf, event.chrf)
+            summary.best_exact_match = _larger(summary.best_exact_match, event.exact_match)
+        elif isinstance(event, Error):
             errored = True
-        elif kind == "done":
-            done_reason = event.get("reason")
-            summary.wall_s = event.get("elapsed_s", summary.wall_s)
+        elif isinstance(event, Done):
+            done_reason = event.reason
+            summary.wall_s = _given(event.elapsed_s, summary.wall_s)
     locked = run_dir_locked(run_dir) if done_reason is None and not errored else None
     if done_reason is not None:
-        summary.status = _DONE_STATUS.get(str(done_reason), str(done_reason))
+        summary.status = str(run_status(done_reason))
     elif errored:
-        summary.status = "error"
+        summary.status = RunStatus.ERROR.value
     elif locked is not None:
         # The trainer's lock is the truth: held while it lives, dropped by the OS when it dies
         # (also before a "start" event, e.g. a process killed during set-up).
-        summary.status = "running" if locked else "error"
-    elif pid is not None and host == _hostname() and not _pid_alive(int(pid)):
-        summary.status = "error"  # the process died without writing "done" (killed)
+        summary.status = (RunStatus.RUNNING if locked else RunStatus.ERROR).value
+    elif pid is not None and host == _hostname() and not _pid_alive(pid):
+        summary.status = RunStatus.ERROR.value  # the process died without "done" (killed)
     # A last line without its newline is being written while the run runs; after, it is lost.
     truncated = bool(reader.pending) and summary.status != "running"
     warning = reader.warning(include_pending=truncated)
@@ -1162,6 +1160,15 @@ def summarize_run(run_dir: Path) -> RunSummary:
     if warning:
         summary.warnings.append(warning)
     return summary
+
+
+def _given(value: Any, before: Any) -> Any:
+    """A logged figure, or the earlier one where this event has none."""
+    return before if value is None else value
+
+
+def _larger(best: float | None, value: float | None) -> float | None:
+    return value if value is not None and (best is None or value > best) else best
 
 
 def _attention_text(arch: str, model: dict[str, Any], built: dict[str, Any] | None) -> str:

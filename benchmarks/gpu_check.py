@@ -228,7 +228,7 @@ def measure_decoding(args: argparse.Namespace, trained: list[dict[str, Any]]) ->
 def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from attnlab.train.events import iter_events
+    from attnlab.events import iter_events
 
     nproc = 2 if torch.cuda.device_count() >= 2 else 1
     runs = Path(args.runs) / "ddp"

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnlab.events import iter_events
 from attnlab.experiment import apply_overrides, load_preset
-from attnlab.train.events import iter_events
 from attnlab.tui.app import make_app
 from attnlab.tui.launcher import train_command
 from attnlab.tui.views.inspect import InspectView

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 import attnlab.runs as runs
 from attnlab.cli import cli
 from attnlab.errors import AttnlabError
+from attnlab.events import EventLog, iter_events
 from attnlab.runs import (
     WriteError,
     export_checkpoint,
@@ -30,7 +31,6 @@ from attnlab.runs import (
     save_checkpoint,
     write_config,
 )
-from attnlab.train.events import EventLog, iter_events
 from attnlab.train.trainer import Trainer
 
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

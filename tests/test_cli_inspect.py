@@ -99,7 +99,7 @@ def test_eval_gold_alignments_user_errors(runs, tmp_path):
 
 
 def test_eval_events_carry_entropy(runs):
-    from attnlab.train.events import iter_events
+    from attnlab.events import iter_events
 
     evals = [e for e in iter_events(runs / "tr") if e["type"] == "eval"]
     assert evals and all(len(e["attention_entropy"]["enc_self"]) == 1 for e in evals)
@@ -189,8 +189,8 @@ def test_exported_safetensors_carry_format_pt(runs, tmp_path):
 
 def test_tensorboard_round_trip(runs, tmp_path):
     pytest.importorskip("tensorboardX")
+    from attnlab.events import iter_events
     from attnlab.tensorboard_export import read_event_files
-    from attnlab.train.events import iter_events
 
     result = invoke("export", str(runs / "tr"), "--tensorboard", str(tmp_path / "tb"))
     assert result.exit_code == 0, result.output

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from attnlab.errors import AttnlabError
+from attnlab.events import iter_events, read_events
 from attnlab.train.distributed import (
     Dist,
     check_nproc,
@@ -22,7 +23,6 @@ from attnlab.train.distributed import (
     shard_plan,
     torchrun_argv,
 )
-from attnlab.train.events import iter_events, read_events
 
 # -- sharding (fast) -------------------------------------------------------------------------
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from attnlab.events import iter_events, read_events
 from attnlab.experiment import apply_overrides, load_preset
 from attnlab.runs import load_checkpoint
-from attnlab.train.events import iter_events, read_events
 from attnlab.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from attnlab.cli import cli
 from attnlab.errors import AttnlabError
+from attnlab.events import EventLog, EventReader, check_event, read_event_log, read_events
 from attnlab.runs import list_runs, require_run_dir, summarize_run
-from attnlab.train.events import EventLog, EventReader, check_event, read_event_log, read_events
 
 START = {"type": "start", "time": 1.0, "step": 0, "name": "r", "params": 1234}
 EVAL = {"type": "eval", "time": 2.0, "step": 10, "split": "dev", "bleu": 12.5, "exact_match": 0.25}
@@ -302,6 +302,293 @@ def test_the_trainer_does_not_recreate_a_run_dir_deleted_under_it(
     assert not run_dir.exists()
 
 
+# -- typed events ------------------------------------------------------------------------------
+
+from attnlab.train import events as ev  # noqa: E402
+
+# One event of every type with every declared field set to something other than its default,
+# written as today's trainer writes it: the expected JSON is spelled out by hand (key order
+# included), independent of the dataclasses.
+TYPED_CASES: list[tuple[ev.Event, dict]] = [
+    (
+        ev.Start(0, time=1.5, run_dir="runs/r", name="r", config={"train": {"max_steps": 9}},
+                 params=1234, device="cpu (1 threads)", resumed=True, max_steps=9,
+                 roles={"arch": "rnn", "cross": "bahdanau"}, pid=42, host="vm",
+                 dropped_pairs=3, world_size=2),
+        {"type": "start", "time": 1.5, "step": 0, "run_dir": "runs/r", "name": "r",
+         "config": {"train": {"max_steps": 9}}, "params": 1234, "device": "cpu (1 threads)",
+         "resumed": True, "max_steps": 9, "roles": {"arch": "rnn", "cross": "bahdanau"},
+         "pid": 42, "host": "vm", "dropped_pairs": 3, "world_size": 2},
+    ),
+    (
+        ev.Step(5, time=2.0, loss=1.25, lr=0.002, tokens_per_s=900.5, tf_ratio=0.5,
+                grad_norm=None, elapsed_s=3.0, tokens=640, padding=0.125, world_size=2),
+        {"type": "step", "time": 2.0, "step": 5, "loss": 1.25, "lr": 0.002,
+         "tokens_per_s": 900.5, "tf_ratio": 0.5, "grad_norm": None, "elapsed_s": 3.0,
+         "tokens": 640, "padding": 0.125, "world_size": 2},
+    ),
+    (
+        ev.Eval(10, time=3.0, split="test", n=16, loss=2.5, ppl=12.18, bleu=12.5, chrf=30.0,
+                bleu_signature="b|sig", chrf_signature="c|sig", bleu_lc=13.0,
+                bleu_lc_signature="lc|sig", exact_match=0.25, alignment_accuracy=0.75,
+                aer=0.25, bleu_by_length=[{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+                attention_entropy={"cross": [[0.5, 1.0]]}, alignment_accuracy_by_layer=[0.75],
+                best=True, elapsed_s=4.0),
+        {"type": "eval", "time": 3.0, "step": 10, "split": "test", "n": 16, "loss": 2.5,
+         "ppl": 12.18, "bleu": 12.5, "chrf": 30.0, "bleu_signature": "b|sig",
+         "chrf_signature": "c|sig", "bleu_lc": 13.0, "bleu_lc_signature": "lc|sig",
+         "exact_match": 0.25, "alignment_accuracy": 0.75, "aer": 0.25,
+         "bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+         "attention_entropy": {"cross": [[0.5, 1.0]]}, "alignment_accuracy_by_layer": [0.75],
+         "best": True, "elapsed_s": 4.0},
+    ),
+    (
+        ev.Sample(10, time=3.1, index=1, src=["a", "b"], ref=["b", "a"], hyp=["b"],
+                  attention=[[0.25, 0.75]]),
+        {"type": "sample", "time": 3.1, "step": 10, "index": 1, "src": ["a", "b"],
+         "ref": ["b", "a"], "hyp": ["b"], "attention": [[0.25, 0.75]]},
+    ),
+    (
+        ev.Checkpoint(10, time=3.2, tag="best", path="runs/r/checkpoints/best"),
+        {"type": "checkpoint", "time": 3.2, "step": 10, "tag": "best",
+         "path": "runs/r/checkpoints/best"},
+    ),
+    (
+        ev.Error(11, time=3.3, message="loss became nan", kind="nan"),
+        {"type": "error", "time": 3.3, "step": 11, "message": "loss became nan", "kind": "nan"},
+    ),
+    (
+        ev.Done(11, time=3.4, reason=ev.DoneReason.EARLY_STOP, best={"bleu": 12.5, "step": 10},
+                elapsed_s=5.0, tokens_per_s=None),
+        {"type": "done", "time": 3.4, "step": 11, "reason": "early-stop",
+         "best": {"bleu": 12.5, "step": 10}, "elapsed_s": 5.0, "tokens_per_s": None},
+    ),
+    (
+        ev.Control(4, time=1.9, command=ev.ControlCommand.PAUSE),
+        {"type": "control", "time": 1.9, "step": 4, "command": "pause"},
+    ),
+    (
+        ev.Note(0, time=1.6, message="torch.compile failed; training eagerly"),
+        {"type": "note", "time": 1.6, "step": 0,
+         "message": "torch.compile failed; training eagerly"},
+    ),
+]
+
+
+def test_the_cases_cover_every_event_type() -> None:
+    assert sorted(type(event).TYPE for event, _ in TYPED_CASES) == sorted(ev.EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event, expected", TYPED_CASES, ids=[e.type for e, _ in TYPED_CASES])
+def test_every_event_type_round_trips_to_json_and_back(event: ev.Event, expected: dict) -> None:
+    assert event.to_json() == expected
+    assert list(event.to_json()) == list(expected)  # the key order written today
+    assert event.to_line() == json.dumps(expected, ensure_ascii=False)
+    assert ev.Event.from_json(event.to_json()) == event
+    assert ev.Event.from_json(event.to_line()) == event  # from a line (str) ...
+    assert ev.Event.from_json(event.to_line().encode() + b"\n") == event  # ... or its bytes
+    again = ev.Event.from_json(expected)
+    assert type(again) is type(event) and again.to_json() == expected
+
+
+def test_the_keyword_form_builds_the_same_event(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    seen: list = []
+    log.on_event = seen.append
+    by_words = log.emit("checkpoint", 10, tag="best", path="p")
+    by_object = log.emit(ev.Checkpoint(10, tag="best", path="p"))
+    log.close()
+    assert type(by_words) is ev.Checkpoint and seen == [by_words, by_object]
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [e.to_json() for e in seen]
+    keys = ["type", "time", "step", "tag", "path"]
+    assert [list(json.loads(line)) for line in lines] == [keys, keys]
+    with pytest.raises(ValueError, match="unknown event type"):
+        log.emit("bogus", 1)
+
+
+def test_unknown_fields_and_types_survive_a_read_and_a_write() -> None:
+    # Fields of newer writers (or other branches).
+    line = {
+        "type": "eval", "time": 3.0, "step": 10, "split": "dev", "bleu": 12.5,
+        "head_importance": [1.5, 0.25], "gold_aer": 0.125, "best": True,
+    }
+    event = ev.Event.from_json(line)
+    assert isinstance(event, ev.Eval) and event.bleu == 12.5 and event.best is True
+    assert event.extra == {"head_importance": [1.5, 0.25], "gold_aer": 0.125}
+    assert event.metric("gold_aer") == 0.125 and event.metric("bleu") == 12.5
+    assert event.metric("nothing") is None
+    out = event.to_json()
+    assert {k: out[k] for k in line} == line  # every given field written back, unchanged
+    assert ev.Event.from_json(event.to_line()) == event
+    # A start event with a field this version does not know, and a type it does not know.
+    start = ev.Event.from_json({"type": "start", "step": 0, "gpu_name": "H200", "params": 5})
+    assert isinstance(start, ev.Start) and start.extra == {"gpu_name": "H200"}
+    assert start.to_json()["gpu_name"] == "H200"
+    future = {"type": "future", "time": 1.0, "step": 2, "kind": "x", "anything": {"x": [1]}}
+    unknown = ev.Event.from_json(future)
+    assert isinstance(unknown, ev.Unknown) and unknown.type == "future"
+    assert unknown.to_json() == future and list(unknown.to_json()) == list(future)
+
+
+def test_from_json_is_tolerant_like_the_reader() -> None:
+    for bad, _ in MALFORMED.values():
+        assert ev.Event.from_json(bad) is None  # the reader's malformed lines: None, no raise
+    step = ev.Event.from_json({"type": "step", "step": 5, "loss": "x", "lr": 0.1})
+    assert isinstance(step, ev.Step) and step.loss is None and step.lr == 0.1  # default
+    done = ev.Event.from_json({"type": "done", "step": 5, "reason": 5, "best": [1]})
+    assert isinstance(done, ev.Done) and done.reason is None and done.best == {}
+    newer = ev.Event.from_json({"type": "done", "step": 5, "reason": "preempted"})
+    assert isinstance(newer, ev.Done) and newer.reason == "preempted"  # kept as text
+    assert ev.run_status(newer.reason) == "preempted" and ev.exit_code("preempted") == 1
+    control = ev.Event.from_json({"type": "control", "step": 1, "command": "resume"})
+    assert isinstance(control, ev.Control) and control.command is ev.ControlCommand.RESUME
+
+
+def test_events_answer_the_old_dict_lookups_for_old_callbacks() -> None:
+    step = ev.Step(3, loss=1.5, extra={"later": 1})
+    assert step["type"] == "step" and step["step"] == 3 and step["loss"] == 1.5
+    assert step.get("later") == 1 and step.get("missing", "d") == "d"
+    assert ev.Control(1, command=ev.ControlCommand.STOP)["command"] == "stop"
+
+
+# The run status of each done reason, by hand (the lab's Runs view and `attnlab runs`).
+EXPECTED_STATUS = {
+    "finished": ("finished", 0),
+    "early-stop": ("finished", 0),
+    "stopped": ("stopped", 0),
+    "interrupted": ("interrupted", 130),
+    "error": ("error", 1),
+}
+
+
+@pytest.mark.parametrize("reason", list(ev.DoneReason))
+def test_the_done_reason_to_status_mapping_is_total(reason: ev.DoneReason) -> None:
+    assert reason in ev.DONE_STATUS and reason in ev.DONE_EXIT_CODES
+    assert isinstance(reason.status, ev.RunStatus)
+    assert (reason.status.value, reason.exit_code) == EXPECTED_STATUS[reason.value]
+    assert ev.run_status(reason.value) == reason.status  # from the text on disk too
+    assert ev.exit_code(reason.value) == reason.exit_code
+
+
+def test_every_done_reason_is_expected_and_every_status_reachable() -> None:
+    assert {r.value for r in ev.DoneReason} == set(EXPECTED_STATUS)
+    reached = set(ev.DONE_STATUS.values()) | {ev.RunStatus.RUNNING}
+    assert reached == set(ev.RunStatus)
+
+
+def test_control_words_are_one_enum_and_write_control_is_the_one_writer(tmp_path: Path) -> None:
+    from attnlab.runs import write_control
+    from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS
+    from attnlab.tui import launcher
+
+    assert launcher.write_control is write_control
+    assert [c.value for c in ev.ControlCommand] == ["pause", "resume", "save", "stop"]
+    assert set(CONTROL_CODES) == {None, *ev.ControlCommand}
+    assert len(set(CONTROL_CODES.values())) == len(CONTROL_CODES)  # codes are one-to-one
+    assert all(CONTROL_WORDS[CONTROL_CODES[c]] is c for c in ev.ControlCommand)
+    for command in ev.ControlCommand:
+        write_control(tmp_path / "run", command.value)
+        assert (tmp_path / "run" / "control").read_text() == f"{command.value}\n"
+    for bad in ("explode", "interrupt", "PAUSE "):
+        with pytest.raises(AttnlabError, match='unknown control command .*valid: pause, resume'):
+            write_control(tmp_path / "run", bad)
+    assert (tmp_path / "run" / "control").read_text() == "stop\n"  # left as it was
+
+
+# An events.jsonl as the trainer writes it today (before typed events): the typed readers
+# read it the same, and writing what they read gives back the same bytes.
+OLD_LOG = b"".join(
+    line.encode() + b"\n"
+    for line in [
+        '{"type": "start", "time": 100.0, "step": 0, "run_dir": "runs/old", "name": "old", '
+        '"config": {"model": {"arch": "rnn", "attention": "luong-dot"}, '
+        '"train": {"max_steps": 20}}, '
+        '"params": 4321, "device": "cpu (1 threads)", "resumed": false, "max_steps": 20, '
+        '"roles": {"arch": "rnn", "cross": "luong-dot"}, "pid": 2147483647, "host": "elsewhere", '
+        '"dropped_pairs": 0, "world_size": 1}',
+        '{"type": "step", "time": 101.0, "step": 10, "loss": 2.5, "lr": 0.002, '
+        '"tokens_per_s": 1500.5, "tf_ratio": 1.0, "grad_norm": 0.75, "elapsed_s": 1.0, '
+        '"tokens": 1500, "padding": 0.125, "world_size": 1}',
+        '{"type": "eval", "time": 102.0, "step": 10, "split": "dev", "n": 16, "loss": 2.25, '
+        '"ppl": 9.49, "bleu": 20.5, "chrf": 40.25, "bleu_signature": "s", "chrf_signature": "c", '
+        '"bleu_lc": 21.0, "bleu_lc_signature": "l", "exact_match": 0.5, '
+        '"alignment_accuracy": null, '
+        '"bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 20.5}], '
+        '"best": true, "elapsed_s": 1.5}',
+        '{"type": "sample", "time": 102.1, "step": 10, "index": 0, "src": ["a", "b"], '
+        '"ref": ["b", "a"], "hyp": ["b", "a"], "attention": [[0.25, 0.75], [0.5, 0.5]]}',
+        '{"type": "checkpoint", "time": 102.2, "step": 10, "tag": "best", "path": "runs/old/b"}',
+        '{"type": "control", "time": 102.3, "step": 12, "command": "pause"}',
+        '{"type": "control", "time": 105.3, "step": 12, "command": "resume"}',
+        '{"type": "step", "time": 106.0, "step": 20, "loss": 2.0, "lr": 0.001, '
+        '"tokens_per_s": 1600.0, "tf_ratio": 1.0, "grad_norm": null, "elapsed_s": 2.5, '
+        '"tokens": 3000, "padding": 0.25, "world_size": 1}',
+        '{"type": "eval", "time": 106.5, "step": 20, "split": "dev", "n": 16, "loss": 2.5, '
+        '"ppl": 12.18, "bleu": 18.0, "chrf": 41.0, "bleu_signature": "s", "chrf_signature": "c", '
+        '"bleu_lc": 18.5, "bleu_lc_signature": "l", "exact_match": 0.25, '
+        '"alignment_accuracy": null, "bleu_by_length": [], "best": false, "elapsed_s": 3.0}',
+        '{"type": "checkpoint", "time": 106.6, "step": 20, "tag": "last", "path": "runs/old/l"}',
+        '{"type": "done", "time": 106.7, "step": 20, "reason": "stopped", '
+        '"best": {"bleu": 20.5, "step": 10}, "elapsed_s": 3.25, "tokens_per_s": 1550.0}',
+    ]
+)
+
+
+def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
+    from attnlab.tui.follow import STOPPED, RunFollower
+
+    run_dir = tmp_path / "old"
+    _write(run_dir, OLD_LOG)
+    events, reader = ev.read_typed_log(run_dir)
+    assert reader.skipped == 0 and reader.dropped == 0
+    assert [e.type for e in events] == [
+        "start", "step", "eval", "sample", "checkpoint", "control", "control", "step", "eval",
+        "checkpoint", "done",
+    ]
+    # Byte-compatible: what the typed events write is each line as it was.
+    assert b"".join(e.to_line().encode() + b"\n" for e in events) == OLD_LOG
+    start, done = events[0], events[-1]
+    assert isinstance(start, ev.Start) and start.roles == {"arch": "rnn", "cross": "luong-dot"}
+    assert isinstance(done, ev.Done) and done.reason is ev.DoneReason.STOPPED
+
+    summary = summarize_run(run_dir)  # `attnlab runs` / the Runs view
+    assert (summary.params, summary.steps, summary.status) == (4321, 20, "stopped")
+    assert (summary.best_bleu, summary.best_chrf, summary.best_exact_match) == (20.5, 41.0, 0.5)
+    assert (summary.tokens_per_s, summary.wall_s) == (1600.0, 3.25)
+    assert summary.attention == "luong-dot" and summary.warnings == []
+
+    follower = RunFollower(run_dir)  # the lab's Train view
+    assert [e.type for e in follower.poll()] == [e.type for e in events]
+    assert follower.state == STOPPED and follower.done_reason == "stopped"
+    assert (follower.name, follower.params) == ("old", 4321)
+    assert (follower.max_steps, follower.step) == (20, 20)
+    assert follower.curves.train_step == [10, 20] and follower.curves.train_loss == [2.5, 2.0]
+    assert follower.curves.eval_step == [10, 20] and follower.curves.bleu == [20.5, 18.0]
+    assert follower.curves.exact_match == [50.0, 25.0]
+    assert follower.last_eval is not None and follower.last_eval.bleu == 18.0
+    assert follower.best == {"bleu": 20.5, "step": 10}  # the done event's
+    assert [(s.src, s.hyp, s.correct) for s in follower.samples] == [(["a", "b"], ["b", "a"], True)]
+    assert follower.checkpoints == {"best": "runs/old/b", "last": "runs/old/l"}
+    assert follower.elapsed_s == 3.25
+    assert [line for line in follower.log if "acknowledged" in line] == [
+        "step     12  pause acknowledged", "step     12  resume acknowledged",
+    ]
+
+
+def test_the_cli_progress_reads_typed_events_and_dicts_alike(capsys) -> None:
+    from attnlab.cli import TrainProgress
+
+    progress = TrainProgress(max_steps=10, start_step=0, quiet=True)
+    progress.on_event(ev.Start(0, dropped_pairs=2))
+    progress.on_event({"type": "error", "step": 3, "message": "boom\nmore"})
+    progress.on_event(ev.Error(4, message="disk full"))
+    progress.on_event({"type": "error", "step": "bad"})  # malformed: ignored
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("note: dropped 2 training pairs longer than")
+    assert err[1].startswith("error: boom") and err[2] == "error: disk full" and len(err) == 3
+
+
 def test_inspection_fields_of_eval_are_type_checked() -> None:
     good = {
         "type": "eval", "step": 4, "aer": 0.25, "alignment_accuracy_by_layer": [0.5, None],
@@ -315,3 +602,57 @@ def test_inspection_fields_of_eval_are_type_checked() -> None:
     kept, why, dropped = check_event(bad)
     assert why == "" and dropped == 3
     assert kept == {"type": "eval", "step": 4, "bleu": 3.0}
+
+
+# An eval line as the trainer writes it since the interpretability fields (evaluate_split's
+# key order; alignment_accuracy_by_layer only with gold alignments), spelled out by hand.
+EVAL_HEAD = (
+    '{"type": "eval", "time": 5.0, "step": 8, "split": "dev", "n": 4, "loss": 1.5, '
+    '"ppl": 4.48, "bleu": 10.0, "chrf": 20.0, "bleu_signature": "s", "chrf_signature": "c", '
+    '"bleu_lc": 10.5, "bleu_lc_signature": "l", "exact_match": 0.25, '
+)
+EVAL_LINES = {
+    "no gold": EVAL_HEAD + '"alignment_accuracy": null, "aer": null, "bleu_by_length": [], '
+    '"attention_entropy": {"enc_self": [[0.5, 0.25]], "cross": [[1.0, null]]}, '
+    '"best": true, "elapsed_s": 2.0}',
+    "gold": EVAL_HEAD + '"alignment_accuracy": 0.75, "aer": 0.25, "bleu_by_length": [], '
+    '"attention_entropy": {"cross": [[1.0, 0.5], [0.25, 0.5]]}, '
+    '"alignment_accuracy_by_layer": [0.5, 0.75], "best": false, "elapsed_s": 2.0}',
+    "gold, no sentences": EVAL_HEAD + '"alignment_accuracy": null, "aer": null, '
+    '"bleu_by_length": [], "attention_entropy": {}, "alignment_accuracy_by_layer": null, '
+    '"best": false, "elapsed_s": 2.0}',
+}
+
+
+@pytest.mark.parametrize("case", list(EVAL_LINES))
+def test_eval_inspection_fields_are_typed_and_written_back_byte_identical(case: str) -> None:
+    line = EVAL_LINES[case]
+    event = ev.Event.from_json(line)
+    assert isinstance(event, ev.Eval) and event.extra == {}  # all of them known fields
+    assert event.to_line() == line  # same keys, same order, nulls kept as nulls
+    raw = json.loads(line)
+    assert event.aer == raw["aer"]
+    assert event.attention_entropy == raw["attention_entropy"]
+    assert event.alignment_accuracy_by_layer == raw.get("alignment_accuracy_by_layer")
+    # The trainer's keyword form (evaluate_split's dict, then best and elapsed_s) writes it too.
+    values = {k: v for k, v in raw.items() if k not in ("type", "time", "step")}
+    built = ev.make_event("eval", 8, **values)
+    built.time = 5.0
+    assert built.to_line() == line and built == event
+
+
+def test_eval_inspection_fields_are_optional() -> None:
+    # Absent (an older writer): read as None and not written; set later: written in place.
+    event = ev.Event.from_json({"type": "eval", "step": 2, "bleu": 1.0, "best": False})
+    assert isinstance(event, ev.Eval)
+    assert (event.aer, event.attention_entropy, event.alignment_accuracy_by_layer) == (
+        None, None, None
+    )
+    assert not {"aer", "attention_entropy", "alignment_accuracy_by_layer"} & set(event.to_json())
+    event.aer = 0.5
+    keys = list(event.to_json())
+    assert keys.index("alignment_accuracy") + 1 == keys.index("aer")
+    # Mistyped (check_event drops them): their default, not written.
+    bad = ev.Event.from_json({"type": "eval", "step": 2, "aer": "x", "attention_entropy": [1]})
+    assert isinstance(bad, ev.Eval) and bad.aer is None and bad.attention_entropy is None
+    assert "aer" not in bad.to_json() and "attention_entropy" not in bad.to_json()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlab.errors import AttnlabError
+from attnlab.events import EventLog
 from attnlab.runs import (
     atomic_open,
     atomic_write_text,
@@ -21,7 +22,6 @@ from attnlab.runs import (
     save_tensors,
     summarize_run,
 )
-from attnlab.train.events import EventLog
 
 
 def test_atomic_write_that_raises_midway_leaves_no_partial_file(tmp_path):

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from attnlab.events import iter_events, iter_typed_events
 from attnlab.runs import load_checkpoint, read_json, read_tensors, write_control
-from attnlab.train.events import iter_events
 from attnlab.train.trainer import Trainer
 
 
@@ -24,7 +24,9 @@ def test_a_tiny_run_writes_the_documented_events_and_checkpoints(tmp_path, tiny_
     summary = Trainer(tiny_config, tmp_path / "run", on_event=seen.append, device="cpu").run()
     run_dir = tmp_path / "run"
     events = list(iter_events(run_dir))
-    assert seen == events  # the callback sees exactly what the log holds
+    # The callback sees exactly what the log holds: typed events, whose JSON is each line.
+    assert [e.to_json() for e in seen] == events
+    assert seen == list(iter_typed_events(run_dir))
     assert events[0]["type"] == "start" and events[0]["params"] == summary["params"] > 0
     assert events[-1]["type"] == "done" and events[-1]["reason"] == "finished"
     assert summary["reason"] == "finished" and summary["step"] == 6 and summary["exit_code"] == 0

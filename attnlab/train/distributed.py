@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from attnlab.errors import AttnlabError
+from attnlab.events import INTERRUPT_WORD, ControlCommand
 
 T = TypeVar("T")
 
@@ -37,7 +38,14 @@ T = TypeVar("T")
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=60)
 
 # Control words as agreed integers: the largest on any rank wins.
-CONTROL_CODES = {None: 0, "resume": 1, "save": 2, "pause": 3, "stop": 4}
+CONTROL_CODES: dict[ControlCommand | None, int] = {
+    None: 0,
+    ControlCommand.RESUME: 1,
+    ControlCommand.SAVE: 2,
+    ControlCommand.PAUSE: 3,
+    ControlCommand.STOP: 4,
+}
+assert set(CONTROL_CODES) - {None} == set(ControlCommand)  # every command has a code
 CONTROL_WORDS = {code: word for word, code in CONTROL_CODES.items()}
 
 
@@ -370,7 +378,7 @@ def _deliver_interrupt(run_dir: Path) -> bool:
     if not Path(run_dir).is_dir():
         return False
     try:
-        atomic_write_text(Path(run_dir) / CONTROL_FILE, "interrupt\n")
+        atomic_write_text(Path(run_dir) / CONTROL_FILE, INTERRUPT_WORD + "\n")
     except (OSError, AttnlabError):  # removed meanwhile (its rank 0 gave up)
         return False
     return True

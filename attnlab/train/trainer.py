@@ -2,7 +2,7 @@
 periodic dev evaluation, best/last checkpoints, early stopping, control and resume.
 
 ``Trainer(config, run_dir).run()`` works in-process (tests, a TUI thread) and from the CLI.
-Everything it does is written to ``run_dir`` (see attnlab.runs and attnlab.train.events).
+Everything it does is written to ``run_dir`` (see attnlab.runs and attnlab.events).
 
 Control while running: a controller writes one word to ``run_dir/control`` (the trainer
 checks its ``os.stat`` signature every step): ``pause`` (stop stepping, keep polling),
@@ -41,6 +41,24 @@ from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.evaluate import evaluate_split, token_loss_sum
+from attnlab.events import (
+    INTERRUPT_WORD,
+    Checkpoint,
+    Control,
+    ControlCommand,
+    Done,
+    DoneReason,
+    Error,
+    Eval,
+    Event,
+    EventLog,
+    Note,
+    NullEventLog,
+    Sample,
+    Start,
+    Step,
+    exit_code,
+)
 from attnlab.interpret.average import keep_step_copy
 from attnlab.naming import attention_roles
 from attnlab.runs import (
@@ -61,7 +79,6 @@ from attnlab.runs import (
 )
 from attnlab.train import distributed
 from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS, PeerFailed, shard_plan
-from attnlab.train.events import EventLog, NullEventLog
 from attnlab.train.schedules import (
     LRSchedule,
     best_eval_decision,
@@ -71,7 +88,6 @@ from attnlab.train.schedules import (
 
 PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
-EXIT_CODES = {"finished": 0, "early-stop": 0, "stopped": 0, "interrupted": 130, "error": 1}
 
 # Outcomes of an evaluation (rank 0's, shared with every rank under DDP).
 EVAL_GO_ON, EVAL_STOP_EARLY, EVAL_NON_FINITE = 0, 1, 2
@@ -107,7 +123,7 @@ class Trainer:
         self,
         config: ExperimentConfig,
         run_dir: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[Event], None] | None = None,  # each event, typed
         device: str = "auto",
         *,
         resume: bool = False,
@@ -124,7 +140,7 @@ class Trainer:
         self.install_signals = install_signals
         self.lock = lock  # a RunLock the caller holds on run_dir; None: run() takes one
         self.started = False  # True once the "start" event is written
-        self._pending: str | None = None  # a command from control() (another thread)
+        self._pending: ControlCommand | None = None  # a command from control() (another thread)
         self._signalled = False
         self._signal_at: float | None = None  # when this process got its first signal
         self._control_sig: tuple[int, int, int] | None = None
@@ -138,11 +154,10 @@ class Trainer:
 
     # -- public control -----------------------------------------------------------------------
 
-    def control(self, command: str) -> None:
-        """In-process equivalent of writing ``run_dir/control`` (thread-safe)."""
-        if command not in ("pause", "resume", "save", "stop"):
-            raise ValueError(f"unknown control command {command!r}")
-        self._pending = command
+    def control(self, command: ControlCommand | str) -> None:
+        """In-process equivalent of writing ``run_dir/control`` (thread-safe); an unknown
+        word raises ``UnknownControlCommand`` (a ValueError)."""
+        self._pending = ControlCommand.parse(command)
 
     def interrupt(self) -> None:
         """What a first SIGINT does: stop at the next step (or right after set-up)."""
@@ -205,7 +220,7 @@ class Trainer:
         if not self.dist.active:
             return self._signalled
         word = self._poll_control() if self.dist.is_primary else None
-        if word == "interrupt":
+        if word == INTERRUPT_WORD:
             self._signalled = True
         elif word is not None:
             self._pending = word  # pause / save / stop: acted on at the first step
@@ -265,7 +280,7 @@ class Trainer:
         if self.dist.is_primary:
             print(f"note: {message}", file=sys.stderr, flush=True)
         if hasattr(self, "events"):
-            self.events.emit("note", self.step, message=message)
+            self.events.emit(Note(self.step, message=message))
         else:
             self._compile_note = message
 
@@ -282,11 +297,11 @@ class Trainer:
                 self._compile_failed(err)
                 return self.train_model(*args, teacher_forcing=ratio)
 
-    def _sync_control(self, tokens: int) -> tuple[str | None, int]:
+    def _sync_control(self, tokens: int) -> tuple[ControlCommand | None, int]:
         """Rank 0's control word and any rank's signal, agreed by every rank (plus the global
         token count of this step) in one collective; alone: the local word, as is."""
         word = self._poll_control() if self.dist.is_primary else None
-        if word == "interrupt":  # written by `attnlab train --nproc` on Ctrl+C / SIGTERM
+        if word == INTERRUPT_WORD:  # written by `attnlab train --nproc` on Ctrl+C / SIGTERM
             word, self._signalled = None, True
         code, signalled, total = self.dist.sync_step(CONTROL_CODES[word], self._signalled, tokens)
         self._signalled = self._signalled or signalled  # a signal may land meanwhile
@@ -315,10 +330,9 @@ class Trainer:
                 lock.release()
             raise
         self._start_time = time.perf_counter()
-        reason = "error"
+        reason = DoneReason.ERROR
         try:
-            self.events.emit(
-                "start",
+            self.events.emit(Start(
                 self.step,
                 run_dir=str(self.run_dir),
                 name=self.config.name,
@@ -333,27 +347,26 @@ class Trainer:
                 host=socket.gethostname(),
                 dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
                 world_size=self.dist.world_size,
-            )
+            ))
             self.started = True
             if getattr(self, "_compile_note", None):
-                self.events.emit("note", self.step, message=self._compile_note)
+                self.events.emit(Note(self.step, message=self._compile_note))
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
-                self.events.emit("error", self.step, message=str(err), kind="nan")
-                reason = "error"
+                self.events.emit(Error(self.step, message=str(err), kind="nan"))
+                reason = DoneReason.ERROR
             except PeerFailed:  # rank 0 stopped on an error and reports it; this rank ends
-                reason = "error"
+                reason = DoneReason.ERROR
             except Exception as err:
                 oom = is_out_of_memory(err)
                 io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
-                self.events.emit(
-                    "error",
+                self.events.emit(Error(
                     self.step,
                     message=str(err) if io else f"{type(err).__name__}: {err}",
                     kind="oom" if oom else "io" if io else "exception",
-                )
-                self._done("error")
+                ))
+                self._done(DoneReason.ERROR)
                 raise
             self._done(reason)
         finally:
@@ -366,7 +379,7 @@ class Trainer:
                 lock.release()
         return self.summary(reason)
 
-    def _loop(self) -> str:
+    def _loop(self) -> DoneReason:
         cfg = self.config.train
         model, optimizer = self.model, self.optimizer
         params = [p for p in model.parameters() if p.requires_grad]
@@ -389,21 +402,21 @@ class Trainer:
                 cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
             # Counted on the CPU copy (no device sync); summed over ranks with the control word.
             command, n_tokens = self._sync_control(cpu_batch.n_tokens)
-            if command == "pause":
+            if command == ControlCommand.PAUSE:
                 window_busy_s += time.perf_counter() - window_start
                 command = self._paused()
                 window_start = time.perf_counter()
-            if command == "stop":
+            if command == ControlCommand.STOP:
                 self._check_finite(self._global_loss(window_loss))
                 self._save("last")
-                return "stopped"
-            if command == "save":
+                return DoneReason.STOPPED
+            if command == ControlCommand.SAVE:
                 self._check_finite(self._global_loss(window_loss))
                 self._save("last")
             if self._signalled:
                 self._check_finite(self._global_loss(window_loss))
                 self._save("last")
-                return "interrupted"
+                return DoneReason.INTERRUPTED
 
             batch = cpu_batch.to(self.device)
             last_ratio = teacher_forcing_ratio(cfg, self.step)
@@ -438,8 +451,7 @@ class Trainer:
                 seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
                 self.total_tokens += window_tokens
                 self.train_time += seconds
-                self.events.emit(
-                    "step",
+                self.events.emit(Step(
                     self.step,
                     loss=round(loss_value, 6),
                     lr=last_lr,
@@ -450,7 +462,7 @@ class Trainer:
                     tokens=self.total_tokens,
                     padding=round(window_padding / max(window_steps, 1), 4),
                     world_size=world,
-                )
+                ))
                 window_loss.zero_()
                 window_padding = 0.0
                 window_tokens, window_steps, window_busy_s = 0, 0, 0.0
@@ -459,7 +471,7 @@ class Trainer:
                 stop_early = self._evaluate_on_primary()
                 window_start = time.perf_counter()  # eval time does not count as training
                 if stop_early:
-                    return "early-stop"  # _evaluate saved last at this step
+                    return DoneReason.EARLY_STOP  # _evaluate saved last at this step
         if self._last_saved_step != self.step:
             self._save("last")
         return "finished"
@@ -559,9 +571,11 @@ class Trainer:
             self.best_metrics = {**result, "step": self.step, "chosen_by": chosen_by}
         self.lr_schedule.on_eval(value)
         self.last_metrics = {**result, "step": self.step}
-        self.events.emit("eval", self.step, **jsonable(result), best=improved, elapsed_s=round(self.elapsed(), 3))
+        elapsed = round(self.elapsed(), 3)
+        evaluation = Eval.build(self.step, **jsonable(result), best=improved, elapsed_s=elapsed)
+        self.events.emit(evaluation)
         for sample in samples:
-            self.events.emit("sample", self.step, **sample)
+            self.events.emit(Sample.build(self.step, **sample))
         if improved:
             self._save("best")
         self._save("last")
@@ -592,7 +606,7 @@ class Trainer:
         if tag == "last":
             self._last_saved_step = self.step
             keep_step_copy(self.run_dir, self.step, self.config.train.keep_last)
-        self.events.emit("checkpoint", self.step, tag=tag, path=str(directory))
+        self.events.emit(Checkpoint(self.step, tag=tag, path=str(directory)))
 
     def _trainer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors, optimizer_info = optimizer_to_tensors(self.optimizer.state_dict())
@@ -641,7 +655,7 @@ class Trainer:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
-    def _poll_control(self) -> str | None:
+    def _poll_control(self) -> ControlCommand | str | None:
         """A new command from control() or a changed ``run_dir/control`` file, else None."""
         if self._pending is not None:
             command, self._pending = self._pending, None
@@ -657,19 +671,22 @@ class Trainer:
             word = path.read_text(encoding="utf-8").strip().lower()
         except OSError:
             return None
-        return word if word in ("pause", "resume", "save", "stop", "interrupt") else None
+        if word == INTERRUPT_WORD:
+            return word
+        command = ControlCommand.coerce(word)
+        return command if isinstance(command, ControlCommand) else None
 
-    def _paused(self) -> str | None:
+    def _paused(self) -> ControlCommand | None:
         """Wait while paused; returns the command that ended the pause (resume/stop/save)."""
         pause_start = time.perf_counter()
-        self.events.emit("control", self.step, command="pause")
+        self.events.emit(Control(self.step, command=ControlCommand.PAUSE))
         try:
             while not self._signalled:
                 command, _ = self._sync_control(0)  # every rank pauses and wakes together
-                if command == "save":
+                if command == ControlCommand.SAVE:
                     self._save("last")
-                elif command in ("resume", "stop"):
-                    self.events.emit("control", self.step, command="resume")
+                elif command in (ControlCommand.RESUME, ControlCommand.STOP):
+                    self.events.emit(Control(self.step, command=ControlCommand.RESUME))
                     return command
                 time.sleep(PAUSE_POLL_S)
             return None
@@ -711,21 +728,20 @@ class Trainer:
     def elapsed(self) -> float:
         return self.prior_elapsed + (time.perf_counter() - self._start_time)
 
-    def _done(self, reason: str) -> None:
-        self.events.emit(
-            "done",
+    def _done(self, reason: DoneReason) -> None:
+        self.events.emit(Done(
             self.step,
             reason=reason,
             best=jsonable(self.best_metrics),
             elapsed_s=round(self.elapsed(), 3),
             tokens_per_s=round(self.total_tokens / self.train_time, 1) if self.train_time else None,
-        )
+        ))
 
-    def summary(self, reason: str) -> dict[str, Any]:
+    def summary(self, reason: DoneReason | str) -> dict[str, Any]:
         return {
             "run_dir": str(self.run_dir),
-            "reason": reason,
-            "exit_code": EXIT_CODES.get(reason, 1),
+            "reason": str(reason),
+            "exit_code": exit_code(reason),
             "step": self.step,
             "params": self.params,
             "device": describe(self.device),

@@ -1,7 +1,7 @@
 """Follow a run directory's ``events.jsonl`` and keep what the Train and Compare views draw.
 
 Pure logic (no textual, no torch): a ``RunFollower`` is fed the events that
-``attnlab.train.events.EventReader`` returns and accumulates the curves (train / dev loss,
+``attnlab.events.EventReader`` returns and accumulates the curves (train / dev loss,
 dev BLEU / chrF / exact match against step), the latest step figures, the last eval's
 samples, the log lines and the run's state. The Train view polls it on a timer; the tests
 feed it a hand-written ``events.jsonl``. Malformed lines are skipped and reported in the log;
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.train.events import EventReader, check_event
+from attnlab.events import EventReader
+from attnlab.train import events as ev
 
 # States shown in the Train view's status line.
 STARTING, RUNNING, PAUSED, FINISHED, STOPPED, FAILED = (
@@ -113,7 +115,7 @@ class RunFollower:
     lr: float = float("nan")
     tokens_per_s: float = float("nan")
     elapsed_s: float = 0.0
-    last_eval: dict[str, Any] = field(default_factory=dict)
+    last_eval: ev.Eval | None = None  # the last dev eval
     best: dict[str, Any] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)  # tag -> path
@@ -144,13 +146,13 @@ class RunFollower:
         """The reader's warning (skipped lines, mistyped fields), or ""."""
         return self._reader.warning() if self._reader is not None else ""
 
-    def poll(self) -> list[dict[str, Any]]:
-        """Read new events from disk and apply them; returns what was read."""
+    def poll(self) -> list[ev.Event]:
+        """Read new events from disk and apply them; returns what was read (typed)."""
         if self.deleted:
             return []
         if self._reader is None:
             self._reader = EventReader(Path(self.run_dir), self.offset)
-        events = self._reader.read()
+        events = ev.typed(self._reader.read())
         self.offset = self._reader.offset
         self.apply(events)
         self._report_bad_lines()
@@ -217,39 +219,39 @@ class RunFollower:
             eta -= max(now - self._anchor_time, 0.0)
         return max(eta, 0.0)
 
-    def apply(self, events: list[dict[str, Any]]) -> None:
+    def apply(self, events: Sequence[ev.Event | dict[str, Any]]) -> None:
         for raw in events:
-            event, _, _ = check_event(raw)  # hand-fed events get the reader's shape checks too
+            event = ev.as_event(raw)  # hand-fed dicts get the reader's shape checks too
             if event is None or self.deleted:
                 continue
-            handler = getattr(self, f"_on_{event['type']}", None)
+            handler = getattr(self, f"_on_{event.type}", None)
             if handler is not None:
                 handler(event)
 
-    # -- one handler per event type (schema in attnlab.train.events) ----------------------
+    # -- one handler per event type (attnlab.events) --------------------------------------
 
-    def _on_start(self, e: dict[str, Any]) -> None:
-        self.name = str(e.get("name", "")) or Path(str(e.get("run_dir", self.run_dir))).name
-        self.config = e.get("config") or {}
+    def _on_start(self, e: ev.Start) -> None:
+        self.name = e.name or Path(e.run_dir or self.run_dir).name
+        self.config = e.config
         train = self.config.get("train")
-        self.max_steps = _count(e.get("max_steps")) or _count(
+        self.max_steps = _count(e.max_steps) or _count(
             train.get("max_steps") if isinstance(train, dict) else 0
         )
-        self.params = _count(e.get("params"))
-        self.device = str(e.get("device", ""))
+        self.params = _count(e.params)
+        self.device = e.device
         self.state = RUNNING
-        self.step = self._start_step = int(e.get("step", 0) or 0)
+        self.step = self._start_step = e.step
         self._start_elapsed = self.elapsed_s  # a resumed run continues its clock
         self._set_anchor(e, self.elapsed_s)
-        resumed = " (resumed)" if e.get("resumed") else ""
+        resumed = " (resumed)" if e.resumed else ""
         self._log(e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}")
 
-    def _on_step(self, e: dict[str, Any]) -> None:
-        self.step = int(e.get("step", self.step))
-        self.loss = _num(e.get("loss"))
-        self.lr = _num(e.get("lr"))
-        self.tokens_per_s = _num(e.get("tokens_per_s"))
-        self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
+    def _on_step(self, e: ev.Step) -> None:
+        self.step = e.step
+        self.loss = _num(e.loss)
+        self.lr = _num(e.lr)
+        self.tokens_per_s = _num(e.tokens_per_s)
+        self.elapsed_s = _num(e.elapsed_s, self.elapsed_s)
         self._set_anchor(e, self.elapsed_s)
         if self.state == STARTING:
             self.state = RUNNING
@@ -258,92 +260,89 @@ class RunFollower:
         c.train_loss.append(self.loss)
         c.lr.append(self.lr)
 
-    def _on_eval(self, e: dict[str, Any]) -> None:
-        if e.get("split", "dev") not in ("dev", "val", "valid"):
-            self._log(e, f"eval {e.get('split')}: BLEU {_num(e.get('bleu')):.2f}")
+    def _on_eval(self, e: ev.Eval) -> None:
+        if e.split not in ("dev", "val", "valid"):
+            self._log(e, f"eval {e.split}: BLEU {_num(e.bleu):.2f}")
             return
         self.last_eval = e
-        step = int(e.get("step", self.step))
         c = self.curves
-        c.eval_step.append(step)
-        c.dev_loss.append(_num(e.get("loss")))
-        c.bleu.append(_num(e.get("bleu")))
-        c.chrf.append(_num(e.get("chrf")))
-        c.exact_match.append(exact_match_percent(e.get("exact_match")))
-        c.bleu_by_length = list(e.get("bleu_by_length") or [])
-        grids = e.get("attention_entropy") or {}
+        c.eval_step.append(e.step)
+        c.dev_loss.append(_num(e.loss))
+        c.bleu.append(_num(e.bleu))
+        c.chrf.append(_num(e.chrf))
+        c.exact_match.append(exact_match_percent(e.exact_match))
+        c.bleu_by_length = list(e.bleu_by_length)
+        grids = e.attention_entropy or {}
         for role in ENTROPY_ROLES:
             if role in grids and role not in c.entropy:  # a role first seen: NaN before it
                 c.entropy[role] = [float("nan")] * (len(c.eval_step) - 1)
             if role in c.entropy:
                 c.entropy[role].append(mean_entropy(grids.get(role)))
-        if e.get("best"):
-            self.best = {k: e.get(k) for k in ("step", "bleu", "chrf", "exact_match", "loss")}
-        mark = " *best*" if e.get("best") else ""
+        if e.best:
+            self.best = {"step": e.step, "bleu": e.bleu, "chrf": e.chrf,
+                         "exact_match": e.exact_match, "loss": e.loss}
+        mark = " *best*" if e.best else ""
         self._log(
             e,
-            f"eval dev: loss {_num(e.get('loss')):.3f}  BLEU {_num(e.get('bleu')):.2f}  "
-            f"chrF {_num(e.get('chrf')):.2f}  exact {exact_match_percent(e.get('exact_match')):.1f}%{mark}",
+            f"eval dev: loss {_num(e.loss):.3f}  BLEU {_num(e.bleu):.2f}  "
+            f"chrF {_num(e.chrf):.2f}  exact {exact_match_percent(e.exact_match):.1f}%{mark}",
         )
 
-    def _on_sample(self, e: dict[str, Any]) -> None:
-        step = int(e.get("step", 0))
-        sample = Sample(
-            index=int(e.get("index", 0)),
-            src=list(e.get("src") or []),
-            ref=list(e.get("ref") or []),
-            hyp=list(e.get("hyp") or []),
-            attention=e.get("attention"),
-        )
+    def _on_sample(self, e: ev.Sample) -> None:
+        sample = Sample(index=e.index, src=list(e.src), ref=list(e.ref), hyp=list(e.hyp),
+                        attention=e.attention)
         # Samples of one eval share its step: a new step starts a new table.
-        if step != self._samples_step:
-            self._samples_step = step
+        if e.step != self._samples_step:
+            self._samples_step = e.step
             self.samples = []
         self.samples.append(sample)
 
-    def _on_control(self, e: dict[str, Any]) -> None:
-        command = str(e.get("command", ""))
-        if command == "pause":
-            self._anchor_elapsed = self.live_elapsed_s(_num(e.get("time"), None))  # the clock stops
+    def _on_control(self, e: ev.Control) -> None:
+        if e.command == ev.ControlCommand.PAUSE:
+            self._anchor_elapsed = self.live_elapsed_s(e.time)  # the clock stops
             self.state = PAUSED
-        elif command == "resume" and self.state == PAUSED:
+        elif e.command == ev.ControlCommand.RESUME and self.state == PAUSED:
             self.state = RUNNING
             self._set_anchor(e, self._anchor_elapsed)  # ... and restarts here
-        self._log(e, f"{command} acknowledged")
+        self._log(e, f"{e.command} acknowledged")
 
-    def _on_checkpoint(self, e: dict[str, Any]) -> None:
-        self.step = int(e.get("step", self.step))  # a stop saves at the step it reached
-        tag = str(e.get("tag", "last"))
-        self.checkpoints[tag] = str(e.get("path", ""))
-        self._log(e, f"checkpoint {tag} saved")
+    def _on_checkpoint(self, e: ev.Checkpoint) -> None:
+        self.step = e.step  # a stop saves at the step it reached
+        self.checkpoints[e.tag] = e.path
+        self._log(e, f"checkpoint {e.tag} saved")
 
-    def _on_error(self, e: dict[str, Any]) -> None:
-        self.error = str(e.get("message", "training failed"))
+    def _on_error(self, e: ev.Error) -> None:
+        self.error = e.message or "training failed"
         self.state = FAILED
-        self._log(e, f"ERROR ({e.get('kind', 'exception')}): {self.error}")
+        self._log(e, f"ERROR ({e.kind}): {self.error}")
 
-    def _on_done(self, e: dict[str, Any]) -> None:
-        self.done_reason = str(e.get("reason", "finished"))
-        self.step = int(e.get("step", self.step))  # the final step, not the last logged one
-        self.elapsed_s = _num(e.get("elapsed_s"), self.elapsed_s)
-        if self.done_reason == "error" or self.error:
-            self.state = FAILED
-        elif self.done_reason in ("stopped", "interrupted"):
-            self.state = STOPPED
-        else:
-            self.state = FINISHED
-        if e.get("best"):
-            self.best = dict(e["best"])
+    def _on_done(self, e: ev.Done) -> None:
+        reason = e.reason if e.reason is not None else ev.DoneReason.FINISHED
+        self.done_reason = str(reason)
+        self.step = e.step  # the final step, not the last logged one
+        self.elapsed_s = _num(e.elapsed_s, self.elapsed_s)
+        status = ev.run_status(reason)
+        self.state = FAILED if self.error else _STATE_OF_STATUS.get(status, FINISHED)
+        if e.best:
+            self.best = dict(e.best)
         self._log(e, f"done: {self.done_reason}")
 
-    def _set_anchor(self, e: dict[str, Any], elapsed: float) -> None:
-        when = _num(e.get("time"))
-        if when == when:  # not NaN: events written by the trainer carry their wall time
-            self._anchor_time, self._anchor_elapsed = when, elapsed
+    def _set_anchor(self, e: ev.Event, elapsed: float) -> None:
+        if e.time is not None:  # events written by the trainer carry their wall time
+            self._anchor_time, self._anchor_elapsed = e.time, elapsed
 
-    def _log(self, e: dict[str, Any], text: str) -> None:
+    def _log(self, e: ev.Event, text: str) -> None:
         # Step, not wall-clock time: the log reads the same wherever and whenever it is replayed.
-        self.log.append(f"step {int(e.get('step', 0)):>6}  {text}")
+        self.log.append(f"step {e.step:>6}  {text}")
+
+
+# The Train view's final state for a run status (a status this version does not know: FINISHED).
+_STATE_OF_STATUS: dict[Any, str] = {
+    ev.RunStatus.FINISHED: FINISHED,
+    ev.RunStatus.STOPPED: STOPPED,
+    ev.RunStatus.INTERRUPTED: STOPPED,
+    ev.RunStatus.ERROR: FAILED,
+}
 
 
 def format_duration(seconds: float | None) -> str:

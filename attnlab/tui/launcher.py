@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.config import ExperimentConfig, dumps_toml, safe_name
-from attnlab.runs import write_control
+from attnlab.events import ControlCommand
+from attnlab.runs import CONTROL_FILE, write_control  # noqa: F401 - the one writer, re-exported
 
 SCRATCH_PREFIX = "attnlab-lab-"
 OWNER_FILE = "owner"  # "<lab pid> <child pid>": the sweep keeps a scratch dir while either lives
@@ -130,7 +131,7 @@ class TrainingProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def control(self, word: str) -> None:
+    def control(self, word: ControlCommand | str) -> None:
         write_control(self.run_dir, word)
 
     def stderr_tail(self, max_lines: int = 5) -> list[str]:

@@ -159,12 +159,12 @@ def default_export_path(run_dir: Path, which: str) -> str:
 
 def _example(run_dir: Path) -> str:
     """A source sentence from the run's logged samples, to make the command copy-pasteable."""
-    from attnlab.train.events import iter_events
+    from attnlab.events import Sample, iter_typed_events
 
     try:
-        for event in iter_events(run_dir):
-            if event.get("type") == "sample" and event.get("src"):
-                return " ".join(event["src"])
+        for event in iter_typed_events(run_dir):
+            if isinstance(event, Sample) and event.src:
+                return " ".join(event.src)
     except OSError:
         pass
     return ""

@@ -21,6 +21,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Static
 
 from attnlab.config import ExperimentConfig
+from attnlab.events import ControlCommand
 from attnlab.tui.follow import (
     ENTROPY_LABELS,
     ENTROPY_ROLES,
@@ -191,15 +192,15 @@ class TrainView(Vertical):
             return self.follower.error  # not "interrupted before the run started"
         if self.follower is None or not self.active:
             return "no run in progress"
-        if word == "pause" and (self.paused or self.follower.state == PAUSED):
-            word = "resume"
+        if word == ControlCommand.PAUSE and (self.paused or self.follower.state == PAUSED):
+            word = ControlCommand.RESUME.value
         self._send(word)
         return f"{word} requested"
 
     def _send(self, word: str) -> None:
         assert self.follower is not None
         if not self.follower.run_dir.is_dir():
-            if word == "stop" and self.process is not None:
+            if word == ControlCommand.STOP and self.process is not None:
                 self.process.interrupt()  # nothing to save yet; stop it now
                 self.log_line("stop requested (interrupted before the run started)")
                 return
@@ -208,9 +209,9 @@ class TrainView(Vertical):
         from attnlab.runs import write_control
 
         write_control(self.follower.run_dir, word)
-        if word == "pause":
+        if word == ControlCommand.PAUSE:
             self.paused = True
-        elif word == "resume":
+        elif word == ControlCommand.RESUME:
             self.paused = False
         self.log_line(f"{word} requested")
         self._refresh_status()
@@ -321,7 +322,7 @@ class TrainView(Vertical):
             if have_loss:
                 parts.append(f"loss {follower.loss:.3f}")
             if follower.last_eval:
-                parts.append(f"BLEU {float(follower.last_eval.get('bleu') or 0):.1f}")
+                parts.append(f"BLEU {float(follower.last_eval.bleu or 0):.1f}")
             if have_loss:
                 parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
                 parts.append(f"lr {follower.lr:.2e}")
