@@ -131,7 +131,7 @@ def _owner_alive(name: str) -> bool:
     if match is None:
         return False
     pid = int(match.group(1))
-    return pid != os.getpid() and _pid_alive(pid)
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def _write_fd(fd: int, data: bytes) -> None:
@@ -1083,7 +1083,8 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)  # one line each, for the user
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this (logged, untrusted) pid runs on this host."""
     if not 0 < pid < 2**31:  # a logged pid is data: never signal a group or overflow
         return False
     try:
@@ -1151,7 +1152,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         # The trainer's lock is the truth: held while it lives, dropped by the OS when it dies
         # (also before a "start" event, e.g. a process killed during set-up).
         summary.status = (RunStatus.RUNNING if locked else RunStatus.ERROR).value
-    elif pid is not None and host == _hostname() and not _pid_alive(pid):
+    elif pid is not None and host == _hostname() and not pid_alive(pid):
         summary.status = RunStatus.ERROR.value  # the process died without "done" (killed)
     # A last line without its newline is being written while the run runs; after, it is lost.
     truncated = bool(reader.pending) and summary.status != "running"

@@ -27,7 +27,11 @@ from pathlib import Path
 
 from attnlab.config import ExperimentConfig, dumps_toml, safe_name
 from attnlab.events import ControlCommand
-from attnlab.runs import CONTROL_FILE, write_control  # noqa: F401 - the one writer, re-exported
+from attnlab.runs import (  # noqa: F401 - write_control: the one writer, re-exported
+    CONTROL_FILE,
+    pid_alive,
+    write_control,
+)
 
 SCRATCH_PREFIX = "attnlab-lab-"
 OWNER_FILE = "owner"  # "<lab pid> <child pid>": the sweep keeps a scratch dir while either lives
@@ -212,15 +216,6 @@ def remove_scratch_dirs() -> None:
     _STARTED[:] = [process for process in _STARTED if not process.remove_scratch()]
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError, OverflowError):
-        return True
     return True
 
 
@@ -237,7 +232,7 @@ def sweep_scratch_dirs(temp_dir: Path | None = None) -> list[Path]:
             owner = scratch / OWNER_FILE
             if owner.is_file():
                 pids = [int(word) for word in owner.read_text(encoding="utf-8").split()[:2]]
-                in_use = any(_alive(pid) for pid in pids)
+                in_use = any(pid_alive(pid) for pid in pids)
             else:
                 in_use = time.time() - scratch.stat().st_mtime < UNOWNED_MAX_AGE_S
         except (OSError, ValueError):
