@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from attnlab.attention_map import AttentionMap, last_layer_head_mean
 from attnlab.decode.penalties import coverage_penalty, final_score, length_penalty
 
 
@@ -22,6 +23,13 @@ class Hypothesis:
     # Cross-attention, rows = tokens (+ a row for </s> when finished), columns = source:
     attention: Tensor | None = None  # [T, S], averaged over heads of the last layer
     attention_layers: Tensor | None = None  # [L, H, T, S]
+
+    def attention_map(self, tokens: list[str], source: list[str]) -> AttentionMap | None:
+        """The kept cross-attention [L, H, T, S] labelled: rows = ``tokens`` (+ ``</s>`` when
+        finished), columns = ``source`` (None when the search kept no attention)."""
+        if self.attention_layers is None:
+            return None
+        return AttentionMap.for_target(self.attention_layers, tokens, self.finished, source)
 
 
 def build_hypotheses(
@@ -52,7 +60,7 @@ def build_hypotheses(
     head_mean = None
     if cross is not None:
         cross = cross.float().masked_fill(~taken[:, :, None, None, None], 0.0)
-        head_mean = cross[:, :, -1].mean(dim=2)  # [N, T, S] last layer, mean over heads
+        head_mean = last_layer_head_mean(cross, layer_dim=2)  # [N, T, S]
     if beta != 0.0 and head_mean is None:
         raise ValueError("the coverage penalty needs the cross-attention (need_weights=True)")
     cp = (
@@ -86,6 +94,6 @@ def build_hypotheses(
             real = src_mask[i]
             layers = cross[i, :length][..., real].permute(1, 2, 0, 3).contiguous()  # [L, H, T, S]
             hyp.attention_layers = layers.cpu()
-            hyp.attention = layers[-1].mean(dim=0).cpu()  # [T, S]
+            hyp.attention = last_layer_head_mean(layers).cpu()  # [T, S]
         out.append(hyp)
     return out
