@@ -132,9 +132,10 @@ class AttentionMap:
         """A ``sample`` event's ``attention`` (hyp_len × src_len, last-layer head mean)."""
         import torch
 
-        weights = torch.as_tensor(matrix if matrix else [], dtype=torch.float64).reshape(
-            -1, len(matrix[0]) if matrix else 0
-        )
+        if not matrix:  # a sample without attention
+            weights = torch.zeros(0, 0, dtype=torch.float64)
+        else:
+            weights = torch.as_tensor(matrix, dtype=torch.float64)
         return cls(weights, rows, cols, "cross", LAST_LAYER_MEAN)
 
     # -- shape ----------------------------------------------------------------------------
