@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from attnlab.attention_map import AttentionMap, last_layer_head_mean
+from attnlab.attention_map import last_layer_head_mean
 from attnlab.decode.penalties import coverage_penalty, final_score, length_penalty
 
 
@@ -23,13 +23,6 @@ class Hypothesis:
     # Cross-attention, rows = tokens (+ a row for </s> when finished), columns = source:
     attention: Tensor | None = None  # [T, S], averaged over heads of the last layer
     attention_layers: Tensor | None = None  # [L, H, T, S]
-
-    def attention_map(self, tokens: list[str], source: list[str]) -> AttentionMap | None:
-        """The kept cross-attention [L, H, T, S] labelled: rows = ``tokens`` (+ ``</s>`` when
-        finished), columns = ``source`` (None when the search kept no attention)."""
-        if self.attention_layers is None:
-            return None
-        return AttentionMap.for_target(self.attention_layers, tokens, self.finished, source)
 
 
 def build_hypotheses(
