@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from attnlab import __version__
+from attnlab.attention_map import BOS_LABEL, MODEL_KEYS, AttentionMap, axes_text, target_rows
 from attnlab.cli_data import data as _data_group
 from attnlab.cli_inspect import COMMANDS as _inspect_commands
 from attnlab.errors import AttnlabError
@@ -647,13 +648,8 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
     console.print(buckets)
 
 
-ROLES = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}
+ROLES = MODEL_KEYS  # --role word -> the model's attentions key
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
-ROLE_AXES = {  # (rows, columns) of each role's map
-    "cross": ("target", "source"),
-    "enc-self": ("source", "source"),
-    "dec-self": ("target", "target"),
-}
 
 
 @cli.command()
@@ -799,10 +795,8 @@ def _chosen_map(loaded: Any, source_tokens: list[str], hyp: Any, tokens: list[st
         maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
         if maps is None:
             return None
-        matrix, rows, cols = _matrix_of(maps, tokens, source_tokens, hyp, choice.role,
-                                        choice.layer, choice.head)
-        return matrix, rows, cols, _map_title(choice.role, choice.layer, choice.head,
-                                              maps.shape[:2], None)
+        chosen = _map_of(maps, tokens, source_tokens, hyp, choice.role, choice.layer, choice.head)
+        return chosen.matrix, chosen.rows, chosen.cols, chosen.title()
     from attnlab.cli_inspect import method_map
 
     cross = hyp.attention_layers
@@ -811,14 +805,14 @@ def _chosen_map(loaded: Any, source_tokens: list[str], hyp: Any, tokens: list[st
     _check_index("--head", choice.head, n_heads)
     layer = n_layers - 1 if choice.layer is None else choice.layer
     matrix = method_map(loaded, source_tokens, hyp, choice.method, layer, choice.head)
-    rows = (list(tokens) + (["</s>"] if hyp.finished else []))[: matrix.shape[0]]
+    rows = target_rows(tokens, hyp.finished)[: matrix.shape[0]]
     cols = list(source_tokens)[: matrix.shape[1]]
     if choice.method in ("rollout", "relevancy"):
         where = "all layers and heads"
     else:
         which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
         where = f"layer {layer}/{n_layers}, {which}"
-    title = f"{choice.method} (target × source), {where}"
+    title = f"{choice.method} ({axes_text('cross')}), {where}"
     return matrix[: len(rows), : len(cols)], rows, cols, title
 
 
@@ -841,38 +835,22 @@ def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, devic
     return weights[0].float().cpu() if weights is not None else None
 
 
-def _matrix_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
-               layer: int | None, head: int | None) -> tuple[Any, list[str], list[str]]:
-    """One [rows, cols] map chosen by --layer/--head, with its row and column tokens."""
+def _map_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
+            layer: int | None, head: int | None) -> AttentionMap:
+    """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]."""
     n_layers, n_heads = maps.shape[:2]
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if value is not None and not 0 <= value < count:
             raise AttnlabError(f"{flag} {value}: this model has {count} "
                                f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
-    per_layer = maps[n_layers - 1 if layer is None else layer]
-    matrix = per_layer.mean(dim=0) if head is None else per_layer[head]
-    targets = list(tokens) + (["</s>"] if hyp.finished else [])
-    inputs = ["<s>", *tokens]
-    rows, cols = {
-        "cross": (targets, list(source_tokens)),
-        "enc-self": (list(source_tokens), list(source_tokens)),
-        "dec-self": (inputs, inputs),
-    }[role]
-    rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
-    return matrix[: len(rows), : len(cols)], rows, cols
-
-
-def _map_title(role: str, layer: int | None, head: int | None, shape: tuple[int, int],
-               rank: int | None) -> str:
-    """e.g. ``decoder self-attention (target × target), layer 1/2, head 0/4``."""
-    name = {"cross": "cross-attention", "enc-self": "encoder self-attention",
-            "dec-self": "decoder self-attention"}[role]
-    rows, cols = ROLE_AXES[role]
-    n_layers, n_heads = int(shape[0]), int(shape[1])
-    where = f"layer {n_layers - 1 if layer is None else layer}/{n_layers}"
-    which = "head average" if head is None else f"head {head}/{n_heads}"
-    title = f"{name} ({rows} × {cols}), {where}, {which}"
-    return title if rank is None else f"hypothesis {rank}: {title}"
+    if role == "cross":
+        labelled = AttentionMap.for_target(maps, tokens, hyp.finished, source_tokens, role)
+    elif role == "enc-self":
+        labelled = AttentionMap(maps, source_tokens, source_tokens, role)
+    else:  # dec-self: the decoder's inputs attend to each other
+        inputs = [BOS_LABEL, *tokens]
+        labelled = AttentionMap(maps, inputs, inputs, role)
+    return labelled.select(layer, head).fitted()
 
 
 def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor
 
+from attnlab.attention_map import LAST_LAYER_MEAN, AttentionMap, last_layer_head_mean
 from attnlab.config import DecodeConfig
 from attnlab.data.batching import Batch, make_batch
 from attnlab.data.example import Example
@@ -167,7 +168,7 @@ def last_layer_cross(attentions: dict[str, Tensor]) -> Tensor | None:
     cross = attentions.get("cross")
     if cross is None:
         return None
-    return cross[:, -1].float().mean(dim=1)
+    return last_layer_head_mean(cross, layer_dim=1)
 
 
 def decode_best(
@@ -344,11 +345,10 @@ def sample_translations(
     out = []
     for i, (example, hyp) in enumerate(zip(examples, hyps, strict=True)):
         tokens = dataset.tgt_vocab.decode(hyp.tokens)
-        src_len = len(example.src_tokens)
         attention: list[list[float]] = []
-        if hyp.attention is not None:
-            matrix = hyp.attention[: len(tokens), :src_len].float().cpu()
-            attention = [[round(float(w), 4) for w in row] for row in matrix.tolist()]
+        if hyp.attention is not None:  # rows = the decoded tokens (no </s>), columns = source
+            kept = AttentionMap(hyp.attention, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN)
+            attention = kept.fitted().to_json()
         out.append(
             {
                 "index": i,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from attnlab.attention_map import last_layer_head_mean
 from attnlab.config import DecodeConfig
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
 from attnlab.decode.penalties import coverage_from_totals, length_penalty, step_log_probs
@@ -142,7 +143,7 @@ def beam_search(
             if cross is None:
                 raise ValueError("the coverage penalty needs a model that returns cross-attention")
             # running coverage of each input row, this step's attention included
-            coverage = coverage + cross[:, -1].float().mean(dim=1)  # [A*K, S]
+            coverage = coverage + last_layer_head_mean(cross, layer_dim=1)  # [A*K, S]
         hist_cross.append(cross.float() if (with_weights and cross is not None) else None)
 
         sel_scores, sel_tokens, sel_origins = [], [], []

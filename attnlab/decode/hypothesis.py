@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from attnlab.attention_map import last_layer_head_mean
 from attnlab.decode.penalties import coverage_penalty, final_score, length_penalty
 
 
@@ -52,7 +53,7 @@ def build_hypotheses(
     head_mean = None
     if cross is not None:
         cross = cross.float().masked_fill(~taken[:, :, None, None, None], 0.0)
-        head_mean = cross[:, :, -1].mean(dim=2)  # [N, T, S] last layer, mean over heads
+        head_mean = last_layer_head_mean(cross, layer_dim=2)  # [N, T, S]
     if beta != 0.0 and head_mean is None:
         raise ValueError("the coverage penalty needs the cross-attention (need_weights=True)")
     cp = (
@@ -86,6 +87,6 @@ def build_hypotheses(
             real = src_mask[i]
             layers = cross[i, :length][..., real].permute(1, 2, 0, 3).contiguous()  # [L, H, T, S]
             hyp.attention_layers = layers.cpu()
-            hyp.attention = layers[-1].mean(dim=0).cpu()  # [T, S]
+            hyp.attention = last_layer_head_mean(layers).cpu()  # [T, S]
         out.append(hyp)
     return out

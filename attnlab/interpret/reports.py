@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from attnlab.attention_map import target_rows
 from attnlab.errors import AttnlabError
 
 Progress = Callable[[str, int, int, dict[str, Any] | None], None]  # (phase, done, total, point)
@@ -140,7 +141,7 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
         "checkpoint": str(loaded.path),
         "source": src_tokens,
         "hyp": tokens,
-        "rows": [*tokens, "</s>"] if hyp.finished else tokens,
+        "rows": target_rows(tokens, hyp.finished),
         "map": maps[method][: len(tokens) + int(hyp.finished)].float().cpu(),
         "alignment_accuracy": None,
         "aer": None,

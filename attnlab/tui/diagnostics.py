@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EOS_LABELS = ("</s>", "<eos>")
+from attnlab.attention_map import EOS_LABEL
+
+EOS_LABELS = (EOS_LABEL, "<eos>")
 
 
 @dataclass(frozen=True)

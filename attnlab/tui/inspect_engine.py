@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.attention_map import BOS_LABEL, EOS_LABEL, last_layer_head_mean, target_rows
 from attnlab.tui.diagnostics import alignment_accuracy
 
-EOS, BOS = "</s>", "<s>"
+EOS, BOS = EOS_LABEL, BOS_LABEL
 # Attribution maps shown beside the raw ones (Inspect's "m" key cycles cross and these).
 METHOD_KINDS = ("rollout", "relevancy", "gradient", "norm")
 
@@ -159,10 +160,9 @@ def analyse(request: InspectRequest) -> InspectResult:
         for hyp in hyps:
             tokens = ds.tgt_vocab.decode(hyp.tokens, strip=False)
             maps = forced(list(hyp.tokens))
-            end = EOS if hyp.finished else "…"
             inputs = [BOS, *tokens]
-            labels = {
-                "cross": ([*tokens, end], src_tokens),
+            labels = {  # the forced pass has a row after the last token: </s> or "…"
+                "cross": (target_rows(tokens, hyp.finished, unfinished="…"), src_tokens),
                 "enc_self": (src_tokens, src_tokens),
                 "dec_self": (inputs, inputs),
             }
@@ -177,7 +177,7 @@ def analyse(request: InspectRequest) -> InspectResult:
         if gold is not None and ref is not None:
             ref_maps = forced(ds.tgt_vocab.encode(ref))
             if "cross" in ref_maps:
-                accuracy = alignment_accuracy(ref_maps["cross"][-1].mean(axis=0), gold)
+                accuracy = alignment_accuracy(last_layer_head_mean(ref_maps["cross"]), gold)
     return InspectResult(request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy)
 
 

@@ -19,6 +19,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
+from attnlab.attention_map import axes_text, target_rows
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
 from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
@@ -33,8 +34,8 @@ METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" 
 # (rows × columns) of each kind of map: self-attention relates a sequence to itself; every
 # interpretation method explains target tokens by source tokens
 KIND_AXES = {
-    "cross": "target × source", "enc_self": "source × source", "dec_self": "target × target",
-    **{kind: "target × source" for kind in METHOD_CYCLE[1:]},
+    **{role: axes_text(role) for role in ("cross", "enc_self", "dec_self")},
+    **{kind: axes_text("cross") for kind in METHOD_CYCLE[1:]},
 }
 _STEP = Binding.Group("Step", compact=True)
 _HYP = Binding.Group("Hyp", compact=True)
@@ -298,7 +299,8 @@ class InspectView(Horizontal):
         if weights.ndim != 2 or not weights.size:
             self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")
             return
-        rows = list(sample.hyp) + ["</s>"] * max(weights.shape[0] - len(sample.hyp), 0)
+        # a logged map has one row per token; a row beyond them can only be </s>'s
+        rows = target_rows(sample.hyp, finished=weights.shape[0] > len(sample.hyp))
         self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
         self.labels = {"cross": (rows, list(sample.src))}
         self.hyp_index = 0

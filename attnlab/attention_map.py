@@ -1,0 +1,222 @@
+"""``AttentionMap``: attention weights with their labels, role and reduction, as one value.
+
+Weights are ``[L, H, T, S]`` (layers, heads, query rows, key columns). Two rules live here
+and nowhere else:
+
+- **"last layer, mean over heads"** — :func:`last_layer_head_mean` (and the method
+  :meth:`AttentionMap.last_layer_mean`), the map the search keeps per hypothesis, the
+  coverage penalty and alignment accuracy read, and ``sample`` events store;
+- **"a ``</s>`` row label for a finished hypothesis"** — :func:`target_rows` (and
+  :meth:`AttentionMap.for_target`).
+
+It sits on the ground floor (torch only), so decode, evaluate, interpret, viz and the front
+ends all import it (torch is imported only when a map is built, so importing this module
+stays cheap). The batched helpers take tensors with leading batch dimensions and also
+numpy arrays (the lab keeps its maps as numpy), so the same code reduces both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported on use: the lab and the CLI start without it
+    from torch import Tensor
+
+EOS_LABEL = "</s>"
+BOS_LABEL = "<s>"
+ROLES = ("cross", "enc-self", "dec-self")
+ROLE_NAMES = {
+    "cross": "cross-attention",
+    "enc-self": "encoder self-attention",
+    "dec-self": "decoder self-attention",
+}
+ROLE_AXES = {  # (rows, columns) of each role's map
+    "cross": ("target", "source"),
+    "enc-self": ("source", "source"),
+    "dec-self": ("target", "target"),
+}
+MODEL_KEYS = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}  # out.attentions
+LAST_LAYER_MEAN = "last layer, head average"
+SAMPLE_DECIMALS = 4  # what ``sample`` events keep of each weight
+_HALF = ("torch.float16", "torch.bfloat16")  # averaged in float32
+
+
+def role_of(name: str) -> str:
+    """``enc_self`` (the model's key) or ``enc-self`` (the CLI's word) -> ``enc-self``."""
+    role = name.replace("_", "-")
+    if role not in ROLES:
+        raise ValueError(f"unknown attention role {name!r}; valid: {', '.join(ROLES)}")
+    return role
+
+
+def axes_text(role: str) -> str:
+    """``target × source`` etc.: what the rows and columns of a role's map are."""
+    rows, cols = ROLE_AXES[role_of(role)]
+    return f"{rows} × {cols}"
+
+
+def last_layer_head_mean(weights: Any, layer_dim: int = -4) -> Any:
+    """THE rule "last layer, mean over heads": heads are the dimension right after layers.
+
+    ``weights`` is a tensor or numpy array with layers at ``layer_dim`` (e.g. ``[L,H,T,S]``,
+    ``[B,L,H,T,S]``, decoding's ``[N,T,L,H,S]`` with ``layer_dim=2``, one step's
+    ``[R,L,H,S]`` with ``layer_dim=1``). Half-precision tensors are averaged in float32.
+    """
+    ndim = weights.ndim
+    dim = layer_dim % ndim
+    picked = weights[(slice(None),) * dim + (-1,)]  # the head dim is now at ``dim``
+    if str(getattr(picked, "dtype", "")) in _HALF:
+        picked = picked.float()
+    return picked.mean(axis=dim)  # torch and numpy both read ``axis``
+
+
+def target_rows(tokens: Sequence[str], finished: bool, unfinished: str | None = None) -> list[str]:
+    """THE rule for target row labels: the tokens, then ``</s>`` when the hypothesis ended
+    with it (else ``unfinished`` when given, e.g. ``…`` for a row a forced pass adds)."""
+    end = EOS_LABEL if finished else unfinished
+    return [*tokens, end] if end is not None else list(tokens)
+
+
+def _as_tensor(weights: Any) -> Tensor:
+    import torch
+
+    if isinstance(weights, torch.Tensor):
+        return weights
+    # nested floats (JSON) and numpy arrays keep float64 so nothing is rounded on the way in
+    return torch.as_tensor(weights, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class AttentionMap:
+    weights: Tensor  # [L, H, T, S]
+    rows: list[str]  # T labels (queries)
+    cols: list[str]  # S labels (keys)
+    role: str = "cross"  # cross | enc-self | dec-self
+    reduction: str = "none"  # how the weights were reduced, in words (for titles)
+
+    def __post_init__(self) -> None:
+        weights = _as_tensor(self.weights)
+        if weights.ndim == 2:  # one [T, S] matrix: a single layer and head
+            weights = weights[None, None]
+        if weights.ndim != 4:
+            raise ValueError(f"attention weights must be [L, H, T, S]; got {tuple(weights.shape)}")
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "role", role_of(self.role))
+        object.__setattr__(self, "rows", list(self.rows))
+        object.__setattr__(self, "cols", list(self.cols))
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def for_target(
+        cls,
+        weights: Any,
+        tokens: Sequence[str],
+        finished: bool,
+        cols: Sequence[str],
+        role: str = "cross",
+        unfinished: str | None = None,
+        reduction: str = "none",
+    ) -> AttentionMap:
+        """A map whose rows are a hypothesis's target tokens (+ ``</s>`` when finished)."""
+        return cls(weights, target_rows(tokens, finished, unfinished), list(cols), role, reduction)
+
+    def with_eos_row(self, finished: bool = True) -> AttentionMap:
+        """The same map with ``</s>`` appended to the row labels when ``finished``."""
+        return replace(self, rows=target_rows(self.rows, finished))
+
+    @classmethod
+    def from_json(cls, matrix: Any, rows: Sequence[str], cols: Sequence[str]) -> AttentionMap:
+        """A ``sample`` event's ``attention`` (hyp_len × src_len, last-layer head mean)."""
+        import torch
+
+        if not matrix:  # a sample without attention
+            weights = torch.zeros(0, 0, dtype=torch.float64)
+        else:
+            weights = torch.as_tensor(matrix, dtype=torch.float64)
+        return cls(weights, rows, cols, "cross", LAST_LAYER_MEAN)
+
+    # -- shape ----------------------------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.weights.shape[1])
+
+    @property
+    def matrix(self) -> Tensor:
+        """The one [T, S] matrix of a reduced map (one layer, one head)."""
+        if self.weights.shape[:2] != (1, 1):
+            raise ValueError(f"{self.reduction!r} map has {self.n_layers} layers and "
+                             f"{self.n_heads} heads; reduce it to one first")
+        return self.weights[0, 0]
+
+    def crop(self, n_rows: int | None = None, n_cols: int | None = None) -> AttentionMap:
+        """The first ``n_rows`` rows and ``n_cols`` columns (labels cut alike)."""
+        return replace(self, weights=self.weights[:, :, :n_rows, :n_cols],
+                       rows=self.rows[:n_rows], cols=self.cols[:n_cols])
+
+    def fitted(self) -> AttentionMap:
+        """Labels and weights cut to their common size (a label may name a row the weights
+        lack, e.g. ``</s>`` of a search that kept no step for it)."""
+        n_rows = min(len(self.rows), int(self.weights.shape[2]))
+        n_cols = min(len(self.cols), int(self.weights.shape[3]))
+        return self.crop(n_rows, n_cols)
+
+    # -- reductions -----------------------------------------------------------------------
+
+    def layer(self, index: int) -> AttentionMap:
+        """Layer ``index`` (negative counts from the end) as a one-layer map."""
+        picked = self.weights[index][None]
+        where = f"layer {index % self.n_layers}/{self.n_layers}"
+        return replace(self, weights=picked, reduction=_joined(self.reduction, where))
+
+    def head(self, index: int) -> AttentionMap:
+        """Head ``index`` of every layer as a one-head map."""
+        picked = self.weights[:, index][:, None]
+        which = f"head {index % self.n_heads}/{self.n_heads}"
+        return replace(self, weights=picked, reduction=_joined(self.reduction, which))
+
+    def mean_heads(self) -> AttentionMap:
+        """The head average of every layer as a one-head map."""
+        averaged = self.weights.mean(dim=1, keepdim=True)
+        return replace(self, weights=averaged, reduction=_joined(self.reduction, "head average"))
+
+    def last_layer_mean(self) -> AttentionMap:
+        """Last layer, mean over heads: a [1, 1, T, S] map (``.matrix`` is the [T, S])."""
+        matrix = last_layer_head_mean(self.weights)
+        return replace(self, weights=matrix[None, None], reduction=LAST_LAYER_MEAN)
+
+    def select(self, layer: int | None, head: int | None) -> AttentionMap:
+        """The CLI's / Inspect's choice: ``layer`` (None = last) and ``head`` (None = mean)."""
+        chosen = self.layer(self.n_layers - 1 if layer is None else layer)
+        return chosen.mean_heads() if head is None else chosen.head(head)
+
+    # -- output ---------------------------------------------------------------------------
+
+    @property
+    def role_name(self) -> str:
+        return ROLE_NAMES[self.role]
+
+    @property
+    def axes(self) -> str:
+        return axes_text(self.role)
+
+    def title(self) -> str:
+        """e.g. ``cross-attention (target × source), layer 1/2, head average``."""
+        base = f"{self.role_name} ({self.axes})"
+        return base if self.reduction in ("", "none") else f"{base}, {self.reduction}"
+
+    def to_json(self) -> list[list[float]]:
+        """What a ``sample`` event stores: the [T, S] matrix, each weight to 4 decimals."""
+        rows = self.matrix.float().cpu().tolist()
+        return [[round(float(w), SAMPLE_DECIMALS) for w in row] for row in rows]
+
+
+def _joined(before: str, what: str) -> str:
+    return what if before in ("", "none") else f"{before}, {what}"
