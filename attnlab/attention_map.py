@@ -152,14 +152,20 @@ class AttentionMap:
     def matrix(self) -> Tensor:
         """The one [T, S] matrix of a reduced map (one layer, one head)."""
         if self.weights.shape[:2] != (1, 1):
-            raise ValueError(f"{self.reduction!r} map has {self.n_layers} layers and "
-                             f"{self.n_heads} heads; reduce it to one first")
+            raise ValueError(
+                f"{self.reduction!r} map has {self.n_layers} layers and "
+                f"{self.n_heads} heads; reduce it to one first"
+            )
         return self.weights[0, 0]
 
     def crop(self, n_rows: int | None = None, n_cols: int | None = None) -> AttentionMap:
         """The first ``n_rows`` rows and ``n_cols`` columns (labels cut alike)."""
-        return replace(self, weights=self.weights[:, :, :n_rows, :n_cols],
-                       rows=self.rows[:n_rows], cols=self.cols[:n_cols])
+        return replace(
+            self,
+            weights=self.weights[:, :, :n_rows, :n_cols],
+            rows=self.rows[:n_rows],
+            cols=self.cols[:n_cols],
+        )
 
     def fitted(self) -> AttentionMap:
         """Labels and weights cut to their common size (a label may name a row the weights

@@ -61,10 +61,18 @@ def _one_line(message: str) -> str:
 class AttnlabGroup(click.Group):
     """A click group whose ``main`` turns user mistakes into one line and exit code 2."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         try:
-            rv = super().main(args, prog_name or "attnlab", complete_var, standalone_mode=False, **extra)
+            rv = super().main(
+                args, prog_name or "attnlab", complete_var, standalone_mode=False, **extra
+            )
             code = rv if isinstance(rv, int) else 0
         except click.exceptions.NoArgsIsHelpError as err:  # a group called bare: show its help
             click.echo(err.ctx.get_help() if err.ctx is not None else err.format_message())
@@ -104,7 +112,9 @@ def cli(ctx: click.Context) -> None:
     try:
         from attnlab.tui.app import run_app
     except ImportError as err:
-        click.echo(f"the lab is not available in this installation ({err}); try attnlab --help", err=True)
+        click.echo(
+            f"the lab is not available in this installation ({err}); try attnlab --help", err=True
+        )
         ctx.exit(1)
         return
     run_app()
@@ -133,9 +143,19 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--top-p", "top_p", float, "nucleus sampling mass (1 = off)"),
     ("--seed", "seed", int, "sampling seed: the same seed draws the same samples"),
     ("--nbest", "nbest", int, "hypotheses to print per sentence"),
-    ("--max-len-ratio", "max_len_ratio", float, "maximum output length as a ratio of source length"),
+    (
+        "--max-len-ratio",
+        "max_len_ratio",
+        float,
+        "maximum output length as a ratio of source length",
+    ),
     ("--batch-size", "batch_size", int, "sentences per decoding batch (0 = fill --batch-rows)"),
-    ("--batch-rows", "batch_rows", int, "decoder rows per step when --batch-size is 0 (sentences × beam)"),
+    (
+        "--batch-rows",
+        "batch_rows",
+        int,
+        "decoder rows per step when --batch-size is 0 (sentences × beam)",
+    ),
     ("--mbr-candidates", "mbr_candidates", int, "MBR: candidates per sentence"),
     ("--mbr-source", "mbr_source", str, "MBR: candidates from sample or beam"),
     ("--mbr-utility", "mbr_utility", str, "MBR: utility chrf or bleu"),
@@ -144,14 +164,20 @@ DECODE_FLAGS: list[tuple[str, str, Any, str]] = [
 
 def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The decoding flags (issue 4), each mapping onto a ``decode.*`` key."""
-    func = click.option("--sample", is_flag=True, default=False, help="sample instead of searching")(func)
+    func = click.option(
+        "--sample", is_flag=True, default=False, help="sample instead of searching"
+    )(func)
     for flag, _key, kind, help_text in reversed(DECODE_FLAGS):
         func = click.option(flag, type=kind, default=None, help=f"{help_text} (decode.*)")(func)
     return func
 
 
 def decode_overrides(values: dict[str, Any]) -> list[str]:
-    out = [f"decode.{key}={values[key]}" for _flag, key, _kind, _help in DECODE_FLAGS if values.get(key) is not None]
+    out = [
+        f"decode.{key}={values[key]}"
+        for _flag, key, _kind, _help in DECODE_FLAGS
+        if values.get(key) is not None
+    ]
     if values.get("sample"):
         out.append("decode.sample=true")
     if (values.get("sample") or values.get("decoder") == "sampling") and values.get("nbest"):
@@ -256,7 +282,8 @@ class TrainProgress:
         if isinstance(typed, Start) and typed.dropped_pairs:
             click.echo(
                 f"note: dropped {typed.dropped_pairs} training pairs longer than "
-                "data.train_max_tokens tokens", err=True,
+                "data.train_max_tokens tokens",
+                err=True,
             )
         if self.progress is None:
             if isinstance(typed, Error):  # --quiet still says why training stopped
@@ -364,24 +391,64 @@ class DeferredSignals:
 
 
 @cli.command()
-@click.option("--preset", default=None, metavar="NAME|FILE", help=f"preset name or TOML file (default {DEFAULT_PRESET})")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key (repeatable), e.g. model.attention=luong-general")
-@click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="parent directory of run directories")
-@click.option("--run-name", default=None,
-              help="run directory name: letters, digits, . _ - "
-                   "(default TASK-ARCH-VARIANTS-YYYYmmdd-HHMMSS)")
+@click.option(
+    "--preset",
+    default=None,
+    metavar="NAME|FILE",
+    help=f"preset name or TOML file (default {DEFAULT_PRESET})",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="override a config key (repeatable), e.g. model.attention=luong-general",
+)
+@click.option(
+    "--out",
+    default="runs",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="parent directory of run directories",
+)
+@click.option(
+    "--run-name",
+    default=None,
+    help="run directory name: letters, digits, . _ - (default TASK-ARCH-VARIANTS-YYYYmmdd-HHMMSS)",
+)
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option("--seed", type=int, default=None, help="random seed (train.seed)")
-@click.option("--quiet", is_flag=True, help="no progress bar; print the run directory and one result line")
-@click.option("--resume", "resume_dir", default=None,
-              type=click.Path(file_okay=False, path_type=Path), metavar="RUN", help="continue RUN from its last checkpoint (--set may change "
-              "train.* and decode.* keys, e.g. train.max_steps)")
-@click.option("--nproc", type=click.IntRange(1, 1024), default=None,
-              help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores")
+@click.option(
+    "--quiet", is_flag=True, help="no progress bar; print the run directory and one result line"
+)
+@click.option(
+    "--resume",
+    "resume_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="RUN",
+    help="continue RUN from its last checkpoint (--set may change "
+    "train.* and decode.* keys, e.g. train.max_steps)",
+)
+@click.option(
+    "--nproc",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="data-parallel processes (torchrun + DDP; train.nproc): up to GPUs or cores",
+)
 @click.pass_context
-def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-          device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
-          nproc: int | None) -> None:
+def train(
+    ctx: click.Context,
+    preset: str | None,
+    overrides: tuple[str, ...],
+    out: Path,
+    run_name: str | None,
+    device: str | None,
+    seed: int | None,
+    quiet: bool,
+    resume_dir: Path | None,
+    nproc: int | None,
+) -> None:
     """Train a model and write a run directory (config, events, checkpoints).
 
     One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
@@ -394,8 +461,9 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
     signals = DeferredSignals(grace=TORCHRUN_SIGNAL_GRACE_S if _torchrun_worker() else 0.0)
     signals.install()
     try:
-        result = _train(preset, overrides, out, run_name, device, seed, quiet, resume_dir, nproc,
-                        signals)
+        result = _train(
+            preset, overrides, out, run_name, device, seed, quiet, resume_dir, nproc, signals
+        )
     finally:
         signals.restore()
     if isinstance(result, int):  # the --nproc launcher: rank 0's exit code
@@ -415,9 +483,18 @@ def train(ctx: click.Context, preset: str | None, overrides: tuple[str, ...], ou
         ctx.exit(summary["exit_code"])
 
 
-def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: str | None,
-           device: str | None, seed: int | None, quiet: bool, resume_dir: Path | None,
-           nproc: int | None, signals: DeferredSignals) -> dict[str, Any] | int:
+def _train(
+    preset: str | None,
+    overrides: tuple[str, ...],
+    out: Path,
+    run_name: str | None,
+    device: str | None,
+    seed: int | None,
+    quiet: bool,
+    resume_dir: Path | None,
+    nproc: int | None,
+    signals: DeferredSignals,
+) -> dict[str, Any] | int:
     """The trainer's summary; with train.nproc > 1 outside torchrun, the launcher's exit code."""
     from attnlab.experiment import apply_overrides, load_preset
     from attnlab.runs import read_config
@@ -431,7 +508,9 @@ def _train(preset: str | None, overrides: tuple[str, ...], out: Path, run_name: 
         extra.append(f"train.nproc={nproc}")
     if resume_dir is not None:
         if preset is not None or run_name is not None:
-            raise AttnlabError("--resume continues an existing run; it takes no --preset or --run-name (use --set)")
+            raise AttnlabError(
+                "--resume continues an existing run; it takes no --preset or --run-name (use --set)"
+            )
         config = read_config(resume_dir)
     else:
         config = load_preset(preset or DEFAULT_PRESET)
@@ -459,8 +538,15 @@ def _run_name(config: Any, run_name: str | None) -> tuple[str, str]:
     return run_name_for(config), "run name"
 
 
-def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
-                     extra: list[str], quiet: bool, signals: DeferredSignals) -> int:
+def _launch_parallel(
+    config: Any,
+    resume_dir: Path | None,
+    out: Path,
+    run_name: str | None,
+    extra: list[str],
+    quiet: bool,
+    signals: DeferredSignals,
+) -> int:
     """``attnlab train`` again in train.nproc processes under torchrun (see distributed).
     Mistakes are refused here, in one line; rank 0 of the job makes and locks the run
     directory (and removes it again if the run never starts)."""
@@ -490,13 +576,23 @@ def _launch_parallel(config: Any, resume_dir: Path | None, out: Path, run_name: 
             preset.write_text(dumps_toml(config), encoding="utf-8")
             args += ["--preset", str(preset)]
         return distributed.launch(
-            config.train.nproc, args, run_dir, new_run=resume_dir is None,
+            config.train.nproc,
+            args,
+            run_dir,
+            new_run=resume_dir is None,
             interrupted=lambda: signals.hit,
         )
 
 
-def _train_here(config: Any, resume_dir: Path | None, out: Path, run_name: str | None,
-                quiet: bool, signals: DeferredSignals, info: Any) -> dict[str, Any]:
+def _train_here(
+    config: Any,
+    resume_dir: Path | None,
+    out: Path,
+    run_name: str | None,
+    quiet: bool,
+    signals: DeferredSignals,
+    info: Any,
+) -> dict[str, Any]:
     """Set up (the locked run directory: rank 0's under DDP), train, return the summary."""
     from attnlab.runs import lock_run_dir, new_run_dir, remove_unstarted_run
     from attnlab.train.distributed import EXIT_FILE_ENV
@@ -584,20 +680,37 @@ def _load(run: Path, device: str | None) -> tuple[Any, Any]:
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option(
-    "--max-sentences", type=click.IntRange(min=0), default=0, show_default=True,
+    "--max-sentences",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
     help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
 )
 @click.option(
-    "--gold-alignments", "gold_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--gold-alignments",
+    "gold_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
     help="Pharaoh file (i-j sure, i?j possible; one line per sentence of --split): report AER",
 )
 @click.option(
-    "--alignment-order", type=click.Choice(["src-tgt", "tgt-src"]), default="src-tgt",
-    show_default=True, help="what i and j in i-j index (0-based): source-target or target-source",
+    "--alignment-order",
+    type=click.Choice(["src-tgt", "tgt-src"]),
+    default="src-tgt",
+    show_default=True,
+    help="what i and j in i-j index (0-based): source-target or target-source",
 )
 @decode_options
-def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_sentences: int,
-                 gold_path: Path | None, alignment_order: str, **flags: Any) -> None:
+def eval_command(
+    run: Path,
+    split: str,
+    as_json: bool,
+    device: str | None,
+    max_sentences: int,
+    gold_path: Path | None,
+    alignment_order: str,
+    **flags: Any,
+) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
     from attnlab.data.dataset import load_dataset
     from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
@@ -607,7 +720,12 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
     config = apply_overrides(loaded.config, _pop_decode(flags))
     dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
     result = evaluate_split(
-        loaded.model, dataset, split, config.decode, device=torch_device, max_sentences=max_sentences
+        loaded.model,
+        dataset,
+        split,
+        config.decode,
+        device=torch_device,
+        max_sentences=max_sentences,
     )
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
@@ -623,10 +741,20 @@ def eval_command(run: Path, split: str, as_json: bool, device: str | None, max_s
         return
     from rich.table import Table
 
-    table = Table(title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False)
+    table = Table(
+        title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False
+    )
     table.add_column("metric", style="bold")
     table.add_column("value")
-    for key, digits in (("n", 0), ("bleu", 2), ("chrf", 2), ("exact_match", 4), ("loss", 4), ("ppl", 3), ("alignment_accuracy", 4)):
+    for key, digits in (
+        ("n", 0),
+        ("bleu", 2),
+        ("chrf", 2),
+        ("exact_match", 4),
+        ("loss", 4),
+        ("ppl", 3),
+        ("alignment_accuracy", 4),
+    ):
         if result.get(key) is not None:
             table.add_row(key, _fmt(result[key], digits))
     if result.get("aer") is not None:
@@ -657,27 +785,49 @@ METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpr
 @click.argument("text", nargs=-1)
 @click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
 @click.option(
-    "--show-alignment", is_flag=True,
+    "--show-alignment",
+    is_flag=True,
     help="print each target row's arg-max source token and weight (from the map --method picks)",
 )
-@click.option("--role", type=click.Choice(list(ROLES)), default="cross", show_default=True,
-              help="which attention --show-attention prints (Transformers have all three)")
+@click.option(
+    "--role",
+    type=click.Choice(list(ROLES)),
+    default="cross",
+    show_default=True,
+    help="which attention --show-attention prints (Transformers have all three)",
+)
 @click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
 @click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option(
-    "--method", type=click.Choice(list(METHODS)), default="raw", show_default=True,
+    "--method",
+    type=click.Choice(list(METHODS)),
+    default="raw",
+    show_default=True,
     help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
-         "layers and heads, gradient / norm take --layer and --head)",
+    "layers and heads, gradient / norm take --layer and --head)",
 )
 @click.option(
-    "--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
     help="also write what is printed to FILE.svg or FILE.html (in colour)",
 )
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
-def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_alignment: bool,
-              role: str, layer: int | None, head: int | None, method: str,
-              export_path: Path | None, device: str | None, **flags: Any) -> None:
+def translate(
+    run: Path,
+    text: tuple[str, ...],
+    show_attention: bool,
+    show_alignment: bool,
+    role: str,
+    layer: int | None,
+    head: int | None,
+    method: str,
+    export_path: Path | None,
+    device: str | None,
+    **flags: Any,
+) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint."""
     from attnlab.cli_inspect import check_export_path
     from attnlab.experiment import apply_overrides
@@ -687,8 +837,10 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_align
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
     if role != "cross" and loaded.config.model.arch != "transformer":
-        raise AttnlabError(f"--role {role}: a {loaded.config.model.arch} model has only "
-                           "cross-attention; valid: --role cross")
+        raise AttnlabError(
+            f"--role {role}: a {loaded.config.model.arch} model has only "
+            "cross-attention; valid: --role cross"
+        )
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
@@ -712,15 +864,26 @@ def translate(run: Path, text: tuple[str, ...], show_attention: bool, show_align
         else:
             click.echo(texts[0])
         if show_attention or show_alignment:
-            _print_maps(console, loaded, nbest, source_tokens, torch_device, detailed,
-                        MapChoice(role, layer, head, method), show_attention, show_alignment)
+            _print_maps(
+                console,
+                loaded,
+                nbest,
+                source_tokens,
+                torch_device,
+                detailed,
+                MapChoice(role, layer, head, method),
+                show_attention,
+                show_alignment,
+            )
     if export_path is not None:
         from attnlab.cli_inspect import save_recording
 
         save_recording(console.recording, export_path, "attnlab translate")
 
 
-def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
+def _translate_lines(
+    loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool
+) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
     """Decode every non-empty line (length-sorted batches); per line (source tokens, [(hyp, tokens)])."""
     import torch
 
@@ -728,7 +891,9 @@ def _translate_lines(loaded: Any, lines: list[str], decode_cfg: Any, device: Any
     from attnlab.evaluate import target_text
 
     tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
-    results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [(toks, []) for toks in tokenized]
+    results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
+        (toks, []) for toks in tokenized
+    ]
     todo = [i for i, toks in enumerate(tokenized) if toks]
     sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
     need = need_attention or decode_cfg.beta > 0
@@ -756,22 +921,36 @@ class MapChoice:
         if self.method == "raw":
             return
         if self.role != "cross":
-            raise AttnlabError(f"--method {self.method} explains target tokens by source tokens: "
-                               "it needs --role cross (or --method raw for self-attention)")
+            raise AttnlabError(
+                f"--method {self.method} explains target tokens by source tokens: "
+                "it needs --role cross (or --method raw for self-attention)"
+            )
         if self.method in ("rollout", "relevancy") and (self.layer, self.head) != (None, None):
-            raise AttnlabError(f"--method {self.method} combines every layer and head; "
-                               "--layer/--head apply to --method raw, gradient or norm")
+            raise AttnlabError(
+                f"--method {self.method} combines every layer and head; "
+                "--layer/--head apply to --method raw, gradient or norm"
+            )
 
 
 def _check_index(flag: str, value: int | None, count: int) -> None:
     if value is not None and not 0 <= value < count:
-        raise AttnlabError(f"{flag} {value}: this model has {count} "
-                           f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+        raise AttnlabError(
+            f"{flag} {value}: this model has {count} "
+            f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}"
+        )
 
 
-def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list[str],
-                device: Any, detailed: bool, choice: MapChoice, show_attention: bool,
-                show_alignment: bool) -> None:
+def _print_maps(
+    console: Any,
+    loaded: Any,
+    nbest: list[Any],
+    source_tokens: list[str],
+    device: Any,
+    detailed: bool,
+    choice: MapChoice,
+    show_attention: bool,
+    show_alignment: bool,
+) -> None:
     """Each hypothesis's chosen map as a heatmap and / or its arg-max alignment table."""
     from attnlab.cli_inspect import alignment_renderable, alignment_rows
 
@@ -788,8 +967,14 @@ def _print_maps(console: Any, loaded: Any, nbest: list[Any], source_tokens: list
             console.print(alignment_renderable(table, f"alignment from {title}"))
 
 
-def _chosen_map(loaded: Any, source_tokens: list[str], hyp: Any, tokens: list[str],
-                choice: MapChoice, device: Any) -> tuple[Any, list[str], list[str], str] | None:
+def _chosen_map(
+    loaded: Any,
+    source_tokens: list[str],
+    hyp: Any,
+    tokens: list[str],
+    choice: MapChoice,
+    device: Any,
+) -> tuple[Any, list[str], list[str], str] | None:
     """(matrix, row tokens, column tokens, title) of ``choice`` for one hypothesis."""
     if choice.method == "raw":
         maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
@@ -835,14 +1020,23 @@ def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, devic
     return weights[0].float().cpu() if weights is not None else None
 
 
-def _map_of(maps: Any, tokens: list[str], source_tokens: list[str], hyp: Any, role: str,
-            layer: int | None, head: int | None) -> AttentionMap:
+def _map_of(
+    maps: Any,
+    tokens: list[str],
+    source_tokens: list[str],
+    hyp: Any,
+    role: str,
+    layer: int | None,
+    head: int | None,
+) -> AttentionMap:
     """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]."""
     n_layers, n_heads = maps.shape[:2]
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if value is not None and not 0 <= value < count:
-            raise AttnlabError(f"{flag} {value}: this model has {count} "
-                               f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}")
+            raise AttnlabError(
+                f"{flag} {value}: this model has {count} "
+                f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}"
+            )
     if role == "cross":
         labelled = AttentionMap.for_target(maps, tokens, hyp.finished, source_tokens, role)
     elif role == "enc-self":
@@ -884,11 +1078,26 @@ def variants() -> None:
     for entry in ATTENTION.entries():
         spec = entry.meta
         hparams = ", ".join(
-            f"{h.name}={h.default}" + (f" [{_fmt(h.low, 0) if h.low is not None else ''}..{_fmt(h.high, 0) if h.high is not None else ''}]" if h.low is not None or h.high is not None else "")
+            f"{h.name}={h.default}"
+            + (
+                f" [{_fmt(h.low, 0) if h.low is not None else ''}..{_fmt(h.high, 0) if h.high is not None else ''}]"
+                if h.low is not None or h.high is not None
+                else ""
+            )
             for h in spec.hparams
         )
         # Text, not markup: formulas such as "tanh(W_a [s_t; h_j])" contain brackets.
-        table.add_row(*(Text(cell) for cell in (entry.name, ", ".join(sorted(spec.roles)), spec.formula, hparams or "–")))
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    entry.name,
+                    ", ".join(sorted(spec.roles)),
+                    spec.formula,
+                    hparams or "–",
+                )
+            )
+        )
     _console().print(table)
 
 
@@ -902,8 +1111,10 @@ def decoders() -> None:
     from attnlab.decode.strategy import COMMON_PARAMS
 
     shared = ", ".join(p.key for p in COMMON_PARAMS)
-    table = Table(title="decoders (--decoder NAME or decode.decoder)",
-                  caption=f"all also read decode.{{{shared}}}")
+    table = Table(
+        title="decoders (--decoder NAME or decode.decoder)",
+        caption=f"all also read decode.{{{shared}}}",
+    )
     for column in ("name", "description", "returns", "decode.* keys"):
         table.add_column(column, overflow="fold")
     for entry in DECODERS.entries():
@@ -933,7 +1144,9 @@ def presets() -> None:
 
 
 @cli.command()
-@click.argument("directory", required=False, default="runs", type=click.Path(file_okay=False, path_type=Path))
+@click.argument(
+    "directory", required=False, default="runs", type=click.Path(file_okay=False, path_type=Path)
+)
 def runs(directory: Path) -> None:
     """Runs in DIRECTORY (default runs) with their best dev metrics."""
     from rich import box
@@ -978,13 +1191,25 @@ def runs(directory: Path) -> None:
 RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
 # Most telling first; what does not fit the terminal is left out (the run name is cut in the
 # middle down to RUNS_MIN_NAME characters before any metric goes).
-RUNS_PRIORITY = ("run", "model", "BLEU", "chrF", "EM", "status", "tok/s", "steps", "task", "params",
-                 "+run")  # "+run": then the run name grows to RUNS_FULL_NAME
+RUNS_PRIORITY = (
+    "run",
+    "model",
+    "BLEU",
+    "chrF",
+    "EM",
+    "status",
+    "tok/s",
+    "steps",
+    "task",
+    "params",
+    "+run",
+)  # "+run": then the run name grows to RUNS_FULL_NAME
 RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
 
 
 def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
     """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+
     def need(column: str) -> int:  # content or header, plus padding and separator (3)
         return max([len(column), *(len(r[column]) for r in rows)]) + 3
 
@@ -1007,15 +1232,24 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
 @click.option(
-    "--out", "out_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+    "--out",
+    "out_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
     help="the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)",
 )
-@click.option("--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True)
+@click.option(
+    "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
+)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
-@click.option("--tensorboard", "tb_dir", default=None,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
-                   "without --out nothing else is written")
+@click.option(
+    "--tensorboard",
+    "tb_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
+    "without --out nothing else is written",
+)
 def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
     """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
     from attnlab.runs import default_export_path, export_checkpoint, export_source
@@ -1035,7 +1269,7 @@ def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Pa
     path = export_checkpoint(run, out_file, which, force=force)
     if used != which and used == "last":
         click.echo(f"note: {run} has no {which} checkpoint yet; exported last", err=True)
-    click.echo(f"exported {path}; use it with: attnlab translate {path} \"...\"")
+    click.echo(f'exported {path}; use it with: attnlab translate {path} "..."')
 
 
 cli.add_command(_data_group)  # attnlab data stats ...: its own module

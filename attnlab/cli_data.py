@@ -54,10 +54,18 @@ def data() -> None:
 @data.command("stats")
 @click.argument("path", required=False)
 @click.option("--preset", help="take data and batching settings from this preset (name or file)")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key, e.g. data.tokenizer=bpe")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="override a config key, e.g. data.tokenizer=bpe",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the statistics as JSON")
 @_user_errors
-def stats_command(path: str | None, preset: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+def stats_command(
+    path: str | None, preset: str | None, overrides: tuple[str, ...], as_json: bool
+) -> None:
     """Sizes, length histograms, vocabulary coverage and tokenisation of PATH.
 
     PATH is a toy task name (reverse, dates, ...), a corpus folder or a .tsv file; omit it to
@@ -69,7 +77,9 @@ def stats_command(path: str | None, preset: str | None, overrides: tuple[str, ..
 
     config = _data_config(path, preset, overrides)
     dataset = load_dataset(config.data)
-    stats = dataset_stats(dataset, config.train.batch_size, config.train.batch_tokens, config.train.seed)
+    stats = dataset_stats(
+        dataset, config.train.batch_size, config.train.batch_tokens, config.train.seed
+    )
     if as_json:
         click.echo(json.dumps(stats, indent=2, ensure_ascii=False))
         return
@@ -81,11 +91,19 @@ def stats_command(path: str | None, preset: str | None, overrides: tuple[str, ..
 @data.command("show")
 @click.argument("path", required=False)
 @click.option("--preset", help="take data settings from this preset (name or file)")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key")
-@click.option("--split", type=click.Choice(["train", "dev", "test"]), default="train", show_default=True)
-@click.option("-n", "count", type=click.IntRange(1, 10000), default=5, show_default=True, help="pairs to show")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key"
+)
+@click.option(
+    "--split", type=click.Choice(["train", "dev", "test"]), default="train", show_default=True
+)
+@click.option(
+    "-n", "count", type=click.IntRange(1, 10000), default=5, show_default=True, help="pairs to show"
+)
 @_user_errors
-def show_command(path: str | None, preset: str | None, overrides: tuple[str, ...], split: str, count: int) -> None:
+def show_command(
+    path: str | None, preset: str | None, overrides: tuple[str, ...], split: str, count: int
+) -> None:
     """The first pairs of a split, raw and tokenised as the model will see them."""
     from rich.console import Console
     from rich.table import Table

@@ -303,7 +303,16 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        if isinstance(value, str) and value.lower() in (
+            "true",
+            "false",
+            "1",
+            "0",
+            "yes",
+            "no",
+            "on",
+            "off",
+        ):
             return value.lower() in ("true", "1", "yes", "on")
         raise AttnlabError(f"{key} must be true or false, got {value!r}")
     if kind is tuple:
@@ -352,7 +361,9 @@ def _check_value(key: str, value: Any) -> None:
         length, low, high = TUPLES[key]
         if len(value) != length or not all(low <= v < high for v in value):
             shown = ",".join(f"{v:g}" for v in value)
-            raise AttnlabError(f"{key}={shown} must be {length} numbers, each in [{low:g}, {high:g})")
+            raise AttnlabError(
+                f"{key}={shown} must be {length} numbers, each in [{low:g}, {high:g})"
+            )
     if key in CHOICES and value not in CHOICES[key]:
         raise unknown_choice(key, str(value), CHOICES[key])
     if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -419,7 +430,10 @@ def dumps_toml(config: ExperimentConfig) -> str:
     """Serialise a config as TOML (a tiny writer: sections of scalars and lists, then one
     ``[model.<variant>]`` table per variant with qualified hyper-parameters)."""
     raw = to_dict(config)
-    lines = [f"name = {_toml_value(raw['name'])}", f"description = {_toml_value(raw['description'])}"]
+    lines = [
+        f"name = {_toml_value(raw['name'])}",
+        f"description = {_toml_value(raw['description'])}",
+    ]
     for section in SECTIONS:
         lines.append("")
         lines.append(f"[{section}]")
@@ -449,8 +463,12 @@ def _toml_value(value: Any) -> str:
 # none), and these data keys build the vocabularies the embeddings are indexed by.
 RESUME_FREE_MODEL_KEYS = ("dropout",)
 VOCABULARY_KEYS = (
-    "task", "vocab_size", "tokenizer", "subword_vocab", "lowercase", "min_freq", "max_vocab",
+    "task",
+    "vocab_size",
+    "tokenizer",
+    "subword_vocab",
+    "lowercase",
+    "min_freq",
+    "max_vocab",
     "shared_vocab",
 )
-
-

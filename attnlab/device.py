@@ -27,7 +27,9 @@ def resolve_device(name: str = "auto") -> torch.device:
             return torch.device("cuda")
         return torch.device("mps") if _mps_available() else torch.device("cpu")
     if base == "cuda" and not torch.cuda.is_available():
-        raise AttnlabError("device cuda requested but no CUDA device is available; use --device cpu")
+        raise AttnlabError(
+            "device cuda requested but no CUDA device is available; use --device cpu"
+        )
     if base == "mps" and not _mps_available():
         raise AttnlabError("device mps requested but MPS is not available; use --device cpu")
     return torch.device(name)

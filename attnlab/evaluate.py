@@ -256,15 +256,29 @@ def evaluate_split(
     # Hypotheses: the one length-sorted batching (decode_sorted), results in input order.
     sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
     nbests = decode_sorted(
-        model, sources, cfg, False, device,
-        batch_size=batch_size, to_text=target_text(dataset), tokens_only=True,
+        model,
+        sources,
+        cfg,
+        False,
+        device,
+        batch_size=batch_size,
+        to_text=target_text(dataset),
+        tokens_only=True,
     )
     hyp_tokens = [dataset.tgt_vocab.decode(nbest[0].tokens) for nbest in nbests]
     # Loss and alignment: teacher-forced over the same sorted batches.
     loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
     for idx in sorted_batches([len(s) for s in sources], batch_size):
-        batch: Batch = make_batch([examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab).to(device)
-        out = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=1.0, need_weights=with_alignment)
+        batch: Batch = make_batch(
+            [examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab
+        ).to(device)
+        out = model(
+            batch.src,
+            batch.src_mask,
+            batch.tgt_in,
+            teacher_forcing=1.0,
+            need_weights=with_alignment,
+        )
         loss_sum += float(token_loss_sum(out.logits, batch.tgt_out))
         n_tokens += batch.n_tokens
         if with_alignment:
@@ -278,7 +292,9 @@ def evaluate_split(
     refs_text = [_reference(dataset, e) for e in examples]
     loss = loss_sum / max(n_tokens, 1)
     # Lower-cased 13a BLEU, the way tutorials (and JoeyNMT's "case:lc") score.
-    bleu_lc, bleu_lc_signature = corpus_bleu(hyps_text, refs_text, lowercase=True) if examples else (None, "")
+    bleu_lc, bleu_lc_signature = (
+        corpus_bleu(hyps_text, refs_text, lowercase=True) if examples else (None, "")
+    )
     result: dict[str, Any] = {
         "split": split,
         "n": len(examples),
@@ -290,13 +306,17 @@ def evaluate_split(
         "exact_match": exact_match(hyp_tokens, [e.tgt_tokens for e in examples]),
         "alignment_accuracy": (correct / counted if counted else None) if with_alignment else None,
         "aer": (1.0 - correct / counted if counted else None) if with_alignment else None,
-        "bleu_by_length": bleu_by_length([len(e.src_tokens) for e in examples], hyps_text, refs_text)
+        "bleu_by_length": bleu_by_length(
+            [len(e.src_tokens) for e in examples], hyps_text, refs_text
+        )
         if examples
         else [],
     }
     stats = examples[:ATTENTION_STATS_SENTENCES]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment))
-    result["samples"] = sample_translations(model, dataset, examples[:samples], cfg, device) if samples else []
+    result["samples"] = (
+        sample_translations(model, dataset, examples[:samples], cfg, device) if samples else []
+    )
     model.train(was_training)
     return result
 

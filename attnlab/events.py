@@ -164,9 +164,7 @@ def _matrix(value: Any) -> bool:
     if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
         return False
     width = len(value[0])
-    return all(
-        len(row) == width and all(type(w) in (int, float) for w in row) for row in value
-    )
+    return all(len(row) == width and all(type(w) in (int, float) for w in row) for row in value)
 
 
 def _buckets(value: Any) -> bool:
@@ -197,30 +195,66 @@ def _role_grids(value: Any) -> bool:
 # and fields pass through.
 FIELD_TYPES: dict[str, dict[str, Check]] = {
     "start": {
-        "run_dir": _text, "name": _text, "config": _table, "params": _integer, "device": _text,
-        "resumed": _flag, "max_steps": _integer, "pid": _integer, "host": _text,
-        "roles": _names, "dropped_pairs": _integer, "world_size": _integer,
+        "run_dir": _text,
+        "name": _text,
+        "config": _table,
+        "params": _integer,
+        "device": _text,
+        "resumed": _flag,
+        "max_steps": _integer,
+        "pid": _integer,
+        "host": _text,
+        "roles": _names,
+        "dropped_pairs": _integer,
+        "world_size": _integer,
     },
     "step": {
         **dict.fromkeys(
-            ("loss", "lr", "tokens_per_s", "tf_ratio", "grad_norm", "elapsed_s", "tokens",
-             "padding"),
+            (
+                "loss",
+                "lr",
+                "tokens_per_s",
+                "tf_ratio",
+                "grad_norm",
+                "elapsed_s",
+                "tokens",
+                "padding",
+            ),
             _number,
         ),
         "world_size": _integer,
     },
     "eval": {
-        "split": _text, "bleu_by_length": _buckets, "best": _flag, "bleu_signature": _text,
-        "chrf_signature": _text, "bleu_lc_signature": _text, "n": _integer,
+        "split": _text,
+        "bleu_by_length": _buckets,
+        "best": _flag,
+        "bleu_signature": _text,
+        "chrf_signature": _text,
+        "bleu_lc_signature": _text,
+        "n": _integer,
         **dict.fromkeys(
-            ("loss", "ppl", "bleu", "chrf", "bleu_lc", "exact_match", "alignment_accuracy",
-             "elapsed_s", "aer"),
+            (
+                "loss",
+                "ppl",
+                "bleu",
+                "chrf",
+                "bleu_lc",
+                "exact_match",
+                "alignment_accuracy",
+                "elapsed_s",
+                "aer",
+            ),
             _number,
         ),
-        "attention_entropy": _role_grids, "alignment_accuracy_by_layer": _numbers,
+        "attention_entropy": _role_grids,
+        "alignment_accuracy_by_layer": _numbers,
     },
     "sample": {
-        "index": _integer, "src": _tokens, "ref": _tokens, "hyp": _tokens, "attention": _matrix,
+        "index": _integer,
+        "src": _tokens,
+        "ref": _tokens,
+        "hyp": _tokens,
+        "attention": _matrix,
     },
     "checkpoint": {"tag": _text, "path": _text},
     "error": {"message": _text, "kind": _text},
@@ -239,10 +273,10 @@ def check_event(obj: Any) -> tuple[dict[str, Any] | None, str, int]:
         return None, f"not a JSON object ({type(obj).__name__})", 0
     kind = obj.get("type")
     if not isinstance(kind, str):
-        return None, "no string \"type\"", 0
+        return None, 'no string "type"', 0
     step = obj.get("step")
     if not _integer(step) or step < 0:
-        return None, f"\"step\" is not a non-negative integer ({_short(step)})", 0
+        return None, f'"step" is not a non-negative integer ({_short(step)})', 0
     checks = {"time": _number, **FIELD_TYPES.get(kind, {})}
     bad = [key for key, check in checks.items() if key in obj and not check(obj[key])]
     if not bad:
@@ -640,9 +674,7 @@ class Eval(Event):
     attention_entropy: dict[str, list[list[float | None]]] | None = field(
         default=None, metadata=OPTIONAL
     )
-    alignment_accuracy_by_layer: list[float | None] | None = field(
-        default=None, metadata=OPTIONAL
-    )
+    alignment_accuracy_by_layer: list[float | None] | None = field(default=None, metadata=OPTIONAL)
     best: bool = False
     elapsed_s: float | None = None
 

@@ -124,24 +124,32 @@ def from_dict(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
                 _set_in(key, sections[key], sub, sub_value, source)
         else:
             valid = ["name", "description", *SECTIONS]
-            raise AttnlabError(f"{source}: unknown section {key!r}{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+            raise AttnlabError(
+                f"{source}: unknown section {key!r}{did_you_mean(key, valid)}; valid: {', '.join(valid)}"
+            )
     built = {name: SECTIONS[name](**values) for name, values in sections.items()}
     return ExperimentConfig(**top, **built)
 
 
-def apply_overrides(config: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
+def apply_overrides(
+    config: ExperimentConfig, overrides: list[str] | tuple[str, ...]
+) -> ExperimentConfig:
     """Apply ``SECTION.KEY=VALUE`` strings (the CLI's ``--set``); ``name=`` and
     ``description=`` set the top-level fields."""
     raw = to_dict(config)  # attention params are flat keys of raw["model"], as in a preset
     for item in overrides:
         if "=" not in item:
-            raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general")
+            raise AttnlabError(
+                f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. model.attention=luong-general"
+            )
         path, value = (part.strip() for part in item.split("=", 1))
         if path in ("name", "description"):
             raw[path] = check_name(value, f"--set {item!r}") if path == "name" else value
             continue
         if "." not in path:
-            raise AttnlabError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500")
+            raise AttnlabError(
+                f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. train.max_steps=500"
+            )
         section, key = path.split(".", 1)
         if section not in SECTIONS:
             raise AttnlabError(
@@ -202,9 +210,7 @@ def _check_flat_params(m: ModelConfig, chosen: tuple[str, ...]) -> None:
         if len({(type(hp.default), hp.default) for _, hp in readers}) > 1:
             said = " and ".join(f"{v} (default {hp.default})" for v, hp in readers)
             keys = ", ".join(f"model.{v}.{key}" for v, _ in readers)
-            raise AttnlabError(
-                f"model.{key} is ambiguous: {said} both read it; set {keys} instead"
-            )
+            raise AttnlabError(f"model.{key} is ambiguous: {said} both read it; set {keys} instead")
 
 
 def shaping_change(

@@ -138,7 +138,7 @@ def _write_fd(fd: int, data: bytes) -> None:
     """Write all of ``data`` (tests replace this to simulate ENOSPC)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _write_new_file(path: Path, data: bytes) -> None:
@@ -371,9 +371,7 @@ def _holds_run(run_dir: Path) -> bool:
 
 
 def _taken(run_dir: Path) -> AttnlabError:
-    return AttnlabError(
-        f"{run_dir} already holds a run; choose another --run-name or use --resume"
-    )
+    return AttnlabError(f"{run_dir} already holds a run; choose another --run-name or use --resume")
 
 
 def remove_unstarted_run(run_dir: Path, lock: RunLock) -> None:
@@ -675,7 +673,9 @@ def resolve_checkpoint(path: Path) -> Path:
         fallback = _fallback_dir(path / CHECKPOINTS, tag)
         if fallback is not None:
             return fallback
-    raise AttnlabError(f"{path}: no checkpoint found (expected {CHECKPOINTS}/best or {CHECKPOINTS}/last)")
+    raise AttnlabError(
+        f"{path}: no checkpoint found (expected {CHECKPOINTS}/best or {CHECKPOINTS}/last)"
+    )
 
 
 def _int_field(path: Path, obj: dict[str, Any], key: str, required: bool = True) -> int:
@@ -684,7 +684,7 @@ def _int_field(path: Path, obj: dict[str, Any], key: str, required: bool = True)
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         what = "missing" if key not in obj else f"{json.dumps(value)} is not"
-        raise AttnlabError(f"{path}: field \"{key}\" {what} a step count (an integer >= 0)")
+        raise AttnlabError(f'{path}: field "{key}" {what} a step count (an integer >= 0)')
     return value
 
 
@@ -697,7 +697,7 @@ def read_meta(directory: Path) -> dict[str, Any]:
     for key in ("config", "dataset"):
         if not isinstance(meta.get(key), dict):
             got = "missing" if key not in meta else f"a {type(meta[key]).__name__}"
-            raise AttnlabError(f"{path}: field \"{key}\" must be a table (JSON object), got {got}")
+            raise AttnlabError(f'{path}: field "{key}" must be a table (JSON object), got {got}')
     _int_field(path, meta, "step")
     return meta
 
@@ -750,11 +750,14 @@ def _state_file_steps(directory: Path) -> dict[str, int | None]:
 def _read_checkpoint_dir(directory: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     meta = read_meta(directory)
     tensors, metadata = read_tensors(directory / MODEL_FILE)
-    check_single_step(directory, {
-        META_FILE: meta["step"],
-        MODEL_FILE: _stamped_step(directory / MODEL_FILE, metadata),
-        **_state_file_steps(directory),
-    })
+    check_single_step(
+        directory,
+        {
+            META_FILE: meta["step"],
+            MODEL_FILE: _stamped_step(directory / MODEL_FILE, metadata),
+            **_state_file_steps(directory),
+        },
+    )
     return tensors, meta
 
 
@@ -854,8 +857,7 @@ def _explain_mismatch(
             got = "absent" if name not in want else f"shape {list(want[name])}"
             built = "absent" if name not in have else f"shape {list(have[name])}"
             return (
-                f"tensor {name} is {got} in the weights but {built} "
-                f"in the model {META_FILE} builds"
+                f"tensor {name} is {got} in the weights but {built} in the model {META_FILE} builds"
             )
     return "weights do not match the model"  # pragma: no cover - the shapes differ somewhere
 
@@ -967,7 +969,10 @@ def optimizer_to_tensors(state_dict: dict[str, Any]) -> tuple[dict[str, Tensor],
                 tensors[f"opt.{index}.{name}"] = value
             else:
                 scalars.setdefault(str(index), {})[name] = value
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state_dict["param_groups"]]
+    groups = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+        for g in state_dict["param_groups"]
+    ]
     return tensors, {"param_groups": groups, "scalars": scalars}
 
 
@@ -1004,16 +1009,14 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
         value = state.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise AttnlabError(
-                f"{path}: field \"{key}\" {json.dumps(value)} is not a number of seconds"
+                f'{path}: field "{key}" {json.dumps(value)} is not a number of seconds'
             )
     optimizer = state.get("optimizer")
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list):
         what = "is missing" if optimizer is None else "has no param_groups list"
-        raise AttnlabError(
-            f"{path}: field \"optimizer\" (the optimiser state) {what}; cannot resume"
-        )
+        raise AttnlabError(f'{path}: field "optimizer" (the optimiser state) {what}; cannot resume')
     if not isinstance(state.get("lr_schedule", {}), dict):
-        raise AttnlabError(f"{path}: field \"lr_schedule\" must be a JSON object")
+        raise AttnlabError(f'{path}: field "lr_schedule" must be a JSON object')
     return state
 
 
@@ -1023,22 +1026,29 @@ def has_resumable_checkpoint(run_dir: Path) -> bool:
     return directory is not None and (directory / STATE_JSON).is_file()
 
 
-def read_trainer_state(run_dir: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Tensor]]:
+def read_trainer_state(
+    run_dir: Path,
+) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Tensor]]:
     """(model weights, trainer scalars, trainer tensors) of ``RUN/checkpoints/last``; every
     file must carry the same step."""
     directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
     if directory is None or not (directory / STATE_JSON).is_file():
-        raise AttnlabError(f"{run_dir}: no resumable checkpoint (checkpoints/last with trainer state)")
+        raise AttnlabError(
+            f"{run_dir}: no resumable checkpoint (checkpoints/last with trainer state)"
+        )
     meta = read_meta(directory)
     weights, metadata = read_tensors(directory / MODEL_FILE)
     state_tensors, state_metadata = read_tensors(directory / STATE_TENSORS)
     state = _check_state_json(directory / STATE_JSON, read_json(directory / STATE_JSON))
-    check_single_step(directory, {
-        META_FILE: meta["step"],
-        MODEL_FILE: _stamped_step(directory / MODEL_FILE, metadata),
-        STATE_TENSORS: _stamped_step(directory / STATE_TENSORS, state_metadata),
-        STATE_JSON: state["step"],
-    })
+    check_single_step(
+        directory,
+        {
+            META_FILE: meta["step"],
+            MODEL_FILE: _stamped_step(directory / MODEL_FILE, metadata),
+            STATE_TENSORS: _stamped_step(directory / STATE_TENSORS, state_metadata),
+            STATE_JSON: state["step"],
+        },
+    )
     return weights, state, state_tensors
 
 
@@ -1053,8 +1063,11 @@ def check_resume_weights(
     directory = resolve_or_none(checkpoint_dir(run_dir, "last")) or checkpoint_dir(run_dir, "last")
     saved = read_meta(directory)["config"].get("model", {})
     now = to_dict(config)["model"]
-    changed = [f"model.{k}={json.dumps(now.get(k))} (checkpoint: {json.dumps(saved.get(k))})"
-               for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    changed = [
+        f"model.{k}={json.dumps(now.get(k))} (checkpoint: {json.dumps(saved.get(k))})"
+        for k in sorted(set(saved) | set(now))
+        if saved.get(k) != now.get(k)
+    ]
     what = "; ".join(changed) if changed else "the vocabularies differ"
     raise AttnlabError(
         f"cannot resume {run_dir}: the architecture changed since its checkpoint: {what}"
@@ -1196,7 +1209,9 @@ def _model_defaults(model: dict[str, Any]) -> dict[str, Any]:
     """A run's [model] table over the defaults (a key an older version did not write)."""
     from attnlab.config import ModelConfig
 
-    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "attn_params"}
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "attn_params"
+    }
     return {**defaults, **model}
 
 

@@ -85,11 +85,21 @@ def worker(name: str, length: int, need_weights: bool, causal: bool, repeats: in
 
 
 def measure(name: str, length: int, need_weights: bool, causal: bool, repeats: int) -> dict | None:
-    args = [sys.executable, __file__, "--worker", name, str(length), str(int(need_weights)),
-            str(int(causal)), str(repeats)]
+    args = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        str(length),
+        str(int(need_weights)),
+        str(int(causal)),
+        str(repeats),
+    ]
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"  {name} T={length} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        print(
+            f"  {name} T={length} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr
+        )
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -100,23 +110,35 @@ def slope(a: float, b: float, ta: int, tb: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="T = 256, 1024, 2048, 4096 (8192 linear ones)")
+    parser.add_argument(
+        "--quick", action="store_true", help="T = 256, 1024, 2048, 4096 (8192 linear ones)"
+    )
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
-    parser.add_argument("--repeats", type=int, default=0, help="timed runs per point (default 3, quick 2)")
-    parser.add_argument("--variants", default="", help="comma-separated labels to run (default all)")
+    parser.add_argument(
+        "--repeats", type=int, default=0, help="timed runs per point (default 3, quick 2)"
+    )
+    parser.add_argument(
+        "--variants", default="", help="comma-separated labels to run (default all)"
+    )
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         name, length, need_weights, causal, repeats = args.worker
-        print(json.dumps(worker(name, int(length), bool(int(need_weights)), bool(int(causal)), int(repeats))))
+        print(
+            json.dumps(
+                worker(name, int(length), bool(int(need_weights)), bool(int(causal)), int(repeats))
+            )
+        )
         return
 
     lengths = [256, 1024, 2048, 4096, 8192] if args.quick else [256, 512, 1024, 2048, 4096, 8192]
     repeats = args.repeats or 3
     chosen = [v for v in VARIANTS if not args.variants or v[1] in args.variants.split(",")]
     threads = os.environ.get("OMP_NUM_THREADS", "1")
-    print(f"one {'causal ' if args.causal else ''}self-attention layer, d_model 256, 4 heads, batch 1, "
-          f"forward+backward, {threads} thread(s); cell = fastest ms / peak MB added")
+    print(
+        f"one {'causal ' if args.causal else ''}self-attention layer, d_model 256, 4 heads, batch 1, "
+        f"forward+backward, {threads} thread(s); cell = fastest ms / peak MB added"
+    )
     results: dict[str, dict[int, dict]] = {}
     for name, label, need_weights in chosen:
         if args.causal and name == "linformer":
@@ -131,12 +153,17 @@ def main() -> None:
                 results[label][length] = result
             print(f"  {label:22s} T={length:5d}  {result}", file=sys.stderr, flush=True)
 
-    header = f"{'variant':22s}" + "".join(f"{t:>16d}" for t in lengths) + f"{'exp time':>10s}{'exp mem':>9s}"
+    header = (
+        f"{'variant':22s}"
+        + "".join(f"{t:>16d}" for t in lengths)
+        + f"{'exp time':>10s}{'exp mem':>9s}"
+    )
     print(header)
     print("-" * len(header))
     for label, row in results.items():
         cells = "".join(
-            f"{row[t]['ms']:>8.1f}/{row[t]['mb']:<7.0f}" if t in row else f"{'—':>16s}" for t in lengths
+            f"{row[t]['ms']:>8.1f}/{row[t]['mb']:<7.0f}" if t in row else f"{'—':>16s}"
+            for t in lengths
         )
         exp_t = exp_m = float("nan")
         if 1024 in row and 4096 in row:

@@ -26,12 +26,18 @@ from attnlab.train.trainer import Trainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=1500, help="training steps per variant")
     parser.add_argument("--variants", nargs="+", default=["none", "bahdanau", "luong-general"])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--out", type=Path, default=None, help="run directory parent (default: a temp dir)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run directory parent (default: a temp dir)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -70,15 +76,22 @@ def main() -> None:
             "tokens_per_s": summary["tokens_per_s"],
             "params": summary["params"],
         }
-        print(f"{variant:>14}: test BLEU {test['bleu']:.2f}, exact {test['exact_match']:.3f}, "
-              f"{train_s:.0f} s, {summary['tokens_per_s']:.0f} tok/s", flush=True)
+        print(
+            f"{variant:>14}: test BLEU {test['bleu']:.2f}, exact {test['exact_match']:.3f}, "
+            f"{train_s:.0f} s, {summary['tokens_per_s']:.0f} tok/s",
+            flush=True,
+        )
 
-    buckets = sorted({b for r in results.values() for b in r["by_length"]}, key=lambda b: int(b.split("-")[0]))
+    buckets = sorted(
+        {b for r in results.values() for b in r["by_length"]}, key=lambda b: int(b.split("-")[0])
+    )
     print()
     print("BLEU by source length (test, greedy)")
     print(f"{'bucket':>8} " + " ".join(f"{v:>14}" for v in args.variants))
     for bucket in buckets:
-        cells = " ".join(f"{results[v]['by_length'].get(bucket, float('nan')):14.2f}" for v in args.variants)
+        cells = " ".join(
+            f"{results[v]['by_length'].get(bucket, float('nan')):14.2f}" for v in args.variants
+        )
         print(f"{bucket:>8} {cells}")
     print(f"{'all':>8} " + " ".join(f"{results[v]['test_bleu']:14.2f}" for v in args.variants))
     if "none" in results and buckets:
@@ -87,7 +100,9 @@ def main() -> None:
         for v in args.variants:
             if v != "none":
                 gap = results[v]["by_length"].get(longest, 0.0) - base
-                print(f"longest bucket {longest}: {v} - none = {gap:+.2f} BLEU ({'ok' if gap >= 20 else 'below 20'})")
+                print(
+                    f"longest bucket {longest}: {v} - none = {gap:+.2f} BLEU ({'ok' if gap >= 20 else 'below 20'})"
+                )
     print(json.dumps({"steps": args.steps, "threads": args.threads, "results": results}))
 
 

@@ -72,7 +72,9 @@ CACHE = Path("/tmp/attnlab-decode-bench")
 
 
 # ------------------------------------------------------------------------------- data
-def load_data() -> tuple[str, list[list[str]], list[list[str]], list[list[str]], list[list[str]], int]:
+def load_data() -> tuple[
+    str, list[list[str]], list[list[str]], list[list[str]], list[list[str]], int
+]:
     """(name, train src, train tgt, test src, test tgt, max output length) as token lists."""
     if (CORPUS / "train.de").exists():
 
@@ -81,11 +83,24 @@ def load_data() -> tuple[str, list[list[str]], list[list[str]], list[list[str]],
             return [TOKEN.findall(line.strip().lower()) for line in lines]
 
         def pairs(prefix: str) -> list[tuple[list[str], list[str]]]:
-            return [(d, e) for d, e in zip(read(f"{prefix}.de"), read(f"{prefix}.en"), strict=True) if d and e]
+            return [
+                (d, e)
+                for d, e in zip(read(f"{prefix}.de"), read(f"{prefix}.en"), strict=True)
+                if d and e
+            ]
 
-        train = [(d, e) for d, e in pairs("train") if len(d) <= MAX_TRAIN_LEN and len(e) <= MAX_TRAIN_LEN]
+        train = [
+            (d, e) for d, e in pairs("train") if len(d) <= MAX_TRAIN_LEN and len(e) <= MAX_TRAIN_LEN
+        ]
         test = pairs("test_2016_flickr")
-        return "multi30k de-en", [p[0] for p in train], [p[1] for p in train], [p[0] for p in test], [p[1] for p in test], 60
+        return (
+            "multi30k de-en",
+            [p[0] for p in train],
+            [p[1] for p in train],
+            [p[0] for p in test],
+            [p[1] for p in test],
+            60,
+        )
 
     from attnlab.config import DataConfig
     from attnlab.data.dataset import load_dataset
@@ -124,7 +139,9 @@ def pad(rows: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
 LossFn = Callable[[list[int]], torch.Tensor]
 
 
-def train(model: torch.nn.Module, loss_of: LossFn, n_train: int, updates: int, batch: int, seed: int) -> float:
+def train(
+    model: torch.nn.Module, loss_of: LossFn, n_train: int, updates: int, batch: int, seed: int
+) -> float:
     """seed_naive's recipe: shuffled epochs of ``batch`` sentences, Adam 2e-3, clip 1.0; wall time."""
     rng = random.Random(seed)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
@@ -145,7 +162,10 @@ def train(model: torch.nn.Module, loss_of: LossFn, n_train: int, updates: int, b
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 100 == 0 or step == updates - 1:
-            print(f"    update {step:4d}  loss/sentence {loss.item():7.2f}  {time.perf_counter() - start:4.0f}s", flush=True)
+            print(
+                f"    update {step:4d}  loss/sentence {loss.item():7.2f}  {time.perf_counter() - start:4.0f}s",
+                flush=True,
+            )
     model.eval()
     return time.perf_counter() - start
 
@@ -200,7 +220,9 @@ def own_greedy_one(model: Seq2Seq, src_ids: list[int], max_len: int) -> list[int
 
 
 @torch.no_grad()
-def own_beam_one(model: Seq2Seq, src_ids: list[int], max_len: int, beam: int = 5, alpha: float = 1.0) -> list[int]:
+def own_beam_one(
+    model: Seq2Seq, src_ids: list[int], max_len: int, beam: int = 5, alpha: float = 1.0
+) -> list[int]:
     """seed_naive.beam_one over attnlab's ``model.step``."""
     enc, state = _encode_one(model, src_ids)
     live = [([BOS_ID], 0.0, state)]
@@ -253,18 +275,35 @@ def mean_len(hyps: list[list[Any]]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sentences", type=int, default=1000, help="test sentences (all searches)")
-    parser.add_argument("--updates", type=int, default=300, help="training batches of seed_naive's model")
-    parser.add_argument("--attnlab-updates", type=int, default=600,
-                        help="training batches of attnlab's model (it learns slower per update: see the README)")
+    parser.add_argument(
+        "--updates", type=int, default=300, help="training batches of seed_naive's model"
+    )
+    parser.add_argument(
+        "--attnlab-updates",
+        type=int,
+        default=600,
+        help="training batches of attnlab's model (it learns slower per update: see the README)",
+    )
     parser.add_argument("--train-batch", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=0, help="decode.batch_size: sentences per batch (0: fill --batch-rows)")
-    parser.add_argument("--batch-rows", type=int, default=DecodeConfig().batch_rows, help="decode.batch_rows")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="decode.batch_size: sentences per batch (0: fill --batch-rows)",
+    )
+    parser.add_argument(
+        "--batch-rows", type=int, default=DecodeConfig().batch_rows, help="decode.batch_rows"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--skip-naive", action="store_true", help="only the stricter comparison (no seed_naive)")
+    parser.add_argument(
+        "--skip-naive", action="store_true", help="only the stricter comparison (no seed_naive)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     retain_freed_memory()  # as the attnlab command does at start-up (both sides share this process)
@@ -277,30 +316,48 @@ def main() -> None:
     src_vocab = Vocab.build(train_src, min_freq=2, max_size=10000)
     tgt_vocab = Vocab.build(train_tgt, min_freq=2, max_size=10000)
     config = ExperimentConfig(
-        model=ModelConfig(arch="rnn", cell="gru", attention="bahdanau", emb=64, hidden=128,
-                          bidirectional=True, input_feeding=False, dropout=0.1)
+        model=ModelConfig(
+            arch="rnn",
+            cell="gru",
+            attention="bahdanau",
+            emb=64,
+            hidden=128,
+            bidirectional=True,
+            input_feeding=False,
+            dropout=0.1,
+        )
     )
     torch.manual_seed(args.seed)
     model = build_model(config, len(src_vocab), len(tgt_vocab))
     train_s_ids = [src_vocab.encode(s) for s in train_src]
     train_t_ids = [tgt_vocab.encode(t) for t in train_tgt]
     test_src = [src_vocab.encode(s) for s in test_src_tok]
-    print(f"{name}: {len(train_src)} training pairs, {n_test} test sentences, vocab {len(src_vocab)}/{len(tgt_vocab)}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{name}: {len(train_src)} training pairs, {n_test} test sentences, vocab {len(src_vocab)}/{len(tgt_vocab)}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
 
     def attnlab_loss(idx: list[int]) -> torch.Tensor:
         s = pad([train_s_ids[i] for i in idx])
         tgt_in = pad([[BOS_ID, *train_t_ids[i]] for i in idx])
         tgt_out = pad([[*train_t_ids[i], EOS_ID] for i in idx])
         logits = model(s, s != PAD_ID, tgt_in).logits
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                               ignore_index=PAD_ID, reduction="sum") / len(idx)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)),
+            tgt_out.reshape(-1),
+            ignore_index=PAD_ID,
+            reduction="sum",
+        ) / len(idx)
 
     tag = f"{name}|{args.train_batch}|{args.seed}|{len(src_vocab)}|{len(tgt_vocab)}"
     print(f"attnlab RNNSeq2Seq, {count_parameters(model):,} parameters")
     ours_train_s = cached_training(
-        model, CACHE / "attnlab.safetensors", f"{tag}|{args.attnlab_updates}",
-        lambda: train(model, attnlab_loss, len(train_src), args.attnlab_updates, args.train_batch, args.seed),
+        model,
+        CACHE / "attnlab.safetensors",
+        f"{tag}|{args.attnlab_updates}",
+        lambda: train(
+            model, attnlab_loss, len(train_src), args.attnlab_updates, args.train_batch, args.seed
+        ),
     )
 
     # ---- seed_naive's model (its own vocabularies: unk 0, pad 1, <s> 2, </s> 3)
@@ -310,7 +367,10 @@ def main() -> None:
         n_tgt_vocab = naive_mod.Vocab(train_tgt, 10000, 2)
         torch.manual_seed(args.seed)
         naive = naive_mod.Seq2Seq(len(n_src_vocab), len(n_tgt_vocab))
-        n_train = [(n_src_vocab.encode(a), n_tgt_vocab.encode(b)) for a, b in zip(train_src, train_tgt, strict=True)]
+        n_train = [
+            (n_src_vocab.encode(a), n_tgt_vocab.encode(b))
+            for a, b in zip(train_src, train_tgt, strict=True)
+        ]
         n_test_src = [n_src_vocab.encode(s) for s in test_src_tok]
 
         def naive_loss(idx: list[int]) -> torch.Tensor:  # seed_naive.main's training step
@@ -319,29 +379,56 @@ def main() -> None:
             trg_in, trg_out = trg[:, :-1], trg[:, 1:]
             trg_in = trg_in.masked_fill(trg_in == naive_mod.EOS, naive_mod.PAD)
             logits = naive(src, src_len, trg_in)
-            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), trg_out.reshape(-1),
-                                   ignore_index=naive_mod.PAD, reduction="sum") / len(idx)
+            return F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)),
+                trg_out.reshape(-1),
+                ignore_index=naive_mod.PAD,
+                reduction="sum",
+            ) / len(idx)
 
         print(f"seed_naive Seq2Seq, {sum(p.numel() for p in naive.parameters()):,} parameters")
         naive_train_s = cached_training(
-            naive, CACHE / "seed_naive.safetensors", f"{tag}|{args.updates}",
-            lambda: train(naive, naive_loss, len(train_src), args.updates, args.train_batch, args.seed),
+            naive,
+            CACHE / "seed_naive.safetensors",
+            f"{tag}|{args.updates}",
+            lambda: train(
+                naive, naive_loss, len(train_src), args.updates, args.train_batch, args.seed
+            ),
         )
     model.eval()
 
     # ---- the searches; every one capped at max_out steps (</s> included), </s> blocked at step 0
-    base = DecodeConfig(max_len_ratio=0.0, max_len_const=max_out, min_len=1,
-                        batch_size=args.batch_size, batch_rows=args.batch_rows)
+    base = DecodeConfig(
+        max_len_ratio=0.0,
+        max_len_const=max_out,
+        min_len=1,
+        batch_size=args.batch_size,
+        batch_rows=args.batch_rows,
+    )
     greedy_cfg = base
     beam_cfg = replace(base, beam=5, alpha=1.0)
-    searches: dict[str, tuple[bool, Callable[[list[int]], Any]]] = {}  # label -> (per-sentence?, fn)
+    searches: dict[
+        str, tuple[bool, Callable[[list[int]], Any]]
+    ] = {}  # label -> (per-sentence?, fn)
     searches["attnlab batched greedy"] = (False, lambda: batched(model, test_src, greedy_cfg))
     searches["attnlab batched beam 5"] = (False, lambda: batched(model, test_src, beam_cfg))
-    searches["attnlab per-sentence greedy"] = (True, lambda i: own_greedy_one(model, test_src[i], max_out))
-    searches["attnlab per-sentence beam 5"] = (True, lambda i: own_beam_one(model, test_src[i], max_out, 5, 1.0))
+    searches["attnlab per-sentence greedy"] = (
+        True,
+        lambda i: own_greedy_one(model, test_src[i], max_out),
+    )
+    searches["attnlab per-sentence beam 5"] = (
+        True,
+        lambda i: own_beam_one(model, test_src[i], max_out, 5, 1.0),
+    )
     if naive_mod is not None:
-        searches["seed_naive greedy_one"] = (True, lambda i: naive_mod.greedy_one(naive, n_test_src[i], max_out))
-        searches["seed_naive beam_one"] = (True, lambda i: naive_mod.beam_one(naive, n_test_src[i], max_out, 5, 1.0))
+        searches["seed_naive greedy_one"] = (
+            True,
+            lambda i: naive_mod.greedy_one(naive, n_test_src[i], max_out),
+        )
+        searches["seed_naive beam_one"] = (
+            True,
+            lambda i: naive_mod.beam_one(naive, n_test_src[i], max_out, 5, 1.0),
+        )
 
     # warm-up: the first calls pay for allocator and kernel set-up
     decode_sorted(model, test_src[:32], greedy_cfg)
@@ -365,12 +452,19 @@ def main() -> None:
                 out, t = timed(fn)
                 outputs[label] = out
             seconds[label].append(t)
-        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in seconds.items()), flush=True)
+        print(
+            f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in seconds.items()),
+            flush=True,
+        )
 
     rate = {}
     for label, (per_sentence, _) in searches.items():
         # per-sentence: each round decoded its share; batched: each round decoded everything
-        rate[label] = n_test / sum(seconds[label]) if per_sentence else n_test / statistics.median(seconds[label])
+        rate[label] = (
+            n_test / sum(seconds[label])
+            if per_sentence
+            else n_test / statistics.median(seconds[label])
+        )
 
     def words(label: str) -> list[list[str]]:
         ids = outputs[label]
@@ -378,36 +472,57 @@ def main() -> None:
             return [[n_tgt_vocab.itos[i] for i in h] for h in ids]
         return [tgt_vocab.decode(h) for h in ids]
 
-    print(f"\n## Speed ({name}, {n_test} sentences, cap {max_out} steps, beam 5 alpha 1; batches of "
-          f"{sentences_per_batch(greedy_cfg)} (greedy) / {sentences_per_batch(beam_cfg)} (beam 5) sentences sorted by length; "
-          f"{args.threads} threads, torch {torch.__version__})\n")
+    print(
+        f"\n## Speed ({name}, {n_test} sentences, cap {max_out} steps, beam 5 alpha 1; batches of "
+        f"{sentences_per_batch(greedy_cfg)} (greedy) / {sentences_per_batch(beam_cfg)} (beam 5) sentences sorted by length; "
+        f"{args.threads} threads, torch {torch.__version__})\n"
+    )
     print("| search | sent/s | mean hyp. length | BLEU |")
     print("|---|---:|---:|---:|")
     for label in searches:
-        print(f"| {label} | {rate[label]:,.1f} | {mean_len(outputs[label]):.2f} | {bleu(words(label), test_tgt_tok):.2f} |")
+        print(
+            f"| {label} | {rate[label]:,.1f} | {mean_len(outputs[label]):.2f} | {bleu(words(label), test_tgt_tok):.2f} |"
+        )
     ratios = {
         "greedy": rate["attnlab batched greedy"] / rate["attnlab per-sentence greedy"],
         "beam 5": rate["attnlab batched beam 5"] / rate["attnlab per-sentence beam 5"],
     }
-    print("\nstricter (same model, same weights): batched vs a per-sentence loop over attnlab's model.step: "
-          f"greedy {ratios['greedy']:.1f}x, beam 5 {ratios['beam 5']:.1f}x")
-    same_g = sum(a == b for a, b in zip(outputs["attnlab batched greedy"], outputs["attnlab per-sentence greedy"], strict=True))
-    print(f"  identical outputs: greedy {100 * same_g / n_test:.1f}% "
-          "(beam differs by design: the per-sentence beam does not refill finished beams)")
+    print(
+        "\nstricter (same model, same weights): batched vs a per-sentence loop over attnlab's model.step: "
+        f"greedy {ratios['greedy']:.1f}x, beam 5 {ratios['beam 5']:.1f}x"
+    )
+    same_g = sum(
+        a == b
+        for a, b in zip(
+            outputs["attnlab batched greedy"], outputs["attnlab per-sentence greedy"], strict=True
+        )
+    )
+    print(
+        f"  identical outputs: greedy {100 * same_g / n_test:.1f}% "
+        "(beam differs by design: the per-sentence beam does not refill finished beams)"
+    )
     if naive_mod is not None:
         g = rate["attnlab batched greedy"] / rate["seed_naive greedy_one"]
         b = rate["attnlab batched beam 5"] / rate["seed_naive beam_one"]
-        print(f"issue 4 (same sizes, seed_naive's own decoder): greedy {g:.1f}x, beam 5 {b:.1f}x "
-              f"(target >= 20x: {'met' if min(g, b) >= 20 else 'NOT met'})")
+        print(
+            f"issue 4 (same sizes, seed_naive's own decoder): greedy {g:.1f}x, beam 5 {b:.1f}x "
+            f"(target >= 20x: {'met' if min(g, b) >= 20 else 'NOT met'})"
+        )
 
     quality = [
         ("greedy", greedy_cfg, outputs["attnlab batched greedy"]),
         ("beam 5 (alpha 1, the speed run)", beam_cfg, outputs["attnlab batched beam 5"]),
         ("beam 5 (no penalties)", replace(base, beam=5), None),
         ("beam 5, alpha 0.6, beta 0.2", replace(base, beam=5, alpha=0.6, beta=0.2), None),
-        ("sampling, temperature 0.7, top-p 0.9, seed 1", replace(base, sample=True, temperature=0.7, top_p=0.9, seed=1), None),
+        (
+            "sampling, temperature 0.7, top-p 0.9, seed 1",
+            replace(base, sample=True, temperature=0.7, top_p=0.9, seed=1),
+            None,
+        ),
     ]
-    print(f"\n## BLEU of attnlab's model ({name} test, {n_test} sentences, sacrebleu 13a on tokenised lower-cased text)\n")
+    print(
+        f"\n## BLEU of attnlab's model ({name} test, {n_test} sentences, sacrebleu 13a on tokenised lower-cased text)\n"
+    )
     print("| search | BLEU | mean hyp. length | sent/s |")
     print("|---|---:|---:|---:|")
     scores = {}
@@ -420,11 +535,16 @@ def main() -> None:
         scores[label] = bleu([tgt_vocab.decode(h) for h in hyps], test_tgt_tok)
         print(f"| {label} | {scores[label]:.2f} | {mean_len(hyps):.2f} | {speed} |", flush=True)
     best_beam = max(scores["beam 5 (alpha 1, the speed run)"], scores["beam 5 (no penalties)"])
-    print(f"\nbeam 5 >= greedy: {'yes' if min(scores['beam 5 (alpha 1, the speed run)'], scores['beam 5 (no penalties)']) >= scores['greedy'] else 'NO'} "
-          f"(greedy {scores['greedy']:.2f}, best beam 5 {best_beam:.2f})")
+    print(
+        f"\nbeam 5 >= greedy: {'yes' if min(scores['beam 5 (alpha 1, the speed run)'], scores['beam 5 (no penalties)']) >= scores['greedy'] else 'NO'} "
+        f"(greedy {scores['greedy']:.2f}, best beam 5 {best_beam:.2f})"
+    )
     if ours_train_s or (naive_mod is not None and naive_train_s):
-        print(f"(training: attnlab {ours_train_s:.0f}s"
-              + (f", seed_naive {naive_train_s:.0f}s" if naive_mod is not None else "") + ")")
+        print(
+            f"(training: attnlab {ours_train_s:.0f}s"
+            + (f", seed_naive {naive_train_s:.0f}s" if naive_mod is not None else "")
+            + ")"
+        )
 
 
 if __name__ == "__main__":

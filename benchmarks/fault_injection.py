@@ -149,7 +149,9 @@ def one_kill(
     left = _scratch(run_dir)
     loadable = _loadable(run_dir)
     # No checkpoint yet (loadable None): --resume starts the run over; a broken one: no resume.
-    resumed = _train(work, name, args.steps, args.seed, resume=True) if loadable is not False else None
+    resumed = (
+        _train(work, name, args.steps, args.seed, resume=True) if loadable is not False else None
+    )
     resume_rc = None
     if resumed is not None:
         _, err = resumed.communicate(timeout=600)

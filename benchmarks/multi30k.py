@@ -46,7 +46,10 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     overrides = list(args.set)
     if args.steps:
-        overrides += [f"train.max_steps={args.steps}", f"train.eval_every={max(1, min(args.steps, 500))}"]
+        overrides += [
+            f"train.max_steps={args.steps}",
+            f"train.eval_every={max(1, min(args.steps, 500))}",
+        ]
     if args.max_pairs:
         overrides.append(f"data.max_pairs={args.max_pairs}")
     if args.eval_sentences:
@@ -63,15 +66,26 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if resume:
         print(f"   resuming {run_dir} from its last checkpoint", file=sys.stderr, flush=True)
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise AttnlabError(f"{run_dir} already holds a run; pass --resume to continue it or --out for a new folder")
-    summary = Trainer(config, run_dir, device=args.device, dataset=dataset, resume=resume, install_signals=True).run()
+        raise AttnlabError(
+            f"{run_dir} already holds a run; pass --resume to continue it or --out for a new folder"
+        )
+    summary = Trainer(
+        config, run_dir, device=args.device, dataset=dataset, resume=resume, install_signals=True
+    ).run()
     if summary.get("reason") == "interrupted":
-        raise AttnlabError(f"{name} interrupted at step {summary['step']}; rerun with --resume to continue")
+        raise AttnlabError(
+            f"{name} interrupted at step {summary['step']}; rerun with --resume to continue"
+        )
     loaded = load_checkpoint(Path(summary["best_checkpoint"]), device=args.device_resolved)
     decode_cfg = replace(config.decode, beam=1, sample=False, nbest=1)
     # The same scoring as `attnlab eval RUN --split test` (greedy, sacrebleu on detokenised text).
     test = evaluate_split(
-        loaded.model, dataset, "test", decode_cfg, device=args.device_resolved, max_sentences=args.test_sentences
+        loaded.model,
+        dataset,
+        "test",
+        decode_cfg,
+        device=args.device_resolved,
+        max_sentences=args.test_sentences,
     )
     return {
         "preset": name,
@@ -87,23 +101,57 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "prepare_s": round(prepare_s, 2),
         "tokens_per_s": round(summary["tokens_per_s"] or 0.0, 1),
         "device": summary["device"],
-        "best_dev": {k: summary["best"].get(k) for k in ("bleu", "chrf", "loss") if k in summary["best"]},
+        "best_dev": {
+            k: summary["best"].get(k) for k in ("bleu", "chrf", "loss") if k in summary["best"]
+        },
         "n_test": test["n"],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=list(PUBLISHED), help="presets to train (default: the three references)")
-    parser.add_argument("--steps", type=int, default=0, help="override train.max_steps (0 = the preset's)")
-    parser.add_argument("--max-pairs", type=int, default=0, help="data.max_pairs: first N pairs of each split (smoke runs)")
-    parser.add_argument("--eval-sentences", type=int, default=0, help="train.eval_sentences for dev evals (0 = the preset's)")
-    parser.add_argument("--test-sentences", type=int, default=0, help="score only the first N test sentences (0 = all 1000)")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=list(PUBLISHED),
+        help="presets to train (default: the three references)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=0, help="override train.max_steps (0 = the preset's)"
+    )
+    parser.add_argument(
+        "--max-pairs",
+        type=int,
+        default=0,
+        help="data.max_pairs: first N pairs of each split (smoke runs)",
+    )
+    parser.add_argument(
+        "--eval-sentences",
+        type=int,
+        default=0,
+        help="train.eval_sentences for dev evals (0 = the preset's)",
+    )
+    parser.add_argument(
+        "--test-sentences",
+        type=int,
+        default=0,
+        help="score only the first N test sentences (0 = all 1000)",
+    )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | mps")
     parser.add_argument("--out", default="runs/bench-multi30k", help="where the run directories go")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="extra config override")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="extra config override",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--resume", action="store_true", help="continue runs found under --out from their last checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue runs found under --out from their last checkpoint",
+    )
     args = parser.parse_args(argv)
 
     from attnlab.device import resolve_device
@@ -116,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}", file=sys.stderr, flush=True)
             results.append(run_preset(name, args))
             # Each finished preset is kept at once: a later failure or Ctrl+C loses nothing.
-            (Path(args.out) / f"{name}.json").write_text(json.dumps(results[-1], indent=2, ensure_ascii=False))
+            (Path(args.out) / f"{name}.json").write_text(
+                json.dumps(results[-1], indent=2, ensure_ascii=False)
+            )
     except AttnlabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -134,13 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         pub = r["published_bleu"]
         delta = f"{r['test_bleu_lc'] - pub:+.2f}" if pub is not None else "-"
         table.add_row(
-            r["preset"].removeprefix("multi30k-"), f"{pub:.2f}" if pub is not None else "-",
-            f"{r['test_bleu_lc']:.2f}", delta, f"{r['test_bleu']:.2f}", f"{r['test_chrf']:.2f}",
-            str(r["steps"]), f"{r['wall_s']:.0f}", f"{r['tokens_per_s']:,.0f}",
+            r["preset"].removeprefix("multi30k-"),
+            f"{pub:.2f}" if pub is not None else "-",
+            f"{r['test_bleu_lc']:.2f}",
+            delta,
+            f"{r['test_bleu']:.2f}",
+            f"{r['test_chrf']:.2f}",
+            str(r["steps"]),
+            f"{r['wall_s']:.0f}",
+            f"{r['tokens_per_s']:,.0f}",
         )
     Console().print(table)
     for r in results:
-        print(f"{r['preset']}: {r['params']:,} parameters on {r['device']}; data prepared in {r['prepare_s']} s")
+        print(
+            f"{r['preset']}: {r['params']:,} parameters on {r['device']}; data prepared in {r['prepare_s']} s"
+        )
     print(f"BLEU lc signature: {results[0]['bleu_lc_signature']}" if results else "")
     return 0
 

@@ -45,7 +45,9 @@ def run_joey(model: str, updates: int) -> dict[str, float]:
     out = subprocess.run(
         ["bash", str(BENCH / "run-joey.sh"), model, "reverse"],
         env={**ENV, "ANCHOR_UPDATES": str(updates)},
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return {
         "train": result_field(out, "train_tok_per_s"),
@@ -58,9 +60,20 @@ def run_naive(updates: int) -> dict[str, float]:
     """Training tok/s and the naive per-sentence greedy / beam-5 decoding of the 500 test sentences."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
-            [str(VENV / "bin" / "python"), str(BENCH / "seed_naive.py"), "--data", "reverse",
-             "--updates", str(updates), "--results", f"{tmp}/r.jsonl"],
-            env=ENV, capture_output=True, text=True, check=True,
+            [
+                str(VENV / "bin" / "python"),
+                str(BENCH / "seed_naive.py"),
+                "--data",
+                "reverse",
+                "--updates",
+                str(updates),
+                "--results",
+                f"{tmp}/r.jsonl",
+            ],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     return {
         "train": result_field(out, "train_tok_per_s"),
@@ -90,7 +103,10 @@ def decode_speed(run_dir: Path) -> dict[str, float]:
     examples = [Example(tuple(line.split()), ()) for line in lines]
     vocab_src, vocab_tgt = loaded.dataset.src_vocab, loaded.dataset.tgt_vocab
     size = DECODE_BATCH
-    batches = [make_batch(examples[i : i + size], vocab_src, vocab_tgt) for i in range(0, len(examples), size)]
+    batches = [
+        make_batch(examples[i : i + size], vocab_src, vocab_tgt)
+        for i in range(0, len(examples), size)
+    ]
     speeds = {}
     for name, cfg in (("greedy", DecodeConfig()), ("beam5", DecodeConfig(beam=5, alpha=1.0))):
         started = time.perf_counter()
@@ -109,16 +125,49 @@ def run_attnlab(model: str, updates: int) -> dict[str, float]:
     extra = [arg for item in ATTNLAB_SETS for arg in ("--set", item)]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "attnlab", "train", "--preset", ATTNLAB_PRESETS[model],
-             "--out", tmp, "--run-name", "bench", "--quiet", "--device", "cpu",
-             "--set", "data.task=corpus", "--set", f"data.path={DATA}",
-             "--set", "data.src_lang=src", "--set", "data.tgt_lang=trg",
-             "--set", f"train.max_steps={updates}", "--set", f"train.eval_every={updates}",
-             "--set", "train.eval_sentences=50", "--set", "train.log_every=50",
-             "--set", "train.threads=2", *extra],
-            env=ENV, cwd=tmp, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "attnlab",
+                "train",
+                "--preset",
+                ATTNLAB_PRESETS[model],
+                "--out",
+                tmp,
+                "--run-name",
+                "bench",
+                "--quiet",
+                "--device",
+                "cpu",
+                "--set",
+                "data.task=corpus",
+                "--set",
+                f"data.path={DATA}",
+                "--set",
+                "data.src_lang=src",
+                "--set",
+                "data.tgt_lang=trg",
+                "--set",
+                f"train.max_steps={updates}",
+                "--set",
+                f"train.eval_every={updates}",
+                "--set",
+                "train.eval_sentences=50",
+                "--set",
+                "train.log_every=50",
+                "--set",
+                "train.threads=2",
+                *extra,
+            ],
+            env=ENV,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=True,
         )
-        events = [json.loads(line) for line in Path(tmp, "bench", "events.jsonl").read_text().splitlines()]
+        events = [
+            json.loads(line) for line in Path(tmp, "bench", "events.jsonl").read_text().splitlines()
+        ]
         done = next(e for e in events if e["type"] == "done")
         # target tokens / seconds of the training loop (evaluation excluded)
         return {"train": float(done["tokens_per_s"]), **decode_speed(Path(tmp, "bench"))}
@@ -130,11 +179,20 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=300)
     parser.add_argument("--models", default="rnn,transformer")
     parser.add_argument("--skip-peers", action="store_true", help="attnlab only")
-    parser.add_argument("--decode-batch", type=int, default=64,
-                        help="attnlab's sentences per decoding batch (JoeyNMT uses 64)")
-    parser.add_argument("--attnlab-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra override for attnlab's runs, e.g. model.dropout=0.1 to match "
-                             "JoeyNMT's transformer config (the presets use dropout 0)")
+    parser.add_argument(
+        "--decode-batch",
+        type=int,
+        default=64,
+        help="attnlab's sentences per decoding batch (JoeyNMT uses 64)",
+    )
+    parser.add_argument(
+        "--attnlab-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra override for attnlab's runs, e.g. model.dropout=0.1 to match "
+        "JoeyNMT's transformer config (the presets use dropout 0)",
+    )
     args = parser.parse_args()
     global DECODE_BATCH
     DECODE_BATCH = args.decode_batch
@@ -160,16 +218,26 @@ def main() -> None:
                 shown = "  ".join(f"{k} {v:,.1f}" for k, v in figures.items())
                 print(f"round {round_ + 1} {model:11s} {name:8s} {shown}", flush=True)
 
-    print("\nmedians: train = target tokens/s of the training loop; greedy / beam5 = test sentences/s")
-    print("model        system    train tok/s  greedy sent/s  beam5 sent/s   attnlab's ratio (train, greedy, beam5)")
+    print(
+        "\nmedians: train = target tokens/s of the training loop; greedy / beam5 = test sentences/s"
+    )
+    print(
+        "model        system    train tok/s  greedy sent/s  beam5 sent/s   attnlab's ratio (train, greedy, beam5)"
+    )
     for model in args.models.split(","):
-        ours = {k: statistics.median(r[k] for r in results[(model, "attnlab")]) for k in ("train", "greedy", "beam5")}
+        ours = {
+            k: statistics.median(r[k] for r in results[(model, "attnlab")])
+            for k in ("train", "greedy", "beam5")
+        }
         for (m, name), runs in results.items():
             if m != model:
                 continue
             med = {k: statistics.median(r[k] for r in runs) for k in ("train", "greedy", "beam5")}
             ratio = "" if name == "attnlab" else ", ".join(f"{ours[k] / med[k]:.2f}x" for k in med)
-            print(f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} {med['beam5']:13,.1f}   {ratio}")
+            print(
+                f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} {med['beam5']:13,.1f}   {ratio}"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -25,20 +25,31 @@ from attnlab.train.trainer import Trainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="reverse-bahdanau")
     parser.add_argument("--metric", default="bleu", choices=["bleu", "chrf", "exact_match"])
     parser.add_argument("--target", type=float, default=95.0, help="dev metric value to reach")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--out", type=Path, default=None, help="run directory parent (default: a temp dir)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run directory parent (default: a temp dir)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     config = apply_overrides(
         load_preset(args.preset),
-        [f"train.eval_every={args.eval_every}", "train.eval_sentences=0", "train.samples=0", *args.overrides],
+        [
+            f"train.eval_every={args.eval_every}",
+            "train.eval_sentences=0",
+            "train.samples=0",
+            *args.overrides,
+        ],
     )
     out = args.out or Path(tempfile.mkdtemp(prefix="attnlab-ttb-"))
     run_dir = out / f"{config.name}-ttb-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -47,10 +58,15 @@ def main() -> None:
 
     def on_event(event: dict) -> None:
         if event["type"] == "eval":
-            print(f"step {event['step']:5d}  dev BLEU {event['bleu']:6.2f}  exact {event['exact_match']:.3f}  "
-                  f"{event['elapsed_s']:7.1f} s", flush=True)
+            print(
+                f"step {event['step']:5d}  dev BLEU {event['bleu']:6.2f}  exact {event['exact_match']:.3f}  "
+                f"{event['elapsed_s']:7.1f} s",
+                flush=True,
+            )
             if event[args.metric] >= args.target and not reached:
-                reached.update(step=event["step"], value=event[args.metric], elapsed_s=event["elapsed_s"])
+                reached.update(
+                    step=event["step"], value=event[args.metric], elapsed_s=event["elapsed_s"]
+                )
                 trainer.control("stop")
 
     trainer = Trainer(config, run_dir, on_event=on_event, device="cpu")
@@ -69,11 +85,15 @@ def main() -> None:
         "run_dir": str(run_dir),
     }
     if reached:
-        print(f"dev {args.metric} {reached['value']:.3f} >= {args.target} at step {reached['step']} after "
-              f"{reached['elapsed_s']:.1f} s ({summary['tokens_per_s']:.0f} train tok/s, {args.threads} threads)")
+        print(
+            f"dev {args.metric} {reached['value']:.3f} >= {args.target} at step {reached['step']} after "
+            f"{reached['elapsed_s']:.1f} s ({summary['tokens_per_s']:.0f} train tok/s, {args.threads} threads)"
+        )
     else:
-        print(f"target {args.metric} >= {args.target} not reached within {config.train.max_steps} steps "
-              f"(best dev {args.metric} {summary['best'].get(args.metric, 0):.3f})")
+        print(
+            f"target {args.metric} >= {args.target} not reached within {config.train.max_steps} steps "
+            f"(best dev {args.metric} {summary['best'].get(args.metric, 0):.3f})"
+        )
     print(json.dumps(result))
 
 

@@ -36,7 +36,11 @@ KEYS = ["2", "down", "up", "4", "down", "up", "3", "right", "left", "1"]
 
 
 def tokens_per_s(run_dir: Path) -> float:
-    values = [e["tokens_per_s"] for e in iter_events(run_dir) if e.get("type") == "step" and e.get("tokens_per_s")]
+    values = [
+        e["tokens_per_s"]
+        for e in iter_events(run_dir)
+        if e.get("type") == "step" and e.get("tokens_per_s")
+    ]
     values = values[len(values) // 10 :] or values
     return statistics.fmean(values) if values else float("nan")
 
@@ -95,7 +99,9 @@ async def key_to_paint(app, clock: PaintClock, key: str) -> float | None:
     return time.perf_counter() - start
 
 
-async def in_lab(config, out: Path, presses: int, gap: float) -> tuple[list[tuple[str, float]], float, Path]:
+async def in_lab(
+    config, out: Path, presses: int, gap: float
+) -> tuple[list[tuple[str, float]], float, Path]:
     app = make_app(out, config=config)
     latencies: list[tuple[str, float]] = []
     clock = PaintClock(app)
@@ -106,7 +112,9 @@ async def in_lab(config, out: Path, presses: int, gap: float) -> tuple[list[tupl
         while train.follower is None or len(train.follower.samples) < 2:
             await pilot.pause(0.1)  # the child imports torch, builds data, trains to its first eval
         # Give Inspect a matrix to move the cursor on (a logged sample, no model needed).
-        app.query_one(InspectView).show_logged_sample(train.follower.run_dir, train.follower.samples[0])
+        app.query_one(InspectView).show_logged_sample(
+            train.follower.run_dir, train.follower.samples[0]
+        )
         for i in range(presses):
             if train.follower.finished:
                 break
@@ -123,14 +131,19 @@ async def in_lab(config, out: Path, presses: int, gap: float) -> tuple[list[tupl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="reverse-bahdanau")
     parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--presses", type=int, default=200)
     parser.add_argument("--gap", type=float, default=0.15, help="seconds between key presses")
     args = parser.parse_args()
 
-    config = apply_overrides(load_preset(args.preset), [f"train.max_steps={args.steps}", "train.eval_every=100", "train.device=cpu"])
+    config = apply_overrides(
+        load_preset(args.preset),
+        [f"train.max_steps={args.steps}", "train.eval_every=100", "train.device=cpu"],
+    )
     out = Path(tempfile.mkdtemp(prefix="attnlab-tui-bench-"))
     preset_file = out / "preset.toml"
     from attnlab.config import dumps_toml
@@ -144,14 +157,20 @@ def main() -> None:
     by_key: dict[str, list[float]] = {}
     for key, x in latencies:
         by_key.setdefault(key, []).append(x * 1000)
-    print("per key (median / max ms): " + ", ".join(
-        f"{k} {statistics.median(v):.0f}/{max(v):.0f}" for k, v in by_key.items()))
+    print(
+        "per key (median / max ms): "
+        + ", ".join(f"{k} {statistics.median(v):.0f}/{max(v):.0f}" for k, v in by_key.items())
+    )
     p95 = ms[min(int(round(0.95 * (len(ms) - 1))), len(ms) - 1)]
     print(f"lab:      {lab_tps:,.0f} tokens/s = {lab_tps / base:.1%} of headless")
-    print(f"key press -> screen updated over {len(ms)} presses during training: "
-          f"median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms, max {ms[-1]:.1f} ms")
+    print(
+        f"key press -> screen updated over {len(ms)} presses during training: "
+        f"median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms, max {ms[-1]:.1f} ms"
+    )
     ok = statistics.median(ms) < 100 and p95 < 250 and lab_tps >= 0.9 * base
-    print("PASS" if ok else "FAIL", "(targets: median < 100 ms, p95 < 250 ms, lab >= 90% of headless)")
+    print(
+        "PASS" if ok else "FAIL", "(targets: median < 100 ms, p95 < 250 ms, lab >= 90% of headless)"
+    )
     sys.exit(0 if ok else 1)
 
 

@@ -79,17 +79,23 @@ def once(code: str = CHILD) -> tuple[float, float, bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     results = [once() for _ in range(args.repeat)]
     frames = [r[0] for r in results]
     menus = [r[1] for r in results]
     for i, (frame, menu, torch_loaded) in enumerate(results, 1):
-        print(f"run {i}: first frame {frame:.2f} s (torch imported: {torch_loaded}), menus ready {menu:.2f} s")
+        print(
+            f"run {i}: first frame {frame:.2f} s (torch imported: {torch_loaded}), menus ready {menu:.2f} s"
+        )
     baseline = statistics.median(once(BASELINE)[0] for _ in range(3))
     print(f"(a bare Textual app with a header and a footer on this machine: {baseline:.2f} s)")
-    print(f"median first interactive frame {statistics.median(frames):.2f} s; median menus ready {statistics.median(menus):.2f} s")
+    print(
+        f"median first interactive frame {statistics.median(frames):.2f} s; median menus ready {statistics.median(menus):.2f} s"
+    )
     ok = statistics.median(frames) < 1.5
     print("PASS" if ok else "FAIL", "(target: first interactive frame < 1.5 s)")
     sys.exit(0 if ok else 1)

@@ -62,7 +62,9 @@ def run_cell(task: str, variant: str, steps: int, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", default="copy,reverse,sort")
     parser.add_argument("--variants", default=",".join(self_attention_variants()))
     parser.add_argument("--steps", type=int, default=800)
@@ -75,14 +77,21 @@ def main() -> None:
         for task in args.tasks.split(","):
             cell = run_cell(task, variant, args.steps, out)
             rows.append((variant, task, cell))
-            print(f"{variant:15s} {task:8s} EM {cell['exact_match']:.3f} BLEU {cell['bleu']:6.2f} "
-                  f"align {cell['alignment'] if cell['alignment'] is not None else float('nan'):.3f} "
-                  f"{cell['steps']} steps {cell['seconds']:.0f} s", flush=True)
-    print("\n| self-attention | task | test exact match | test BLEU | alignment acc. | steps | seconds |")
+            print(
+                f"{variant:15s} {task:8s} EM {cell['exact_match']:.3f} BLEU {cell['bleu']:6.2f} "
+                f"align {cell['alignment'] if cell['alignment'] is not None else float('nan'):.3f} "
+                f"{cell['steps']} steps {cell['seconds']:.0f} s",
+                flush=True,
+            )
+    print(
+        "\n| self-attention | task | test exact match | test BLEU | alignment acc. | steps | seconds |"
+    )
     print("|---|---|---|---|---|---|---|")
     for variant, task, c in rows:
         align = "–" if c["alignment"] is None else f"{c['alignment']:.3f}"
-        print(f"| {variant} | {task} | {c['exact_match']:.3f} | {c['bleu']:.2f} | {align} | {c['steps']} | {c['seconds']:.0f} |")
+        print(
+            f"| {variant} | {task} | {c['exact_match']:.3f} | {c['bleu']:.2f} | {align} | {c['steps']} | {c['seconds']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,15 @@ HASH_MOD = 1_000_003
 
 
 class HashModel(Seq2Seq):
-    def __init__(self, vocab: int = 7, layers: int = 2, heads: int = 2, scale: float = 3.0,
-                 salt: float = 0.0, eos_bias: float = 0.0) -> None:
+    def __init__(
+        self,
+        vocab: int = 7,
+        layers: int = 2,
+        heads: int = 2,
+        scale: float = 3.0,
+        salt: float = 0.0,
+        eos_bias: float = 0.0,
+    ) -> None:
         super().__init__()
         self.src_vocab_size = 20
         self.tgt_vocab_size = vocab
@@ -39,25 +46,42 @@ class HashModel(Seq2Seq):
 
     def start_state(self, enc: EncoderOutput) -> dict[str, Tensor]:
         batch = enc.states.size(0)
-        return {"prefix": torch.zeros(batch, dtype=torch.long), "t": torch.zeros(batch, dtype=torch.long)}
+        return {
+            "prefix": torch.zeros(batch, dtype=torch.long),
+            "t": torch.zeros(batch, dtype=torch.long),
+        }
 
-    def step(self, prev_tokens: Tensor, state: dict[str, Tensor], enc: EncoderOutput,
-             need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor], Tensor | None]:
+    def step(
+        self,
+        prev_tokens: Tensor,
+        state: dict[str, Tensor],
+        enc: EncoderOutput,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, dict[str, Tensor], Tensor | None]:
         self.calls += 1
         # the prefix hash includes the token fed now (BOS at t = 0)
         prefix = (state["prefix"] * 31 + prev_tokens + 1) % HASH_MOD  # [B]
         t = state["t"]
         v = torch.arange(self.tgt_vocab_size, dtype=torch.float64)
-        x = (prefix.double()[:, None] * 12.9898 + v[None] * 78.233 + enc.extras["code"][:, None] * 3.14159
-             + t.double()[:, None] * 1.618 + self.salt)
+        x = (
+            prefix.double()[:, None] * 12.9898
+            + v[None] * 78.233
+            + enc.extras["code"][:, None] * 3.14159
+            + t.double()[:, None] * 1.618
+            + self.salt
+        )
         noise = torch.frac(torch.sin(x).abs() * 43758.5453)  # [B, V] in [0, 1)
         logits = (self.scale * noise).float()
         logits[:, EOS_ID] += self.eos_bias
         cross = None
         if need_weights:
             src = enc.extras["src"].double()  # [B, S]
-            lh = torch.arange(self.layers * self.heads, dtype=torch.float64).view(1, self.layers, self.heads, 1)
-            raw = torch.sin(src[:, None, None, :] * (1.3 + lh) + prefix.double()[:, None, None, None] * 0.77)
+            lh = torch.arange(self.layers * self.heads, dtype=torch.float64).view(
+                1, self.layers, self.heads, 1
+            )
+            raw = torch.sin(
+                src[:, None, None, :] * (1.3 + lh) + prefix.double()[:, None, None, None] * 0.77
+            )
             raw = raw.masked_fill(~enc.mask[:, None, None, :], float("-inf"))
             cross = torch.softmax(2.0 * raw, dim=-1).float()  # [B, L, H, S]
         return logits, {"prefix": prefix, "t": t + 1}, cross
@@ -78,7 +102,9 @@ def sequence_log_prob(model: Seq2Seq, src: list[int], seq: list[int]) -> float:
     return total
 
 
-def exhaustive_best(model: Seq2Seq, src: list[int], max_steps: int, words: list[int]) -> tuple[list[int], float]:
+def exhaustive_best(
+    model: Seq2Seq, src: list[int], max_steps: int, words: list[int]
+) -> tuple[list[int], float]:
     """The arg-max over every finished sequence of at most ``max_steps`` steps (</s> included)."""
     best: tuple[list[int], float] = ([], -math.inf)
     for length in range(max_steps):

@@ -61,13 +61,23 @@ def sample_events(step: int) -> list[dict[str, Any]]:
     ]
 
 
-def run_events(steps: int = 40, eval_every: int = 20, done: str | None = "finished") -> list[dict[str, Any]]:
+def run_events(
+    steps: int = 40, eval_every: int = 20, done: str | None = "finished"
+) -> list[dict[str, Any]]:
     """A plausible event log: start, steps every 5, evals with samples, checkpoints, done."""
     config = lab_config()
     from attnlab.config import to_dict
 
     events: list[dict[str, Any]] = [
-        {"type": "start", "step": 0, "name": "tiny", "config": to_dict(config), "params": 4321, "device": "cpu", "resumed": False}
+        {
+            "type": "start",
+            "step": 0,
+            "name": "tiny",
+            "config": to_dict(config),
+            "params": 4321,
+            "device": "cpu",
+            "resumed": False,
+        }
     ]
     for step in range(5, steps + 1, 5):
         events.append(
@@ -98,15 +108,28 @@ def run_events(steps: int = 40, eval_every: int = 20, done: str | None = "finish
                     "alignment_accuracy": 0.5,
                     # falls as it learns (mean entropy of the one cross head)
                     "attention_entropy": {"cross": [[round(1.2 - 0.4 * k, 3)]]},
-                    "bleu_by_length": [{"bucket": "1-5", "n": 8, "bleu": 40.0 * k}, {"bucket": "6-10", "n": 8, "bleu": 20.0 * k}],
+                    "bleu_by_length": [
+                        {"bucket": "1-5", "n": 8, "bleu": 40.0 * k},
+                        {"bucket": "6-10", "n": 8, "bleu": 20.0 * k},
+                    ],
                     "best": True,
                     "elapsed_s": step * 0.1,
                 }
             )
             events.extend(sample_events(step))
-            events.append({"type": "checkpoint", "step": step, "tag": "best", "path": "checkpoints/best"})
+            events.append(
+                {"type": "checkpoint", "step": step, "tag": "best", "path": "checkpoints/best"}
+            )
     if done:
-        events.append({"type": "done", "step": steps, "reason": done, "best": {"bleu": 60.0}, "elapsed_s": steps * 0.1})
+        events.append(
+            {
+                "type": "done",
+                "step": steps,
+                "reason": done,
+                "best": {"bleu": 60.0},
+                "elapsed_s": steps * 0.1,
+            }
+        )
     return events
 
 

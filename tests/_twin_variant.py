@@ -22,8 +22,14 @@ class TwinWindowAttention(Attention):
 
     spec = SPEC
 
-    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0,
-                 window: int = TWIN_DEFAULT):
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        window: int = TWIN_DEFAULT,
+    ):
         super().__init__()
         self.window = window
         self.out_dim = key_dim

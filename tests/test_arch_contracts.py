@@ -24,8 +24,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SMALL = ["data.max_len=8", "model.hidden=8", "model.emb=8", "model.d_model=16", "model.heads=2",
-         "model.ff=16", "model.enc_layers=1", "model.dec_layers=1"]
+SMALL = [
+    "data.max_len=8",
+    "model.hidden=8",
+    "model.emb=8",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=16",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+]
 
 
 @pytest.fixture
@@ -57,21 +65,37 @@ def test_a_new_variant_reusing_a_name_gets_its_own_default_in_the_cli(twin_varia
     rnn = apply_overrides(ExperimentConfig(), [*SMALL, f"model.attention={twin_variant.name}"])
     assert _windows(_built(rnn)) == {"cross": twin.TWIN_DEFAULT}
     local = apply_overrides(ExperimentConfig(), [*SMALL, "model.attention=local-m"])
-    assert _windows(_built(local)) == {"cross": ATTENTION.get("local-m").meta.hparam("window").default}
-    both = apply_overrides(ExperimentConfig(), [
-        *SMALL, "model.arch=transformer", f"model.self_attention={twin_variant.name}",
-        "model.decoder_self_attention=sliding-window",
-    ])
+    assert _windows(_built(local)) == {
+        "cross": ATTENTION.get("local-m").meta.hparam("window").default
+    }
+    both = apply_overrides(
+        ExperimentConfig(),
+        [
+            *SMALL,
+            "model.arch=transformer",
+            f"model.self_attention={twin_variant.name}",
+            "model.decoder_self_attention=sliding-window",
+        ],
+    )
     assert _windows(_built(both)) == {"enc": 7, "dec": 16}
 
 
 def test_qualified_keys_set_one_variant_and_round_trip(twin_variant) -> None:
-    config = apply_overrides(ExperimentConfig(), [
-        *SMALL, "model.arch=transformer", f"model.self_attention={twin_variant.name}",
-        "model.decoder_self_attention=sliding-window",
-        f"model.{twin_variant.name}.window=3", "model.sliding-window.window=5",
-    ])
-    assert config.model.attn_params == {f"{twin_variant.name}.window": 3, "sliding-window.window": 5}
+    config = apply_overrides(
+        ExperimentConfig(),
+        [
+            *SMALL,
+            "model.arch=transformer",
+            f"model.self_attention={twin_variant.name}",
+            "model.decoder_self_attention=sliding-window",
+            f"model.{twin_variant.name}.window=3",
+            "model.sliding-window.window=5",
+        ],
+    )
+    assert config.model.attn_params == {
+        f"{twin_variant.name}.window": 3,
+        "sliding-window.window": 5,
+    }
     assert _windows(_built(config)) == {"enc": 3, "dec": 5}
     text = dumps_toml(config)
     assert "[model.sliding-window]\nwindow = 5" in text
@@ -81,18 +105,32 @@ def test_qualified_keys_set_one_variant_and_round_trip(twin_variant) -> None:
 
 def test_an_ambiguous_flat_key_names_the_qualified_keys(twin_variant) -> None:
     with pytest.raises(AttnlabError) as err:
-        apply_overrides(ExperimentConfig(), [
-            *SMALL, "model.arch=transformer", f"model.self_attention={twin_variant.name}",
-            "model.decoder_self_attention=sliding-window", "model.window=3",
-        ])
+        apply_overrides(
+            ExperimentConfig(),
+            [
+                *SMALL,
+                "model.arch=transformer",
+                f"model.self_attention={twin_variant.name}",
+                "model.decoder_self_attention=sliding-window",
+                "model.window=3",
+            ],
+        )
     message = str(err.value)
     assert "\n" not in message and "model.window is ambiguous" in message
-    assert f"model.{twin_variant.name}.window" in message and "model.sliding-window.window" in message
+    assert (
+        f"model.{twin_variant.name}.window" in message and "model.sliding-window.window" in message
+    )
     # Where the chosen variants agree (sliding-window and dilated: both 16), flat keys still work.
-    agree = apply_overrides(ExperimentConfig(), [
-        *SMALL, "model.arch=transformer", "model.self_attention=sliding-window",
-        "model.decoder_self_attention=dilated", "model.window=3",
-    ])
+    agree = apply_overrides(
+        ExperimentConfig(),
+        [
+            *SMALL,
+            "model.arch=transformer",
+            "model.self_attention=sliding-window",
+            "model.decoder_self_attention=dilated",
+            "model.window=3",
+        ],
+    )
     assert _windows(_built(agree)) == {"enc": 3, "dec": 3}
 
 
@@ -108,9 +146,14 @@ def test_an_old_flat_checkpoint_config_still_loads_and_builds_the_same_model() -
 
 
 def test_unknown_qualified_keys_are_one_line_errors() -> None:
-    with pytest.raises(AttnlabError, match=r'unknown key model.sliding-windw.window: no attention variant .*did you mean "sliding-window"'):
+    with pytest.raises(
+        AttnlabError,
+        match=r'unknown key model.sliding-windw.window: no attention variant .*did you mean "sliding-window"',
+    ):
         apply_overrides(ExperimentConfig(), ["model.sliding-windw.window=3"])
-    with pytest.raises(AttnlabError, match=r"sliding-window's hyper-parameters: model.sliding-window.window"):
+    with pytest.raises(
+        AttnlabError, match=r"sliding-window's hyper-parameters: model.sliding-window.window"
+    ):
         apply_overrides(ExperimentConfig(), ["model.sliding-window.rank=3"])
     with pytest.raises(AttnlabError, match=r"model.sliding-window.window=0 is out of range"):
         apply_overrides(ExperimentConfig(), ["model.sliding-window.window=0"])
@@ -124,10 +167,15 @@ def test_the_empty_decoder_self_attention_has_one_answer_everywhere(tmp_path) ->
     from attnlab.tui.menus import load_menus
     from attnlab.tui.views.setup import _summary
 
-    config = apply_overrides(ExperimentConfig(), [
-        *SMALL, "model.arch=transformer", "model.self_attention=linformer",
-        "model.cross_attention=linformer",
-    ])
+    config = apply_overrides(
+        ExperimentConfig(),
+        [
+            *SMALL,
+            "model.arch=transformer",
+            "model.self_attention=linformer",
+            "model.cross_attention=linformer",
+        ],
+    )
     assert "causal-self" not in ATTENTION.get("linformer").meta.roles  # so: the fallback
     model = _built(config)
     assert type(model.decoder_layers[0].self_attn.attn).spec.name == "scaled-dot"  # the engine
@@ -168,7 +216,9 @@ def dummy_arch():
 def test_a_new_architecture_is_named_and_summarised_from_its_slots(dummy_arch, tmp_path) -> None:
     from attnlab.runs import summarize_run
 
-    config = apply_overrides(ExperimentConfig(), ["model.arch=dummy-test-arch", "model.cross_attention=performer"])
+    config = apply_overrides(
+        ExperimentConfig(), ["model.arch=dummy-test-arch", "model.cross_attention=performer"]
+    )
     assert experiment_name(config) == "reverse-dummy-test-arch-performer"
     assert attention_roles(config.model) == {"arch": "dummy-test-arch", "cross": "performer"}
     assert dummy_arch.summary(config) == "performer"
@@ -182,18 +232,29 @@ def test_a_new_architecture_is_named_and_summarised_from_its_slots(dummy_arch, t
 def test_a_length_limited_variant_is_checked_by_its_spec() -> None:
     base = ATTENTION.get("sliding-window")
     spec = AttentionSpec(
-        name="limited-test", roles=base.meta.roles, formula="", complexity="", known_for="",
-        hparams=(HParam("span", 6, "longest source", low=1, high=100),), max_length_param="span",
+        name="limited-test",
+        roles=base.meta.roles,
+        formula="",
+        complexity="",
+        known_for="",
+        hparams=(HParam("span", 6, "longest source", low=1, high=100),),
+        max_length_param="span",
     )
     ATTENTION.add(spec.name, base.factory, spec)
     try:
         ok = apply_overrides(ExperimentConfig(), ["model.arch=transformer", "data.max_len=6"])
-        short = ok.replace(model=ok.model.__class__(**{**vars(ok.model), "self_attention": spec.name}))
+        short = ok.replace(
+            model=ok.model.__class__(**{**vars(ok.model), "self_attention": spec.name})
+        )
         check_transformer(short)  # 6 <= 6
         longer = short.replace(data=short.data.__class__(**{**vars(short.data), "max_len": 7}))
-        with pytest.raises(AttnlabError, match=r"model.limited-test.span=6 is shorter than the longest source"):
+        with pytest.raises(
+            AttnlabError, match=r"model.limited-test.span=6 is shorter than the longest source"
+        ):
             check_transformer(longer)
-        flat = longer.replace(model=longer.model.__class__(**{**vars(longer.model), "attn_params": {"span": 7}}))
+        flat = longer.replace(
+            model=longer.model.__class__(**{**vars(longer.model), "attn_params": {"span": 7}})
+        )
         check_transformer(flat)  # the flat key raises the limit
     finally:
         ATTENTION.remove(spec.name)

@@ -13,8 +13,16 @@ from attnlab.nn.attention.classic import ClassicAttention
 
 # The classic family as registered, whoever wrote it: a new ClassicAttention needs a reference.
 CLASSIC = [e.name for e in ATTENTION.entries() if issubclass(e.factory, ClassicAttention)]
-PAPERS = {"none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location",
-          "local-m", "local-p"}  # Bahdanau et al. 2015 and Luong et al. 2015
+PAPERS = {
+    "none",
+    "bahdanau",
+    "luong-dot",
+    "luong-general",
+    "luong-concat",
+    "luong-location",
+    "local-m",
+    "local-p",
+}  # Bahdanau et al. 2015 and Luong et al. 2015
 SCORED = [n for n in CLASSIC if n != "none"]  # variants whose weights mean something
 B, TQ, TK, DQ, DK = 3, 4, 6, 4, 5
 LENGTHS = [6, 4, 2]  # real keys per row; the rest is padding
@@ -66,7 +74,15 @@ def reference(name: str, module, query, keys, mask, query_pos=None):
             s = query[b, i]
             scores: dict[int, float] = {}
             if name == "local-p":
-                gate = 1 / (1 + math.exp(-float(params["position_score.weight"][0] @ torch.tanh(params["position_proj.weight"] @ s))))
+                gate = 1 / (
+                    1
+                    + math.exp(
+                        -float(
+                            params["position_score.weight"][0]
+                            @ torch.tanh(params["position_proj.weight"] @ s)
+                        )
+                    )
+                )
                 centre = length * gate  # p_t = S sigmoid(v_p tanh(W_p s_t))
                 sigma = module.window / 2
             if name == "local-m":
@@ -75,13 +91,21 @@ def reference(name: str, module, query, keys, mask, query_pos=None):
             for j in range(length):
                 h = keys[b, j]
                 if name == "bahdanau":  # vᵀ tanh(W s + U h)
-                    score = float(params["energy.weight"][0] @ torch.tanh(params["query_proj.weight"] @ s + params["key_proj.weight"] @ h))
+                    score = float(
+                        params["energy.weight"][0]
+                        @ torch.tanh(
+                            params["query_proj.weight"] @ s + params["key_proj.weight"] @ h
+                        )
+                    )
                 elif name == "luong-dot":  # sᵀ h
                     score = float(s @ h)
                 elif name in ("luong-general", "local-m", "local-p"):  # sᵀ W_a h
                     score = float(s @ (params["key_proj.weight"] @ h))
                 elif name == "luong-concat":  # v_aᵀ tanh(W_a [s; h])
-                    score = float(params["energy.weight"][0] @ torch.tanh(params["concat_proj.weight"] @ torch.cat([s, h])))
+                    score = float(
+                        params["energy.weight"][0]
+                        @ torch.tanh(params["concat_proj.weight"] @ torch.cat([s, h]))
+                    )
                 elif name == "luong-location":  # (W_a s)_j
                     if j >= module.max_src_len:
                         continue
@@ -93,7 +117,10 @@ def reference(name: str, module, query, keys, mask, query_pos=None):
                 scores[j] = score
             if name == "local-p":
                 # Luong et al.: window softmax times exp(-(j-p)^2 / 2σ^2), renormalised here.
-                raw = {j: math.exp(sc) * math.exp(-((j - centre) ** 2) / (2 * sigma**2)) for j, sc in scores.items()}
+                raw = {
+                    j: math.exp(sc) * math.exp(-((j - centre) ** 2) / (2 * sigma**2))
+                    for j, sc in scores.items()
+                }
                 total = sum(raw.values())
                 probs = {j: r / total for j, r in raw.items()}
             else:
@@ -218,7 +245,10 @@ def test_cross_attention_role_with_causal_pattern(name):
     # As Transformer cross-attention: query_dim = key_dim = d_model, Tq > 1.
     torch.manual_seed(0)
     module = build_attention(name, 6, 6, role=ROLE_CROSS).double()
-    query, keys = torch.randn(2, 5, 6, dtype=torch.float64), torch.randn(2, 5, 6, dtype=torch.float64)
+    query, keys = (
+        torch.randn(2, 5, 6, dtype=torch.float64),
+        torch.randn(2, 5, 6, dtype=torch.float64),
+    )
     mask = torch.ones(2, 5, dtype=torch.bool)
     weights = module(query, keys, keys, mask, causal=True).weights[:, 0]
     assert torch.all(weights.triu(1) == 0)
@@ -270,7 +300,8 @@ def test_masked_softmax_by_hand_in_training_and_in_decoding() -> None:
     mask = torch.tensor([[True, True, False], [False, False, False], [True, True, True]])
     e = math.exp(1.0) + math.exp(2.0)
     expected = torch.tensor(
-        [[math.exp(1.0) / e, math.exp(2.0) / e, 0.0], [0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64
+        [[math.exp(1.0) / e, math.exp(2.0) / e, 0.0], [0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]],
+        dtype=torch.float64,
     )
     leaf = scores.clone().requires_grad_(True)
     trained = masked_softmax(leaf, mask)

@@ -22,8 +22,10 @@ from attnlab.events import EventLog, Sample
 
 def _nested(n_layers: int, n_heads: int, n_rows: int, n_cols: int, seed: int = 0) -> list:
     rng = random.Random(seed)
-    return [[[[rng.random() for _ in range(n_cols)] for _ in range(n_rows)]
-             for _ in range(n_heads)] for _ in range(n_layers)]
+    return [
+        [[[rng.random() for _ in range(n_cols)] for _ in range(n_rows)] for _ in range(n_heads)]
+        for _ in range(n_layers)
+    ]
 
 
 def _head_mean_loop(layer: list) -> list[list[float]]:
@@ -69,13 +71,19 @@ def test_layer_head_and_mean_heads_pick_what_they_name():
 def test_titles_name_role_axes_and_reduction():
     amap = AttentionMap(torch.rand(2, 4, 3, 3), list("abc"), list("abc"), role="dec-self")
     assert amap.select(1, None).title() == (
-        "decoder self-attention (target × target), layer 1/2, head average")
+        "decoder self-attention (target × target), layer 1/2, head average"
+    )
     assert amap.select(None, 3).title() == (
-        "decoder self-attention (target × target), layer 1/2, head 3/4")
+        "decoder self-attention (target × target), layer 1/2, head 3/4"
+    )
     cross = AttentionMap(torch.rand(1, 1, 2, 2), ["a", "b"], ["x", "y"])
     assert cross.title() == "cross-attention (target × source)"
-    assert AttentionMap(torch.rand(1, 1, 2, 2), ["x", "y"], ["x", "y"], "enc-self").select(
-        0, 0).title() == "encoder self-attention (source × source), layer 0/1, head 0/1"
+    assert (
+        AttentionMap(torch.rand(1, 1, 2, 2), ["x", "y"], ["x", "y"], "enc-self")
+        .select(0, 0)
+        .title()
+        == "encoder self-attention (source × source), layer 0/1, head 0/1"
+    )
 
 
 def test_the_eos_row_rule():
@@ -85,7 +93,10 @@ def test_the_eos_row_rule():
     amap = AttentionMap.for_target(torch.rand(1, 2, 3, 2), ["a", "b"], True, ["x", "y"])
     assert amap.rows == ["a", "b", "</s>"] and amap.cols == ["x", "y"]
     assert AttentionMap(torch.rand(1, 1, 3, 2), ["a", "b"], ["x", "y"]).with_eos_row().rows == [
-        "a", "b", "</s>"]
+        "a",
+        "b",
+        "</s>",
+    ]
     # a label the weights lack (an unfinished search) is cut with fitted()
     short = AttentionMap.for_target(torch.rand(1, 1, 2, 2), ["a", "b"], True, ["x", "y", "z"])
     assert short.fitted().rows == ["a", "b"] and short.fitted().cols == ["x", "y"]
@@ -95,15 +106,18 @@ def test_the_eos_row_rule():
 def test_the_batched_rule_is_the_old_expressions_bit_for_bit(dtype):
     torch.manual_seed(0)
     cross = torch.rand(3, 5, 2, 4, 7).to(dtype)  # decoding's [N, T, L, H, S]
-    assert torch.equal(last_layer_head_mean(cross.float(), layer_dim=2),
-                       cross.float()[:, :, -1].mean(dim=2))
+    assert torch.equal(
+        last_layer_head_mean(cross.float(), layer_dim=2), cross.float()[:, :, -1].mean(dim=2)
+    )
     step = torch.rand(6, 2, 4, 7).to(dtype)  # one beam step [R, L, H, S]
     assert torch.equal(last_layer_head_mean(step, layer_dim=1), step[:, -1].float().mean(dim=1))
     batch = torch.rand(3, 2, 4, 5, 7).to(dtype)  # a forward pass [B, L, H, T, S]
     assert torch.equal(last_layer_head_mean(batch, layer_dim=1), batch[:, -1].float().mean(dim=1))
     maps = torch.rand(2, 4, 5, 7)
-    assert torch.equal(AttentionMap(maps, list("abcde"), list("abcdefg")).select(0, None).matrix,
-                       maps[0].mean(dim=0))
+    assert torch.equal(
+        AttentionMap(maps, list("abcde"), list("abcdefg")).select(0, None).matrix,
+        maps[0].mean(dim=0),
+    )
     # numpy (the lab's maps): the same rule with numpy's own mean
     array = maps.numpy()
     assert np.array_equal(last_layer_head_mean(array), array[-1].mean(axis=0))
@@ -133,9 +147,13 @@ def test_sample_events_on_disk_are_unchanged(tmp_path, monkeypatch):
     cross[0, 1, 1, 1] = torch.tensor([0.25, 0.75, 0.0])
     cross[0, 2, 1] = torch.tensor([0.1, 0.9, 0.0])
     hyps = build_hypotheses(
-        tokens=torch.tensor([[5, 6, 2]]), token_log_probs=torch.zeros(1, 3),
-        lengths=torch.tensor([3]), finished=torch.tensor([True]),
-        src_mask=torch.tensor([[True, True, False]]), cross=cross, keep_attention=True,
+        tokens=torch.tensor([[5, 6, 2]]),
+        token_log_probs=torch.zeros(1, 3),
+        lengths=torch.tensor([3]),
+        finished=torch.tensor([True]),
+        src_mask=torch.tensor([[True, True, False]]),
+        cross=cross,
+        keep_attention=True,
     )
     assert hyps[0].attention.shape == (3, 2)  # + the </s> row; real source columns only
 
@@ -154,8 +172,15 @@ def test_sample_events_on_disk_are_unchanged(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate, "target_text", lambda ds: None)
     samples = evaluate.sample_translations(None, Dataset(), [Example()], None, "cpu")
     # hand-computed: row 0 = (1/3 + 0)/2, (2/3 + 1)/2; row 1 = 0.375, 0.625; no </s> row
-    expected = [{"index": 0, "src": ["a", "b"], "ref": ["c", "d"], "hyp": ["c", "d"],
-                 "attention": [[0.1667, 0.8333], [0.375, 0.625]]}]
+    expected = [
+        {
+            "index": 0,
+            "src": ["a", "b"],
+            "ref": ["c", "d"],
+            "hyp": ["c", "d"],
+            "attention": [[0.1667, 0.8333], [0.375, 0.625]],
+        }
+    ]
     assert samples == expected
     log = EventLog(tmp_path)
     log.emit(Sample.build(7, **samples[0]))

@@ -56,7 +56,10 @@ def heads_proj(x64, linear, heads):
 
 def out_proj(ctx64, attn):
     b, h, t, dh = ctx64.shape
-    return ctx64.transpose(1, 2).reshape(b, t, h * dh) @ attn.out_proj.weight.double().t() + attn.out_proj.bias.double()
+    return (
+        ctx64.transpose(1, 2).reshape(b, t, h * dh) @ attn.out_proj.weight.double().t()
+        + attn.out_proj.bias.double()
+    )
 
 
 def loop_softmax_attention(scores_fn, value_fn, allowed_fn, b, h, tq, tk, key_mask):
@@ -90,7 +93,9 @@ def loop_softmax_attention(scores_fn, value_fn, allowed_fn, b, h, tq, tk, key_ma
 def copy_into_mha(attn, mha):
     with torch.no_grad():
         if mha._qkv_same_embed_dim:
-            mha.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+            mha.in_proj_weight.copy_(
+                torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+            )
         else:
             mha.q_proj_weight.copy_(attn.q_proj.weight)
             mha.k_proj_weight.copy_(attn.k_proj.weight)
@@ -101,14 +106,14 @@ def copy_into_mha(attn, mha):
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-@pytest.mark.parametrize(
-    "case", ["self", "self-causal", "cross", "rnn-cross-kdim"]
-)
+@pytest.mark.parametrize("case", ["self", "self-causal", "cross", "rnn-cross-kdim"])
 def test_scaled_dot_equals_torch_multihead_attention(case, need_weights):
     heads = 4
     dk = 12 if case == "rnn-cross-kdim" else D
     tq = 1 if case == "rnn-cross-kdim" else (6 if case.startswith("self") else 4)
-    role = {"self": ROLE_SELF, "self-causal": ROLE_CAUSAL_SELF, "cross": ROLE_CROSS}.get(case, ROLE_RNN_CROSS)
+    role = {"self": ROLE_SELF, "self-causal": ROLE_CAUSAL_SELF, "cross": ROLE_CROSS}.get(
+        case, ROLE_RNN_CROSS
+    )
     attn = build("scaled-dot", role=role, heads=heads, dk=dk)
     mha = torch.nn.MultiheadAttention(D, heads, batch_first=True, kdim=dk, vdim=dk).eval()
     copy_into_mha(attn, mha)
@@ -119,7 +124,12 @@ def test_scaled_dot_equals_torch_multihead_attention(case, need_weights):
     ours = attn(query, keys, keys, key_mask, causal=causal, need_weights=need_weights)
     attn_mask = ~torch.ones(tq, 6, dtype=torch.bool).tril() if causal else None
     ref, ref_weights = mha(
-        query, keys, keys, key_padding_mask=~key_mask, attn_mask=attn_mask, need_weights=True,
+        query,
+        keys,
+        keys,
+        key_padding_mask=~key_mask,
+        attn_mask=attn_mask,
+        need_weights=True,
         average_attn_weights=False,
     )
     torch.testing.assert_close(ours.context, ref, atol=1e-5, rtol=1e-5)
@@ -161,7 +171,13 @@ def test_the_fused_kernel_serves_exactly_the_plain_softmax_variants():
     fused = {e.name for e in multi_head if e.factory.uses_sdpa}
     assert {"scaled-dot", "multihead", "gated", "alibi"} <= fused
     own_scores = {
-        "additive", "relative", "sliding-window", "dilated", "linformer", "performer", "linear",
+        "additive",
+        "relative",
+        "sliding-window",
+        "dilated",
+        "linformer",
+        "performer",
+        "linear",
     }
     assert not fused & own_scores
 
@@ -203,7 +219,11 @@ def cosine_reference(attn, query, keys, key_mask, causal):
         lambda bi, hi, i, j: 5.0 * float(F.cosine_similarity(q[bi, hi, i], k[bi, hi, j], dim=0)),
         lambda bi, hi, i, j: v[bi, hi, j],
         lambda hi, i, j: not causal or j <= i + tk - tq,
-        b, h, tq, tk, key_mask,
+        b,
+        h,
+        tq,
+        tk,
+        key_mask,
     )
     return out_proj(context, attn)
 
@@ -248,7 +268,11 @@ def test_additive_matches_loop_reference(causal):
         lambda bi, hi, i, j: float(vv[hi] @ torch.tanh(q[bi, hi, i] + k[bi, hi, j])),
         lambda bi, hi, i, j: v[bi, hi, j],
         lambda hi, i, j: not causal or j <= i,
-        b, h, t, t, key_mask,
+        b,
+        h,
+        t,
+        t,
+        key_mask,
     )
     out = attn(query, query, query, key_mask, causal=causal, need_weights=True)
     torch.testing.assert_close(out.weights.double(), w, atol=1e-6, rtol=1e-5)
@@ -264,11 +288,17 @@ def test_gated_matches_loop_reference():
         lambda bi, hi, i, j: float(q[bi, hi, i] @ k[bi, hi, j]) / math.sqrt(dh),
         lambda bi, hi, i, j: v[bi, hi, j],
         lambda hi, i, j: True,
-        b, h, t, t, key_mask,
+        b,
+        h,
+        t,
+        t,
+        key_mask,
     )
     gate = torch.sigmoid(heads_proj(query.double(), attn.gate_proj, h))
     out = attn(query, query, query, key_mask, need_weights=True)
-    torch.testing.assert_close(out.context.double(), out_proj(gate * ctx, attn), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out.context.double(), out_proj(gate * ctx, attn), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -287,7 +317,11 @@ def test_relative_matches_shaw_formula(causal):
         lambda bi, hi, i, j: float(q[bi, hi, i] @ (k[bi, hi, j] + a_k[rel(i, j)])) / math.sqrt(dh),
         lambda bi, hi, i, j: v[bi, hi, j] + a_v[rel(i, j)],
         lambda hi, i, j: not causal or j <= i,
-        b, h, t, t, key_mask,
+        b,
+        h,
+        t,
+        t,
+        key_mask,
     )
     out = attn(query, query, query, key_mask, causal=causal, need_weights=True)
     torch.testing.assert_close(out.weights.double(), w, atol=1e-6, rtol=1e-5)
@@ -303,10 +337,16 @@ def test_alibi_matches_linear_distance_penalty(causal):
     b, h, t, dh = q.shape
     slopes = [2 ** (-8 * (n + 1) / heads) for n in range(heads)]
     ctx, w = loop_softmax_attention(
-        lambda bi, hi, i, j: float(q[bi, hi, i] @ k[bi, hi, j]) / math.sqrt(dh) - slopes[hi] * abs(i - j),
+        lambda bi, hi, i, j: (
+            float(q[bi, hi, i] @ k[bi, hi, j]) / math.sqrt(dh) - slopes[hi] * abs(i - j)
+        ),
         lambda bi, hi, i, j: v[bi, hi, j],
         lambda hi, i, j: not causal or j <= i,
-        b, h, t, t, key_mask,
+        b,
+        h,
+        t,
+        t,
+        key_mask,
     )
     for need_weights in (True, False):
         out = attn(query, query, query, key_mask, causal=causal, need_weights=need_weights)
@@ -315,9 +355,16 @@ def test_alibi_matches_linear_distance_penalty(causal):
     torch.testing.assert_close(weights.double(), w, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("window,dilation,causal,length", [
-    (1, 1, False, 9), (2, 1, True, 23), (3, 2, False, 37), (2, 3, True, 40), (5, 2, True, 11),
-])
+@pytest.mark.parametrize(
+    "window,dilation,causal,length",
+    [
+        (1, 1, False, 9),
+        (2, 1, True, 23),
+        (3, 2, False, 37),
+        (2, 3, True, 40),
+        (5, 2, True, 11),
+    ],
+)
 def test_sparse_patterns_match_loop_reference(window, dilation, causal, length):
     name = "sliding-window" if dilation == 1 else "dilated"
     params = {"window": window} | ({"dilation": dilation} if name == "dilated" else {})
@@ -335,7 +382,12 @@ def test_sparse_patterns_match_loop_reference(window, dilation, causal, length):
     ctx, w = loop_softmax_attention(
         lambda bi, hi, i, j: float(q[bi, hi, i] @ k[bi, hi, j]) / math.sqrt(dh),
         lambda bi, hi, i, j: v[bi, hi, j],
-        allowed, b, h, t, t, key_mask,
+        allowed,
+        b,
+        h,
+        t,
+        t,
+        key_mask,
     )
     banded = attn(query, query, query, key_mask, causal=causal, need_weights=False)
     explicit = attn(query, query, query, key_mask, causal=causal, need_weights=True)
@@ -385,7 +437,9 @@ def test_linear_attention_matches_loop_reference():
                 for i in range(t):
                     js = [j for j in range(t) if key_mask[bi, j] and (not causal or j <= i)]
                     sims = [float(phi_q[bi, hi, i] @ phi_k[bi, hi, j]) for j in js]
-                    ctx[bi, hi, i] = sum(s * v[bi, hi, j] for s, j in zip(sims, js, strict=True)) / sum(sims)
+                    ctx[bi, hi, i] = sum(
+                        s * v[bi, hi, j] for s, j in zip(sims, js, strict=True)
+                    ) / sum(sims)
         out = attn(query, query, query, key_mask, causal=causal)
         torch.testing.assert_close(out.context.double(), out_proj(ctx, attn), atol=1e-5, rtol=1e-5)
 
@@ -409,7 +463,9 @@ def test_causal_prefix_sums_equal_masked_quadratic_form(kind, length):
 
 def test_performer_error_against_softmax_falls_as_features_grow():
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (0.5 * torch.randn(1, 2, 32, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    q, k, v = (
+        0.5 * torch.randn(1, 2, 32, 16, generator=gen, dtype=torch.float64) for _ in range(3)
+    )
     mask = torch.ones(1, 32, dtype=torch.bool)
     exact = torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ v
     errors = []
@@ -417,7 +473,13 @@ def test_performer_error_against_softmax_falls_as_features_grow():
         trials = []
         for seed in range(4):
             omega = orthogonal_features(m, 16, torch.Generator().manual_seed(100 + seed)).double()
-            approx = kernel_attention(favor_features(q, omega, None, True), favor_features(k, omega, mask, False), v, mask, False)
+            approx = kernel_attention(
+                favor_features(q, omega, None, True),
+                favor_features(k, omega, mask, False),
+                v,
+                mask,
+                False,
+            )
             trials.append((approx - exact).abs().mean())
         errors.append(float(torch.stack(trials).mean()))
     assert errors == sorted(errors, reverse=True), errors
@@ -468,7 +530,12 @@ def test_linformer_matches_low_rank_formula_and_refuses_long_inputs():
 @pytest.mark.parametrize("name", variants_with(ROLE_CAUSAL_SELF))
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_causal_self_attention_ignores_future_tokens(name, need_weights):
-    attn = build(name, role=ROLE_CAUSAL_SELF, heads=2, **({"window": 2} if name in ("sliding-window", "dilated") else {}))
+    attn = build(
+        name,
+        role=ROLE_CAUSAL_SELF,
+        heads=2,
+        **({"window": 2} if name in ("sliding-window", "dilated") else {}),
+    )
     x, _, _ = make_inputs(tq=12, tk=12)
     mask = torch.ones(2, 12, dtype=torch.bool)
     changed = x.clone()
@@ -585,7 +652,9 @@ def test_packed_forward_equals_padded_forward(name, role, empty_row):
 
 def test_linformer_is_refused_in_causal_self_attention():
     assert ROLE_CAUSAL_SELF not in ATTENTION.get("linformer").meta.roles
-    with pytest.raises(AttnlabError, match="cannot be used for causal-self attention; it supports: cross, self"):
+    with pytest.raises(
+        AttnlabError, match="cannot be used for causal-self attention; it supports: cross, self"
+    ):
         build_attention("linformer", D, D, role=ROLE_CAUSAL_SELF)
 
 

@@ -41,8 +41,9 @@ def test_orthogonal_features_have_haar_directions_and_chi_norms():
     # Rows of a block are orthogonal (the "orthogonal" in ORF), to float32 precision.
     unit = per_block / per_block.norm(dim=-1, keepdim=True)
     cosines = unit @ unit.transpose(-1, -2)
-    torch.testing.assert_close(cosines, torch.eye(dim, dtype=torch.float64).expand_as(cosines),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        cosines, torch.eye(dim, dtype=torch.float64).expand_as(cosines), atol=1e-5, rtol=0
+    )
     # Haar directions: row r's coordinate r is a coordinate of a uniform unit vector, mean 0 and
     # variance 1/dim. QR without the sign fix gives a clearly negative mean here.
     diagonal = torch.diagonal(unit, dim1=-2, dim2=-1)  # [blocks, dim]
@@ -75,7 +76,8 @@ def test_positive_feature_estimator_has_mean_one(direction, norm):
     block_means = estimates.view(-1, dim).mean(1)
     standard_error = float(block_means.std()) / math.sqrt(block_means.numel())
     assert abs(float(block_means.mean()) - 1.0) < 4 * standard_error, (
-        float(block_means.mean()), standard_error,
+        float(block_means.mean()),
+        standard_error,
     )
 
 
@@ -236,9 +238,20 @@ def _expected_slopes(heads: int) -> list[float]:
         6: [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125],
         8: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625],
         # 12: the 8 slopes of 8 heads, then every other slope of 16 heads (2^-0.5, 2^-1.5, ...).
-        12: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625,
-             1.0 / math.sqrt(2.0), 0.5 / math.sqrt(2.0), 0.25 / math.sqrt(2.0),
-             0.125 / math.sqrt(2.0)],
+        12: [
+            0.5,
+            0.25,
+            0.125,
+            0.0625,
+            0.03125,
+            0.015625,
+            0.0078125,
+            0.00390625,
+            1.0 / math.sqrt(2.0),
+            0.5 / math.sqrt(2.0),
+            0.25 / math.sqrt(2.0),
+            0.125 / math.sqrt(2.0),
+        ],
         16: [2.0 ** (-(h + 1) / 2.0) for h in range(16)],
     }[heads]
 

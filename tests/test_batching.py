@@ -40,13 +40,20 @@ def test_make_batch_shapes_masks_and_shifted_targets():
 
 def test_every_example_exactly_once_per_epoch():
     examples = random_examples(537)
-    for kwargs in (dict(batch_size=32), dict(batch_tokens=400), dict(batch_tokens=400, bucket=False)):
+    for kwargs in (
+        dict(batch_size=32),
+        dict(batch_tokens=400),
+        dict(batch_tokens=400, bucket=False),
+    ):
         seen = [e.src_text for batch in iterate_batches(examples, seed=3, **kwargs) for e in batch]
         assert sorted(seen) == sorted(e.src_text for e in examples)
 
 
 def test_sentence_batches_have_batch_size():
-    sizes = [len(b) for b in plan_batches(random_examples(100), batch_size=32, shuffle=False, bucket=False)]
+    sizes = [
+        len(b)
+        for b in plan_batches(random_examples(100), batch_size=32, shuffle=False, bucket=False)
+    ]
     assert sizes == [32, 32, 32, 4]
 
 

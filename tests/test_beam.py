@@ -24,7 +24,9 @@ WORDS = [1, 4, 5]  # what the vocab-6 model may produce besides </s> (<pad>, <s>
 def beam(model, sources, steps, **options):
     src, mask = pad_batch(sources)
     cfg = DecodeConfig(**options)
-    return beam_search(model, src, mask, cfg, torch.full((len(sources),), steps), need_attention=True)
+    return beam_search(
+        model, src, mask, cfg, torch.full((len(sources),), steps), need_attention=True
+    )
 
 
 def enumerate_finished(model, src, steps):
@@ -33,7 +35,9 @@ def enumerate_finished(model, src, steps):
     for length in range(steps):
         for body in itertools.product(WORDS, repeat=length):
             seq = [*body, EOS_ID]
-            out.append((list(body), sequence_log_prob(model, src, seq), attention_of(model, src, seq)))
+            out.append(
+                (list(body), sequence_log_prob(model, src, seq), attention_of(model, src, seq))
+            )
     return out
 
 
@@ -78,7 +82,7 @@ def test_wide_beam_returns_the_exhaustive_arg_max(salt):
     model = HashModel(vocab=6, salt=salt, eos_bias=0.5)
     src = [5, 6, 7]
     best_tokens, best_score = exhaustive_best(model, src, 4, WORDS)
-    (top, *_), = beam(model, [src], 4, beam=60)  # 2K candidates cover every expansion
+    ((top, *_),) = beam(model, [src], 4, beam=60)  # 2K candidates cover every expansion
     assert top.finished
     assert top.tokens == best_tokens
     assert top.log_prob == pytest.approx(best_score, abs=1e-5)
@@ -258,7 +262,9 @@ def reference_beam(model, src: list[int], beams: int, steps: int, alpha: float =
         for score, tokens, _ in cands[:beams]:
             if tokens[-1] == EOS_ID:
                 finished.append((tokens[:-1], score / ((5.0 + len(tokens)) / 6.0) ** alpha))
-        live = [(tokens, score, state) for score, tokens, state in cands if tokens[-1] != EOS_ID][:beams]
+        live = [(tokens, score, state) for score, tokens, state in cands if tokens[-1] != EOS_ID][
+            :beams
+        ]
         if len(finished) >= beams:
             break
     if finished:
@@ -267,7 +273,9 @@ def reference_beam(model, src: list[int], beams: int, steps: int, alpha: float =
     return tokens, score / ((5.0 + len(tokens)) / 6.0) ** alpha, False
 
 
-@pytest.mark.parametrize("chunk", [64, 6])  # 64: plain topk at V = 40; 6: chunk maxima + a tail of 4
+@pytest.mark.parametrize(
+    "chunk", [64, 6]
+)  # 64: plain topk at V = 40; 6: chunk maxima + a tail of 4
 @pytest.mark.parametrize(("beams", "alpha"), [(5, 0.0), (4, 1.0), (2, 0.6)])
 def test_beam_equals_a_reference_that_ranks_every_candidate(beams, alpha, chunk, monkeypatch):
     """Beam search, with either top-k path, equals a search that ranks all K·V candidates."""
@@ -275,7 +283,9 @@ def test_beam_equals_a_reference_that_ranks_every_candidate(beams, alpha, chunk,
     model = HashModel(vocab=40, scale=3.0)  # greedy runs to the budget, beam finds shorter ends
     sources = [[5, 6, 7, 8], [9, 4], [10, 11, 12, 13, 14, 15], [4]]
     src, mask = pad_batch(sources)
-    out = beam_search(model, src, mask, DecodeConfig(beam=beams, alpha=alpha), torch.full((len(sources),), 12))
+    out = beam_search(
+        model, src, mask, DecodeConfig(beam=beams, alpha=alpha), torch.full((len(sources),), 12)
+    )
     for sentence, (best, *_) in zip(sources, out, strict=True):
         tokens, score, finished = reference_beam(model, sentence, beams, 12, alpha)
         assert (best.tokens, best.finished) == (tokens, finished)

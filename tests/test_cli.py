@@ -27,7 +27,11 @@ def test_help_everywhere(command):
 
 def test_a_bare_group_shows_its_help():
     result = invoke("data")
-    assert result.exit_code == 0 and "Usage: attnlab data" in result.output and "error" not in result.output
+    assert (
+        result.exit_code == 0
+        and "Usage: attnlab data" in result.output
+        and "error" not in result.output
+    )
 
 
 def test_presets_lists_names_with_descriptions():
@@ -71,8 +75,18 @@ def test_user_errors_are_one_line_with_exit_2():
 
 def test_a_missing_corpus_is_one_line_and_leaves_no_empty_run(tmp_path):
     missing = tmp_path / "no-such-corpus"
-    result = invoke("train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet",
-                    "--set", "data.task=corpus", "--set", f"data.path={missing}")
+    result = invoke(
+        "train",
+        "--out",
+        str(tmp_path / "runs"),
+        "--run-name",
+        "r",
+        "--quiet",
+        "--set",
+        "data.task=corpus",
+        "--set",
+        f"data.path={missing}",
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: data.path={missing}: no such file or folder"]
@@ -112,12 +126,25 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
     # Not a terminal (no colours): every row prints its weights in percent, summing to ~100.
     rows = [line.split() for line in result.output.splitlines()]
     hyp = result.output.splitlines()[0].split()
-    weight_rows = [r for r in rows if r and r[0] in (*hyp, "</s>") and all(c.isdigit() for c in r[1:]) and len(r) == 5]
+    weight_rows = [
+        r
+        for r in rows
+        if r and r[0] in (*hyp, "</s>") and all(c.isdigit() for c in r[1:]) and len(r) == 5
+    ]
     assert weight_rows, result.output
     assert all(abs(sum(int(c) for c in r[1:]) - 100) <= 4 for r in weight_rows)
 
     # Sampling: --seed makes the draws reproducible (an untrained-ish model at T 3 varies a lot).
-    sample = ("translate", str(run_dir), "5 9 2 7 1 3 8 4", "--sample", "--temperature", "3", "--nbest", "4")
+    sample = (
+        "translate",
+        str(run_dir),
+        "5 9 2 7 1 3 8 4",
+        "--sample",
+        "--temperature",
+        "3",
+        "--nbest",
+        "4",
+    )
     first, again = invoke(*sample, "--seed", "1"), invoke(*sample, "--seed", "1")
     assert first.exit_code == 0, first.output
     assert first.output == again.output
@@ -137,7 +164,15 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
 def test_decoding_flags_map_onto_decode_keys():
     from attnlab.cli import decode_overrides
 
-    flags = {"beam": 5, "alpha": 0.6, "beta": 0.2, "nbest": 3, "top_k": None, "sample": False, "max_len_ratio": 2.0}
+    flags = {
+        "beam": 5,
+        "alpha": 0.6,
+        "beta": 0.2,
+        "nbest": 3,
+        "top_k": None,
+        "sample": False,
+        "max_len_ratio": 2.0,
+    }
     assert decode_overrides(flags) == [
         "decode.beam=5",
         "decode.alpha=0.6",
@@ -151,19 +186,32 @@ def test_decoding_flags_map_onto_decode_keys():
         "decode.sample=true",
         "decode.num_samples=2",
     ]
-    assert decode_overrides({"sample": True, "temperature": 0.7}) == ["decode.temperature=0.7", "decode.sample=true"]
-    assert decode_overrides({"sample": True, "nbest": 4}) == ["decode.nbest=4", "decode.sample=true", "decode.num_samples=4"]
+    assert decode_overrides({"sample": True, "temperature": 0.7}) == [
+        "decode.temperature=0.7",
+        "decode.sample=true",
+    ]
+    assert decode_overrides({"sample": True, "nbest": 4}) == [
+        "decode.nbest=4",
+        "decode.sample=true",
+        "decode.num_samples=4",
+    ]
 
 
 def test_bad_decoding_flag_value_is_a_user_error(tmp_path, tiny_sets):
     invoke("train", "--out", str(tmp_path), "--run-name", "t", "--quiet", *tiny_sets)
     result = invoke("translate", str(tmp_path / "t"), "--top-p", "7", "1 2")
-    assert result.exit_code == 2 and result.output.startswith("error: decode.top_p=7.0 is out of range")
+    assert result.exit_code == 2 and result.output.startswith(
+        "error: decode.top_p=7.0 is out of range"
+    )
 
 
 def _run(*args):
     return subprocess.run(
-        [sys.executable, "-m", "attnlab", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "attnlab", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -178,19 +226,27 @@ def test_exit_codes_in_a_real_process(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing was created
 
     missing = _run("translate", str(tmp_path / "no-such-run"), "1 2 3")
-    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+    assert (
+        missing.returncode == 2
+        and missing.stderr.startswith("error: ")
+        and missing.stderr.count("\n") == 1
+    )
 
 
 def test_quiet_training_still_prints_why_it_stopped_on_a_nan(tmp_path, tiny_sets, monkeypatch):
     import attnlab.train.trainer as trainer_module
 
     real = trainer_module.token_loss_sum
-    monkeypatch.setattr(trainer_module, "token_loss_sum", lambda *a, **k: real(*a, **k) * float("nan"))
+    monkeypatch.setattr(
+        trainer_module, "token_loss_sum", lambda *a, **k: real(*a, **k) * float("nan")
+    )
     result = CliRunner().invoke(
         cli, ["train", "--out", str(tmp_path), "--run-name", "nan", "--quiet", *tiny_sets]
     )
     assert result.exit_code == 1
-    assert "error: loss became nan between steps 1 and 1; no checkpoint was written" in result.output
+    assert (
+        "error: loss became nan between steps 1 and 1; no checkpoint was written" in result.output
+    )
 
 
 def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
@@ -199,7 +255,9 @@ def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
     import shutil
 
     monkeypatch.chdir(tmp_path)
-    assert invoke("train", "--out", "runs", "--run-name", "tiny", "--quiet", *tiny_sets).exit_code == 0
+    assert (
+        invoke("train", "--out", "runs", "--run-name", "tiny", "--quiet", *tiny_sets).exit_code == 0
+    )
     result = CliRunner().invoke(cli, ["export", "runs/tiny"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "exports" / "tiny-best.safetensors").is_file()

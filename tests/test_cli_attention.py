@@ -15,7 +15,17 @@ def invoke(*args, input=None):
 
 
 def _train(tmp_path, tiny_sets, preset: str, name: str):
-    result = invoke("train", "--preset", preset, "--out", str(tmp_path), "--run-name", name, "--quiet", *tiny_sets)
+    result = invoke(
+        "train",
+        "--preset",
+        preset,
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        name,
+        "--quiet",
+        *tiny_sets,
+    )
     assert result.exit_code == 0, result.output
     return tmp_path / name
 
@@ -49,7 +59,18 @@ def test_transformer_roles_layers_heads_plain(tmp_path, tiny_sets):
     assert "\x1b" not in default.output and "█" not in default.output  # no colour legend piped
 
     # Reference: one teacher-forced pass over <s> + hyp, decoder self-attention, layer 0, head 1.
-    result = invoke("translate", str(run), src, "--show-attention", "--role", "dec-self", "--layer", "0", "--head", "1")
+    result = invoke(
+        "translate",
+        str(run),
+        src,
+        "--show-attention",
+        "--role",
+        "dec-self",
+        "--layer",
+        "0",
+        "--head",
+        "1",
+    )
     assert result.exit_code == 0, result.output
     title = f"decoder self-attention (target × target), layer 0/{n_layers}, head 1/{n_heads}"
     header, rows = _table(result.output, title)
@@ -57,7 +78,9 @@ def test_transformer_roles_layers_heads_plain(tmp_path, tiny_sets):
     ids = loaded.src_vocab.encode(src.split())
     tgt = [2, *loaded.tgt_vocab.encode(hyp)]  # BOS_ID = 2
     with torch.no_grad():
-        out = loaded.model(torch.tensor([ids]), torch.tensor([ids]) != 0, torch.tensor([tgt]), need_weights=True)
+        out = loaded.model(
+            torch.tensor([ids]), torch.tensor([ids]) != 0, torch.tensor([tgt]), need_weights=True
+        )
     expected = out.attentions["dec_self"][0, 0, 1]  # [T, T]
     assert [label for label, _ in rows] == ["<s>", *hyp]
     for k, (_, values) in enumerate(rows):
@@ -70,7 +93,10 @@ def test_transformer_roles_layers_heads_plain(tmp_path, tiny_sets):
 
     bad = invoke("translate", str(run), src, "--show-attention", "--head", str(n_heads))
     assert bad.exit_code == 2
-    assert f"error: --head {n_heads}: this model has {n_heads} heads; valid: 0..{n_heads - 1}" in bad.output
+    assert (
+        f"error: --head {n_heads}: this model has {n_heads} heads; valid: 0..{n_heads - 1}"
+        in bad.output
+    )
 
 
 def test_rnn_has_only_cross_attention(tmp_path, tiny_sets):
@@ -78,19 +104,41 @@ def test_rnn_has_only_cross_attention(tmp_path, tiny_sets):
     result = invoke("translate", str(run), "1 2 3", "--show-attention", "--role", "enc-self")
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert lines == ["error: --role enc-self: a rnn model has only cross-attention; valid: --role cross"]
+    assert lines == [
+        "error: --role enc-self: a rnn model has only cross-attention; valid: --role cross"
+    ]
     ok = invoke("translate", str(run), "1 2 3", "--show-attention")
     assert "cross-attention (target × source), layer 0/1, head average" in ok.output
 
 
 def test_runs_columns_keep_metrics_at_80_and_everything_at_120():
     rows = [
-        {"run": "reverse-rnn-luong-general-20261129-101544", "task": "reverse", "model": "rnn/luong-general",
-         "params": "9k", "steps": "1500", "BLEU": "97.4", "chrF": "98.1", "EM": "0.91", "tok/s": "26649",
-         "status": "finished"}
+        {
+            "run": "reverse-rnn-luong-general-20261129-101544",
+            "task": "reverse",
+            "model": "rnn/luong-general",
+            "params": "9k",
+            "steps": "1500",
+            "BLEU": "97.4",
+            "chrF": "98.1",
+            "EM": "0.91",
+            "tok/s": "26649",
+            "status": "finished",
+        }
     ]
     narrow, width80 = _runs_columns(rows, 80)
     assert {"run", "model", "BLEU", "chrF", "EM", "status"} <= set(narrow)
     wide, width120 = _runs_columns(rows, 120)
-    assert wide == ["run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status"]
+    assert wide == [
+        "run",
+        "task",
+        "model",
+        "params",
+        "steps",
+        "BLEU",
+        "chrF",
+        "EM",
+        "tok/s",
+        "status",
+    ]
     assert 16 <= width80 <= width120

@@ -240,8 +240,16 @@ def test_translate_method_takes_the_chosen_layer_and_head(runs):
     run = runs / "tr"
     src = "3 5 7 2"
     result = invoke(
-        "translate", str(run), src, "--show-attention", "--method", "gradient", "--layer", "0",
-        "--head", "1",
+        "translate",
+        str(run),
+        src,
+        "--show-attention",
+        "--method",
+        "gradient",
+        "--layer",
+        "0",
+        "--head",
+        "1",
     )
     assert result.exit_code == 0, result.output
     hyp = result.output.splitlines()[0].split()
@@ -290,8 +298,14 @@ def test_translate_method_refuses_combinations_that_mean_nothing(runs):
 def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):
     out = tmp_path / "enc.svg"
     result = invoke(
-        "translate", str(runs / "tr"), "3 5 7", "--show-attention", "--role", "enc-self",
-        "--export", str(out),
+        "translate",
+        str(runs / "tr"),
+        "3 5 7",
+        "--show-attention",
+        "--role",
+        "enc-self",
+        "--export",
+        str(out),
     )
     assert result.exit_code == 0
     assert "encoder self-attention (source × source)" in result.output  # plain, piped

@@ -57,7 +57,9 @@ def test_preset_holds_only_non_default_keys(name):
 
 
 def test_unknown_key_suggests_the_closest():
-    with pytest.raises(AttnlabError, match=r'unknown key train\.max_step \(did you mean "max_steps"\?\)'):
+    with pytest.raises(
+        AttnlabError, match=r'unknown key train\.max_step \(did you mean "max_steps"\?\)'
+    ):
         from_dict({"train": {"max_step": 5}})
 
 
@@ -143,7 +145,9 @@ def test_round_trip_keeps_explicit_attention_hyper_parameters():
 
 
 def test_set_name_and_an_attention_parameter_together() -> None:
-    cfg = apply_overrides(ExperimentConfig(), ["name=my-run", "model.attention=local-m", "model.window=3"])
+    cfg = apply_overrides(
+        ExperimentConfig(), ["name=my-run", "model.attention=local-m", "model.window=3"]
+    )
     assert cfg.name == "my-run"
     assert cfg.model.attention == "local-m" and cfg.model.attn_params == {"window": 3}
     # overriding again keeps the earlier explicit parameter

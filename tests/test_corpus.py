@@ -16,7 +16,9 @@ from attnlab.data.dataset import load_dataset
 from attnlab.errors import AttnlabError
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "corpora" / "multi30k"
-needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/corpora/multi30k is absent")
+needs_multi30k = pytest.mark.skipif(
+    not MULTI30K.is_dir(), reason="../shared/corpora/multi30k is absent"
+)
 
 DE = ["ein hund läuft .", "zwei katzen schlafen .", "ein mann liest ein buch .", "die frau singt ."]
 EN = ["a dog runs .", "two cats sleep .", "a man reads a book .", "the woman sings ."]
@@ -32,7 +34,9 @@ def write(path: Path, lines: list[str], gz: bool = False) -> Path:
     return path
 
 
-def make_folder(root: Path, test_name: str = "test", dev_name: str = "val", gz: bool = False) -> Path:
+def make_folder(
+    root: Path, test_name: str = "test", dev_name: str = "val", gz: bool = False
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 4), (dev_name, 2), (test_name, 3)):
         write(root / f"{split}.de", [f"{s} {split}" for s in DE[:n]], gz)
@@ -68,11 +72,20 @@ def test_direction_swap(tmp_path):
 
 
 def test_gz_files_read_transparently(tmp_path):
-    plain = load(DataConfig(task="corpus", path=str(make_folder(tmp_path / "a", dev_name="dev"))), tmp_path)
-    zipped = load(DataConfig(task="corpus", path=str(make_folder(tmp_path / "b", dev_name="dev", gz=True))), tmp_path)
+    plain = load(
+        DataConfig(task="corpus", path=str(make_folder(tmp_path / "a", dev_name="dev"))), tmp_path
+    )
+    zipped = load(
+        DataConfig(task="corpus", path=str(make_folder(tmp_path / "b", dev_name="dev", gz=True))),
+        tmp_path,
+    )
     for split in ("train", "dev", "test"):
-        assert [e.src_text for e in plain.splits.split(split)] == [e.src_text for e in zipped.splits.split(split)]
-        assert [e.tgt_tokens for e in plain.splits.split(split)] == [e.tgt_tokens for e in zipped.splits.split(split)]
+        assert [e.src_text for e in plain.splits.split(split)] == [
+            e.src_text for e in zipped.splits.split(split)
+        ]
+        assert [e.tgt_tokens for e in plain.splits.split(split)] == [
+            e.tgt_tokens for e in zipped.splits.split(split)
+        ]
 
 
 def test_folder_without_dev_and_test_splits_them_off(tmp_path):
@@ -81,7 +94,9 @@ def test_folder_without_dev_and_test_splits_them_off(tmp_path):
     srcs = [f"satz {i % 40}" for i in range(200)]  # each source 5 times
     write(folder / "train.de", srcs)
     write(folder / "train.en", [f"sentence {i}" for i in range(200)])
-    ds = load(DataConfig(task="corpus", path=str(folder), dev_fraction=0.1, test_fraction=0.1), tmp_path)
+    ds = load(
+        DataConfig(task="corpus", path=str(folder), dev_fraction=0.1, test_fraction=0.1), tmp_path
+    )
     assert sorted(ds.stats["split_off"]) == ["dev", "test"]
     train_sources = {e.src_text for e in ds.splits.train}
     assert not train_sources & {e.src_text for e in ds.splits.dev + ds.splits.test}
@@ -92,7 +107,14 @@ def test_folder_without_dev_and_test_splits_them_off(tmp_path):
 def test_pair_of_files(tmp_path):
     src = write(tmp_path / "corpus.de", [f"quelle {i}" for i in range(100)])
     tgt = write(tmp_path / "corpus.en", [f"target {i}" for i in range(100)])
-    cfg = DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt), dev_fraction=0.1, test_fraction=0.2, seed=3)
+    cfg = DataConfig(
+        task="corpus",
+        src_file=str(src),
+        tgt_file=str(tgt),
+        dev_fraction=0.1,
+        test_fraction=0.2,
+        seed=3,
+    )
     ds = load(cfg, tmp_path)
     assert (len(ds.splits.train), len(ds.splits.dev), len(ds.splits.test)) == (70, 10, 20)
     for e in ds.splits.train + ds.splits.dev + ds.splits.test:
@@ -108,7 +130,10 @@ def test_split_off_groups_identical_sources():
     train, held = split_off(pairs, {"test": 0.2, "dev": 0.1}, seed=0)
     for name in ("test", "dev"):
         sources = {s for s, _ in held[name]}
-        assert all(sum(1 for s, _ in pairs if s == src) == sum(1 for s, _ in held[name] if s == src) for src in sources)
+        assert all(
+            sum(1 for s, _ in pairs if s == src) == sum(1 for s, _ in held[name] if s == src)
+            for src in sources
+        )
         assert not sources & {s for s, _ in train}
     assert len(train) + len(held["test"]) + len(held["dev"]) == 70
 
@@ -116,7 +141,12 @@ def test_split_off_groups_identical_sources():
 def test_tsv_columns_and_extra_columns(tmp_path):
     rows = [f"id{i}\tziel {i}\tquelle {i}\textra" for i in range(50)]
     path = write(tmp_path / "pairs.tsv", rows)
-    ds = load(DataConfig(task="corpus", path=str(path), columns="2,1", dev_fraction=0.1, test_fraction=0.1), tmp_path)
+    ds = load(
+        DataConfig(
+            task="corpus", path=str(path), columns="2,1", dev_fraction=0.1, test_fraction=0.1
+        ),
+        tmp_path,
+    )
     e = ds.splits.train[0]
     assert e.src_text.startswith("quelle") and e.tgt_text.startswith("ziel")
     assert e.src_text.split()[1] == e.tgt_text.split()[1]
@@ -202,7 +232,9 @@ def test_invalid_utf8_in_gz(tmp_path):
 
 def test_tsv_line_with_too_few_columns(tmp_path):
     path = write(tmp_path / "pairs.tsv", ["a\tb\tc", "d\te\tf", "only\ttwo"])
-    with pytest.raises(AttnlabError, match=r"pairs\.tsv:3: expected at least 3 tab-separated columns .* found 2"):
+    with pytest.raises(
+        AttnlabError, match=r"pairs\.tsv:3: expected at least 3 tab-separated columns .* found 2"
+    ):
         load(DataConfig(task="corpus", path=str(path), columns="0,2"), tmp_path)
 
 
@@ -210,15 +242,28 @@ def test_empty_split(tmp_path):
     folder = make_folder(tmp_path / "m")
     write(folder / "val.de", ["", ""])
     write(folder / "val.en", ["x", ""])
-    with pytest.raises(AttnlabError, match=r"val\.de \+ val\.en: the dev split is empty: .*2 empty lines skipped"):
+    with pytest.raises(
+        AttnlabError, match=r"val\.de \+ val\.en: the dev split is empty: .*2 empty lines skipped"
+    ):
         load(DataConfig(task="corpus", path=str(folder)), tmp_path)
 
 
 def test_empty_split_off(tmp_path):
     src = write(tmp_path / "c.de", ["a", "b"])
     tgt = write(tmp_path / "c.en", ["x", "y"])
-    with pytest.raises(AttnlabError, match=r"c\.de \+ c\.en: the test split is empty: data\.test_fraction=0\.0"):
-        load(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt), test_fraction=0.0, dev_fraction=0.5), tmp_path)
+    with pytest.raises(
+        AttnlabError, match=r"c\.de \+ c\.en: the test split is empty: data\.test_fraction=0\.0"
+    ):
+        load(
+            DataConfig(
+                task="corpus",
+                src_file=str(src),
+                tgt_file=str(tgt),
+                test_fraction=0.0,
+                dev_fraction=0.5,
+            ),
+            tmp_path,
+        )
 
 
 def test_missing_language_lists_languages(tmp_path):
@@ -265,7 +310,9 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, monkeypatch, setup, expected)
 def test_cli_stats_json(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     folder = make_folder(tmp_path / "m")
-    result = CliRunner().invoke(data_cli, ["stats", str(folder), "--json", "--set", "data.tokenizer=char"])
+    result = CliRunner().invoke(
+        data_cli, ["stats", str(folder), "--json", "--set", "data.tokenizer=char"]
+    )
     assert result.exit_code == 0, result.output
     stats = json.loads(result.output)
     assert stats["splits"]["train"]["pairs"] == 4
@@ -286,7 +333,9 @@ def test_cache_hit_on_second_load_and_miss_after_edit(tmp_path):
     assert [e.src_tokens for e in first.splits.train] == [e.src_tokens for e in second.splits.train]
     assert first.src_vocab.itos == second.src_vocab.itos
     # another setting or changed bytes -> another key
-    assert load(DataConfig(**{**cfg.__dict__, "lowercase": True}), tmp_path).stats["cache"] == "miss"
+    assert (
+        load(DataConfig(**{**cfg.__dict__, "lowercase": True}), tmp_path).stats["cache"] == "miss"
+    )
     write(folder / "train.en", [s.upper() for s in EN])
     assert load(cfg, tmp_path).stats["cache"] == "miss"
 
@@ -312,23 +361,35 @@ def test_default_cache_dir_from_environment(tmp_path, monkeypatch):
 
 @needs_multi30k
 def test_multi30k_slice_loads(tmp_path):
-    ds = load(DataConfig(task="corpus", path=str(MULTI30K), max_pairs=2000, tokenizer="word", lowercase=True), tmp_path)
+    ds = load(
+        DataConfig(
+            task="corpus", path=str(MULTI30K), max_pairs=2000, tokenizer="word", lowercase=True
+        ),
+        tmp_path,
+    )
     assert (len(ds.splits.train), len(ds.splits.dev), len(ds.splits.test)) == (2000, 1014, 1000)
-    assert ds.splits.test[0].src_text == "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
+    assert (
+        ds.splits.test[0].src_text == "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
+    )
     assert ds.splits.test[0].tgt_text == "A man in an orange hat starring at something."
 
 
 @needs_multi30k
 def test_multi30k_relative_to_repo_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # presets say ../shared/corpora/multi30k, relative to the repo
-    ds = load_dataset(DataConfig(task="corpus", path="../shared/corpora/multi30k", max_pairs=100), tmp_path / "c")
+    ds = load_dataset(
+        DataConfig(task="corpus", path="../shared/corpora/multi30k", max_pairs=100), tmp_path / "c"
+    )
     assert len(ds.splits.train) == 100
 
 
 @needs_multi30k
 def test_multi30k_full_corpus_vocabularies_near_the_reference(tmp_path):
     # (Its preparation time, < 10 s, is measured by benchmarks/prepare_speed.py, not here.)
-    ds = load(DataConfig(task="corpus", path=str(MULTI30K), tokenizer="word", lowercase=True, min_freq=2), tmp_path)
+    ds = load(
+        DataConfig(task="corpus", path=str(MULTI30K), tokenizer="word", lowercase=True, min_freq=2),
+        tmp_path,
+    )
     assert len(ds.splits.train) == 29000
     # near the spaCy-tokenised vocabularies of the reference (de 7853, en 5893 with min_freq 2)
     assert 7000 < len(ds.src_vocab) < 8700 and 5300 < len(ds.tgt_vocab) < 6500
@@ -353,9 +414,17 @@ def test_end_to_end_2k_pairs_translates_after_cache_is_deleted(tmp_path, monkeyp
     config = apply_overrides(
         load_preset("multi30k-gru-bahdanau"),
         [
-            f"data.path={MULTI30K}", "data.max_pairs=2000", "data.tokenizer=bpe", "data.subword_vocab=500",
-            "model.emb=32", "model.hidden=48", "train.max_steps=30", "train.eval_every=30",
-            "train.eval_sentences=40", "train.batch_size=64", "train.device=cpu",
+            f"data.path={MULTI30K}",
+            "data.max_pairs=2000",
+            "data.tokenizer=bpe",
+            "data.subword_vocab=500",
+            "model.emb=32",
+            "model.hidden=48",
+            "train.max_steps=30",
+            "train.eval_every=30",
+            "train.eval_sentences=40",
+            "train.batch_size=64",
+            "train.device=cpu",
         ],
     )
     summary = Trainer(config, tmp_path / "run", device="cpu", install_signals=False).run()
@@ -366,7 +435,9 @@ def test_end_to_end_2k_pairs_translates_after_cache_is_deleted(tmp_path, monkeyp
     text = "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
     tokens = loaded.dataset.tokenize_source(text)
     assert loaded.dataset.src_tokenizer.decode(tokens) == text.lower()
-    batch = make_batch([Example(tuple(tokens), ())], loaded.dataset.src_vocab, loaded.dataset.tgt_vocab)
+    batch = make_batch(
+        [Example(tuple(tokens), ())], loaded.dataset.src_vocab, loaded.dataset.tgt_vocab
+    )
     with torch.no_grad():
         hyp = decode_best(loaded.model, batch.src, batch.src_mask, loaded.config.decode, False)[0]
     output = loaded.dataset.detokenize_target(loaded.dataset.tgt_vocab.decode(hyp.tokens))
@@ -379,7 +450,10 @@ def test_preview_reads_without_preparing(tmp_path):
 
     folder = make_folder(tmp_path / "m")
     preview = summarise_corpus(DataConfig(task="corpus", path=str(folder)), n=2)
-    assert preview.first_pairs == [("ein hund läuft . train", "a dog runs . train"), ("zwei katzen schlafen . train", "two cats sleep . train")]
+    assert preview.first_pairs == [
+        ("ein hund läuft . train", "a dog runs . train"),
+        ("zwei katzen schlafen . train", "two cats sleep . train"),
+    ]
     assert {k: s.pairs for k, s in preview.splits.items()} == {"train": 4, "dev": 2, "test": 3}
     assert not (tmp_path / "cache").exists()
     src = write(tmp_path / "c.de", [f"a {i}" for i in range(40)])

@@ -45,13 +45,20 @@ def test_vocab_min_freq_and_max_vocab(folder, tmp_path):
 
 
 def test_shared_vocab(folder, tmp_path):
-    ds = load_dataset(DataConfig(task="corpus", path=str(folder), shared_vocab=True), tmp_path / "c")
+    ds = load_dataset(
+        DataConfig(task="corpus", path=str(folder), shared_vocab=True), tmp_path / "c"
+    )
     assert ds.src_vocab is ds.tgt_vocab or ds.src_vocab.itos == ds.tgt_vocab.itos
     assert {"hund", "dog"} <= set(ds.src_vocab.itos)
 
 
 def test_shared_bpe_is_one_tokenizer(folder, tmp_path):
-    ds = load_dataset(DataConfig(task="corpus", path=str(folder), tokenizer="bpe", subword_vocab=50, shared_vocab=True), tmp_path / "c")
+    ds = load_dataset(
+        DataConfig(
+            task="corpus", path=str(folder), tokenizer="bpe", subword_vocab=50, shared_vocab=True
+        ),
+        tmp_path / "c",
+    )
     assert ds.meta()["src_tokenizer"] == ds.meta()["tgt_tokenizer"]
     assert ds.src_vocab.itos == ds.tgt_vocab.itos
 
@@ -59,7 +66,12 @@ def test_shared_bpe_is_one_tokenizer(folder, tmp_path):
 @pytest.mark.parametrize("tokenizer", ["word", "bpe", "unigram"])
 def test_meta_rebuilds_vocab_and_tokenizer_after_cache_is_deleted(folder, tmp_path, tokenizer):
     cache = tmp_path / "cache"
-    ds = load_dataset(DataConfig(task="corpus", path=str(folder), tokenizer=tokenizer, subword_vocab=50, lowercase=True), cache)
+    ds = load_dataset(
+        DataConfig(
+            task="corpus", path=str(folder), tokenizer=tokenizer, subword_vocab=50, lowercase=True
+        ),
+        cache,
+    )
     meta = json.loads(json.dumps(ds.meta()))  # as stored in checkpoint metadata
     shutil.rmtree(cache)
     shutil.rmtree(folder)
@@ -80,12 +92,20 @@ def test_meta_errors_are_user_errors():
         vocab_and_tokenizers_from_meta({})
     with pytest.raises(AttnlabError, match="invalid"):
         vocab_and_tokenizers_from_meta(
-            {"src_vocab": ["a"], "tgt_vocab": ["a"], "src_tokenizer": {"type": "word"}, "tgt_tokenizer": {"type": "word"}}
+            {
+                "src_vocab": ["a"],
+                "tgt_vocab": ["a"],
+                "src_tokenizer": {"type": "word"},
+                "tgt_tokenizer": {"type": "word"},
+            }
         )
 
 
 def test_stats_against_hand_counts(folder, tmp_path):
-    write(folder / "train.de", ["der hund läuft", "", "der hund schläft", "die katze läuft", "ein vogel"])
+    write(
+        folder / "train.de",
+        ["der hund läuft", "", "der hund schläft", "die katze läuft", "ein vogel"],
+    )
     write(folder / "train.en", ["the dog runs", "x", "the dog sleeps", "the cat runs", "a bird"])
     ds = load_dataset(DataConfig(task="corpus", path=str(folder)), tmp_path / "c")
     stats = dataset_stats(ds, batch_size=2)
@@ -99,7 +119,9 @@ def test_stats_against_hand_counts(folder, tmp_path):
     # dev target: the bird runs | the mouse -> "mouse" unknown of 5
     assert stats["splits"]["dev"]["oov_tgt"] == pytest.approx(1 / 5)
     plan = plan_batches(ds.splits.train, 2, 0, shuffle=True, seed=0, bucket=True)
-    assert stats["batching"]["padding_fraction"] == pytest.approx(padding_fraction(ds.splits.train, plan), abs=1e-4)
+    assert stats["batching"]["padding_fraction"] == pytest.approx(
+        padding_fraction(ds.splits.train, plan), abs=1e-4
+    )
     assert stats["batching"]["batches_per_epoch"] == 2
     assert stats["tokenizer"] == {"src": "whitespace", "tgt": "whitespace"}
 
@@ -108,7 +130,9 @@ def test_oov_matches_vocab_encoding(folder, tmp_path):
     ds = load_dataset(DataConfig(task="corpus", path=str(folder), min_freq=2), tmp_path / "c")
     stats = dataset_stats(ds)
     ids = [i for e in ds.splits.test for i in ds.src_vocab.encode(e.src_tokens)]
-    assert stats["splits"]["test"]["oov_src"] == pytest.approx(ids.count(UNK_ID) / len(ids), abs=1e-5)
+    assert stats["splits"]["test"]["oov_src"] == pytest.approx(
+        ids.count(UNK_ID) / len(ids), abs=1e-5
+    )
 
 
 def test_length_histogram_counts_every_sentence():

@@ -175,12 +175,16 @@ def test_decode_sorted_keeps_input_order_and_equals_one_batch(options):
 
     model = HashModel(eos_bias=0.3)
     sources = [[5, 6, 7, 8, 9, 10], [4], [8, 4, 6], [9, 10], [11, 12, 13, 14], [5]]
-    cfg = DecodeConfig(max_len_ratio=1.0, max_len_const=3, batch_rows=2 * options.get("beam", 1), **options)
+    cfg = DecodeConfig(
+        max_len_ratio=1.0, max_len_const=3, batch_rows=2 * options.get("beam", 1), **options
+    )
     src, mask = pad_batch(sources)
     together = decode_batch(model, src, mask, cfg)
     sorted_out = decode_sorted(model, sources, cfg)  # 3 batches of 2 sentences
     assert [[h.tokens for h in n] for n in sorted_out] == [[h.tokens for h in n] for n in together]
-    assert [h.score for n in sorted_out for h in n] == pytest.approx([h.score for n in together for h in n], abs=1e-5)
+    assert [h.score for n in sorted_out for h in n] == pytest.approx(
+        [h.score for n in together for h in n], abs=1e-5
+    )
     for sentence, nbest in zip(sources, sorted_out, strict=True):
         s, m = pad_batch([sentence])
         (alone,) = decode_batch(model, s, m, cfg)

@@ -55,8 +55,13 @@ def test_attnlab_decoders_lists_the_registry():
 
 # Ranges written out by hand (the config's); a spec that drifted from them fails here.
 EXPECTED_RANGES = {
-    "beam": (1, 1000), "groups": (1, 100), "nbest": (1, 1000), "num_samples": (1, 1000),
-    "top_p": (1e-6, 1.0), "temperature": (1e-6, 100.0), "mbr_candidates": (1, 1000),
+    "beam": (1, 1000),
+    "groups": (1, 100),
+    "nbest": (1, 1000),
+    "num_samples": (1, 1000),
+    "top_p": (1e-6, 1.0),
+    "temperature": (1e-6, 100.0),
+    "mbr_candidates": (1, 1000),
 }
 
 
@@ -77,7 +82,8 @@ def test_spec_ranges_are_the_ones_config_enforces(name):
                 apply_overrides(ExperimentConfig(), [f"decode.{param.key}=nonsense"])
     mbr = DECODERS.get("mbr").meta
     assert [p.choices for p in mbr.params if p.key in ("mbr_source", "mbr_utility")] == [
-        ("sample", "beam"), ("chrf", "bleu")
+        ("sample", "beam"),
+        ("chrf", "bleu"),
     ]
 
 
@@ -136,9 +142,13 @@ def _same(a: Hypothesis, b: Hypothesis) -> bool:
     else:
         equal_attention = torch.equal(a.attention, b.attention)
     return (
-        a.tokens == b.tokens and a.score == b.score and a.log_prob == b.log_prob
-        and a.token_log_probs == b.token_log_probs and a.finished == b.finished
-        and a.length_penalty == b.length_penalty and a.coverage_penalty == b.coverage_penalty
+        a.tokens == b.tokens
+        and a.score == b.score
+        and a.log_prob == b.log_prob
+        and a.token_log_probs == b.token_log_probs
+        and a.finished == b.finished
+        and a.length_penalty == b.length_penalty
+        and a.coverage_penalty == b.coverage_penalty
         and equal_attention
     )
 
@@ -249,16 +259,31 @@ def test_mbr_utility_is_hypothesis_against_reference():
 def test_mbr_search_equals_brute_force_over_its_candidates_in_one_batched_search(source):
     model = HashModel(vocab=9, scale=1.0, eos_bias=-0.3)
     src, mask = pad_batch(SOURCES)
-    cfg = DecodeConfig(decoder="mbr", mbr_candidates=6, mbr_source=source, nbest=2, seed=3,
-                       temperature=1.5, max_len_ratio=0.0, max_len_const=5)
+    cfg = DecodeConfig(
+        decoder="mbr",
+        mbr_candidates=6,
+        mbr_source=source,
+        nbest=2,
+        seed=3,
+        temperature=1.5,
+        max_len_ratio=0.0,
+        max_len_const=5,
+    )
     text = lambda ids: " ".join(f"w{i}" for i in ids)  # noqa: E731  (a word per id)
     model.calls = 0
     out = decode_batch(model, src, mask, cfg, to_text=text)
     mbr_calls = model.calls
     # The candidates: the same search by the old flags, over the whole batch at once.
     if source == "sample":
-        cand_cfg = DecodeConfig(sample=True, num_samples=6, nbest=6, seed=3, temperature=1.5,
-                                max_len_ratio=0.0, max_len_const=5)
+        cand_cfg = DecodeConfig(
+            sample=True,
+            num_samples=6,
+            nbest=6,
+            seed=3,
+            temperature=1.5,
+            max_len_ratio=0.0,
+            max_len_const=5,
+        )
     else:
         cand_cfg = DecodeConfig(beam=6, nbest=6, max_len_ratio=0.0, max_len_const=5)
     model.calls = 0
@@ -291,15 +316,27 @@ def test_cli_decoder_mbr_on_a_tiny_trained_model(tmp_path, tiny_sets):
     assert result.exit_code == 0, result.output
     run = str(tmp_path / "t")
     lines = ["5 9 2 7 1 3", "4 4 8"]
-    mbr = invoke("translate", run, *lines, "--decoder", "mbr", "--mbr-candidates", "8",
-                 "--temperature", "2", "--seed", "4")
+    mbr = invoke(
+        "translate",
+        run,
+        *lines,
+        "--decoder",
+        "mbr",
+        "--mbr-candidates",
+        "8",
+        "--temperature",
+        "2",
+        "--seed",
+        "4",
+    )
     assert mbr.exit_code == 0, mbr.output
     # The reference: the same 8 samples per line, the winner by brute force on their text.
     loaded = load_checkpoint(tmp_path / "t" / "checkpoints" / "best")
     to_text = target_text(loaded.dataset)
     sources = [loaded.src_vocab.encode(loaded.dataset.tokenize_source(line)) for line in lines]
-    cfg = dataclasses.replace(loaded.config.decode, sample=True, num_samples=8, nbest=8,
-                              temperature=2.0, seed=4)
+    cfg = dataclasses.replace(
+        loaded.config.decode, sample=True, num_samples=8, nbest=8, temperature=2.0, seed=4
+    )
     expected = []
     for cands in decode_sorted(loaded.model, sources, cfg):
         texts = [to_text(h.tokens) for h in cands]
@@ -307,13 +344,26 @@ def test_cli_decoder_mbr_on_a_tiny_trained_model(tmp_path, tiny_sets):
     assert mbr.output.splitlines() == expected
 
     # --decoder NAME equals the old flags, bit for bit, in translate and eval.
-    assert invoke("translate", run, *lines, "--decoder", "beam", "--beam", "3").output == \
-        invoke("translate", run, *lines, "--beam", "3").output
+    assert (
+        invoke("translate", run, *lines, "--decoder", "beam", "--beam", "3").output
+        == invoke("translate", run, *lines, "--beam", "3").output
+    )
     plain = json.loads(invoke("eval", run, "--json").output)
     named = json.loads(invoke("eval", run, "--json", "--decoder", "greedy").output)
     assert plain == named
-    scored = json.loads(invoke("eval", run, "--json", "--decoder", "mbr", "--mbr-utility", "bleu",
-                               "--mbr-candidates", "4").output)
+    scored = json.loads(
+        invoke(
+            "eval",
+            run,
+            "--json",
+            "--decoder",
+            "mbr",
+            "--mbr-utility",
+            "bleu",
+            "--mbr-candidates",
+            "4",
+        ).output
+    )
     assert scored["n"] == plain["n"] == 16 and 0.0 <= scored["bleu"] <= 100.0
     bad = invoke("translate", run, "1 2", "--decoder", "greedy", "--beam", "4")
     assert bad.exit_code == 2 and bad.output.startswith("error: decode.decoder=greedy contradicts")

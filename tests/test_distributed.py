@@ -510,8 +510,18 @@ def test_a_nan_dev_loss_on_rank_0_ends_both_ranks_with_one_error(tmp_path):
     script = tmp_path / "nan_dev.py"
     script.write_text(NAN_DEV)
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(script), "train", "--out", str(tmp_path), "--run-name", "nan", "--quiet",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        "train",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "nan",
+        "--quiet",
         *_sets("train.max_steps=100000", "train.eval_every=2"),
     ]
     done = _run(argv)
@@ -534,15 +544,27 @@ def test_two_ranks_keep_step_copies_once_and_eval_carries_entropy(tmp_path):
 
     run_dir = tmp_path / "keep"
     argv = [
-        sys.executable, "-m", "attnlab", "train", "--nproc", "2", "--out", str(tmp_path),
-        "--run-name", "keep", "--quiet",
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "--nproc",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "keep",
+        "--quiet",
         *_sets("train.max_steps=6", "train.eval_every=2", "train.keep_last=2"),
     ]
     done = _run(argv)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [s for s, _ in step_checkpoints(run_dir)] == [4, 6]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "best", "last", "step-4", "step-6",
+        "best",
+        "last",
+        "step-4",
+        "step-6",
     ]
     last, _ = read_checkpoint(run_dir / "checkpoints" / "last")
     kept, meta = read_checkpoint(run_dir / "checkpoints" / "step-6")

@@ -56,7 +56,18 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
 def test_sigint_saves_last_exits_130_and_resume_continues(tmp_path, tiny_sets):
     run_dir = tmp_path / "sig"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, "-m", "attnlab", "train", "--out", str(tmp_path), "--run-name", "sig", "--quiet", *tiny_sets]
+    args = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "train",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "sig",
+        "--quiet",
+        *tiny_sets,
+    ]
     child = subprocess.Popen(
         [*args, "--set", "train.max_steps=100000", "--set", "train.eval_every=100000"],
         stdout=subprocess.PIPE,
@@ -65,7 +76,11 @@ def test_sigint_saves_last_exits_130_and_resume_continues(tmp_path, tiny_sets):
         env=env,
     )
     try:
-        _wait_for(lambda: any(e["type"] == "step" for e in read_events(run_dir)[0]), 120, "the first step event")
+        _wait_for(
+            lambda: any(e["type"] == "step" for e in read_events(run_dir)[0]),
+            120,
+            "the first step event",
+        )
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=120)
     finally:
@@ -82,7 +97,17 @@ def test_sigint_saves_last_exits_130_and_resume_continues(tmp_path, tiny_sets):
     assert loaded.step == stopped_at and not loaded.model.training
 
     resumed = subprocess.run(
-        [sys.executable, "-m", "attnlab", "train", "--resume", str(run_dir), "--quiet", "--set", f"train.max_steps={stopped_at + 4}"],
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "train",
+            "--resume",
+            str(run_dir),
+            "--quiet",
+            "--set",
+            f"train.max_steps={stopped_at + 4}",
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -311,57 +311,169 @@ from attnlab.train import events as ev  # noqa: E402
 # included), independent of the dataclasses.
 TYPED_CASES: list[tuple[ev.Event, dict]] = [
     (
-        ev.Start(0, time=1.5, run_dir="runs/r", name="r", config={"train": {"max_steps": 9}},
-                 params=1234, device="cpu (1 threads)", resumed=True, max_steps=9,
-                 roles={"arch": "rnn", "cross": "bahdanau"}, pid=42, host="vm",
-                 dropped_pairs=3, world_size=2),
-        {"type": "start", "time": 1.5, "step": 0, "run_dir": "runs/r", "name": "r",
-         "config": {"train": {"max_steps": 9}}, "params": 1234, "device": "cpu (1 threads)",
-         "resumed": True, "max_steps": 9, "roles": {"arch": "rnn", "cross": "bahdanau"},
-         "pid": 42, "host": "vm", "dropped_pairs": 3, "world_size": 2},
+        ev.Start(
+            0,
+            time=1.5,
+            run_dir="runs/r",
+            name="r",
+            config={"train": {"max_steps": 9}},
+            params=1234,
+            device="cpu (1 threads)",
+            resumed=True,
+            max_steps=9,
+            roles={"arch": "rnn", "cross": "bahdanau"},
+            pid=42,
+            host="vm",
+            dropped_pairs=3,
+            world_size=2,
+        ),
+        {
+            "type": "start",
+            "time": 1.5,
+            "step": 0,
+            "run_dir": "runs/r",
+            "name": "r",
+            "config": {"train": {"max_steps": 9}},
+            "params": 1234,
+            "device": "cpu (1 threads)",
+            "resumed": True,
+            "max_steps": 9,
+            "roles": {"arch": "rnn", "cross": "bahdanau"},
+            "pid": 42,
+            "host": "vm",
+            "dropped_pairs": 3,
+            "world_size": 2,
+        },
     ),
     (
-        ev.Step(5, time=2.0, loss=1.25, lr=0.002, tokens_per_s=900.5, tf_ratio=0.5,
-                grad_norm=None, elapsed_s=3.0, tokens=640, padding=0.125, world_size=2),
-        {"type": "step", "time": 2.0, "step": 5, "loss": 1.25, "lr": 0.002,
-         "tokens_per_s": 900.5, "tf_ratio": 0.5, "grad_norm": None, "elapsed_s": 3.0,
-         "tokens": 640, "padding": 0.125, "world_size": 2},
+        ev.Step(
+            5,
+            time=2.0,
+            loss=1.25,
+            lr=0.002,
+            tokens_per_s=900.5,
+            tf_ratio=0.5,
+            grad_norm=None,
+            elapsed_s=3.0,
+            tokens=640,
+            padding=0.125,
+            world_size=2,
+        ),
+        {
+            "type": "step",
+            "time": 2.0,
+            "step": 5,
+            "loss": 1.25,
+            "lr": 0.002,
+            "tokens_per_s": 900.5,
+            "tf_ratio": 0.5,
+            "grad_norm": None,
+            "elapsed_s": 3.0,
+            "tokens": 640,
+            "padding": 0.125,
+            "world_size": 2,
+        },
     ),
     (
-        ev.Eval(10, time=3.0, split="test", n=16, loss=2.5, ppl=12.18, bleu=12.5, chrf=30.0,
-                bleu_signature="b|sig", chrf_signature="c|sig", bleu_lc=13.0,
-                bleu_lc_signature="lc|sig", exact_match=0.25, alignment_accuracy=0.75,
-                aer=0.25, bleu_by_length=[{"bucket": "1-10", "n": 16, "bleu": 12.5}],
-                attention_entropy={"cross": [[0.5, 1.0]]}, alignment_accuracy_by_layer=[0.75],
-                best=True, elapsed_s=4.0),
-        {"type": "eval", "time": 3.0, "step": 10, "split": "test", "n": 16, "loss": 2.5,
-         "ppl": 12.18, "bleu": 12.5, "chrf": 30.0, "bleu_signature": "b|sig",
-         "chrf_signature": "c|sig", "bleu_lc": 13.0, "bleu_lc_signature": "lc|sig",
-         "exact_match": 0.25, "alignment_accuracy": 0.75, "aer": 0.25,
-         "bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 12.5}],
-         "attention_entropy": {"cross": [[0.5, 1.0]]}, "alignment_accuracy_by_layer": [0.75],
-         "best": True, "elapsed_s": 4.0},
+        ev.Eval(
+            10,
+            time=3.0,
+            split="test",
+            n=16,
+            loss=2.5,
+            ppl=12.18,
+            bleu=12.5,
+            chrf=30.0,
+            bleu_signature="b|sig",
+            chrf_signature="c|sig",
+            bleu_lc=13.0,
+            bleu_lc_signature="lc|sig",
+            exact_match=0.25,
+            alignment_accuracy=0.75,
+            aer=0.25,
+            bleu_by_length=[{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+            attention_entropy={"cross": [[0.5, 1.0]]},
+            alignment_accuracy_by_layer=[0.75],
+            best=True,
+            elapsed_s=4.0,
+        ),
+        {
+            "type": "eval",
+            "time": 3.0,
+            "step": 10,
+            "split": "test",
+            "n": 16,
+            "loss": 2.5,
+            "ppl": 12.18,
+            "bleu": 12.5,
+            "chrf": 30.0,
+            "bleu_signature": "b|sig",
+            "chrf_signature": "c|sig",
+            "bleu_lc": 13.0,
+            "bleu_lc_signature": "lc|sig",
+            "exact_match": 0.25,
+            "alignment_accuracy": 0.75,
+            "aer": 0.25,
+            "bleu_by_length": [{"bucket": "1-10", "n": 16, "bleu": 12.5}],
+            "attention_entropy": {"cross": [[0.5, 1.0]]},
+            "alignment_accuracy_by_layer": [0.75],
+            "best": True,
+            "elapsed_s": 4.0,
+        },
     ),
     (
-        ev.Sample(10, time=3.1, index=1, src=["a", "b"], ref=["b", "a"], hyp=["b"],
-                  attention=[[0.25, 0.75]]),
-        {"type": "sample", "time": 3.1, "step": 10, "index": 1, "src": ["a", "b"],
-         "ref": ["b", "a"], "hyp": ["b"], "attention": [[0.25, 0.75]]},
+        ev.Sample(
+            10,
+            time=3.1,
+            index=1,
+            src=["a", "b"],
+            ref=["b", "a"],
+            hyp=["b"],
+            attention=[[0.25, 0.75]],
+        ),
+        {
+            "type": "sample",
+            "time": 3.1,
+            "step": 10,
+            "index": 1,
+            "src": ["a", "b"],
+            "ref": ["b", "a"],
+            "hyp": ["b"],
+            "attention": [[0.25, 0.75]],
+        },
     ),
     (
         ev.Checkpoint(10, time=3.2, tag="best", path="runs/r/checkpoints/best"),
-        {"type": "checkpoint", "time": 3.2, "step": 10, "tag": "best",
-         "path": "runs/r/checkpoints/best"},
+        {
+            "type": "checkpoint",
+            "time": 3.2,
+            "step": 10,
+            "tag": "best",
+            "path": "runs/r/checkpoints/best",
+        },
     ),
     (
         ev.Error(11, time=3.3, message="loss became nan", kind="nan"),
         {"type": "error", "time": 3.3, "step": 11, "message": "loss became nan", "kind": "nan"},
     ),
     (
-        ev.Done(11, time=3.4, reason=ev.DoneReason.EARLY_STOP, best={"bleu": 12.5, "step": 10},
-                elapsed_s=5.0, tokens_per_s=None),
-        {"type": "done", "time": 3.4, "step": 11, "reason": "early-stop",
-         "best": {"bleu": 12.5, "step": 10}, "elapsed_s": 5.0, "tokens_per_s": None},
+        ev.Done(
+            11,
+            time=3.4,
+            reason=ev.DoneReason.EARLY_STOP,
+            best={"bleu": 12.5, "step": 10},
+            elapsed_s=5.0,
+            tokens_per_s=None,
+        ),
+        {
+            "type": "done",
+            "time": 3.4,
+            "step": 11,
+            "reason": "early-stop",
+            "best": {"bleu": 12.5, "step": 10},
+            "elapsed_s": 5.0,
+            "tokens_per_s": None,
+        },
     ),
     (
         ev.Control(4, time=1.9, command=ev.ControlCommand.PAUSE),
@@ -369,8 +481,12 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
     ),
     (
         ev.Note(0, time=1.6, message="torch.compile failed; training eagerly"),
-        {"type": "note", "time": 1.6, "step": 0,
-         "message": "torch.compile failed; training eagerly"},
+        {
+            "type": "note",
+            "time": 1.6,
+            "step": 0,
+            "message": "torch.compile failed; training eagerly",
+        },
     ),
 ]
 
@@ -410,8 +526,14 @@ def test_the_keyword_form_builds_the_same_event(tmp_path: Path) -> None:
 def test_unknown_fields_and_types_survive_a_read_and_a_write() -> None:
     # Fields of newer writers (or other branches).
     line = {
-        "type": "eval", "time": 3.0, "step": 10, "split": "dev", "bleu": 12.5,
-        "head_importance": [1.5, 0.25], "gold_aer": 0.125, "best": True,
+        "type": "eval",
+        "time": 3.0,
+        "step": 10,
+        "split": "dev",
+        "bleu": 12.5,
+        "head_importance": [1.5, 0.25],
+        "gold_aer": 0.125,
+        "best": True,
     }
     event = ev.Event.from_json(line)
     assert isinstance(event, ev.Eval) and event.bleu == 12.5 and event.best is True
@@ -491,7 +613,7 @@ def test_control_words_are_one_enum_and_write_control_is_the_one_writer(tmp_path
         write_control(tmp_path / "run", command.value)
         assert (tmp_path / "run" / "control").read_text() == f"{command.value}\n"
     for bad in ("explode", "interrupt", "PAUSE "):
-        with pytest.raises(AttnlabError, match='unknown control command .*valid: pause, resume'):
+        with pytest.raises(AttnlabError, match="unknown control command .*valid: pause, resume"):
             write_control(tmp_path / "run", bad)
     assert (tmp_path / "run" / "control").read_text() == "stop\n"  # left as it was
 
@@ -543,8 +665,17 @@ def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
     events, reader = ev.read_typed_log(run_dir)
     assert reader.skipped == 0 and reader.dropped == 0
     assert [e.type for e in events] == [
-        "start", "step", "eval", "sample", "checkpoint", "control", "control", "step", "eval",
-        "checkpoint", "done",
+        "start",
+        "step",
+        "eval",
+        "sample",
+        "checkpoint",
+        "control",
+        "control",
+        "step",
+        "eval",
+        "checkpoint",
+        "done",
     ]
     # Byte-compatible: what the typed events write is each line as it was.
     assert b"".join(e.to_line().encode() + b"\n" for e in events) == OLD_LOG
@@ -572,7 +703,8 @@ def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
     assert follower.checkpoints == {"best": "runs/old/b", "last": "runs/old/l"}
     assert follower.elapsed_s == 3.25
     assert [line for line in follower.log if "acknowledged" in line] == [
-        "step     12  pause acknowledged", "step     12  resume acknowledged",
+        "step     12  pause acknowledged",
+        "step     12  resume acknowledged",
     ]
 
 
@@ -591,13 +723,20 @@ def test_the_cli_progress_reads_typed_events_and_dicts_alike(capsys) -> None:
 
 def test_inspection_fields_of_eval_are_type_checked() -> None:
     good = {
-        "type": "eval", "step": 4, "aer": 0.25, "alignment_accuracy_by_layer": [0.5, None],
+        "type": "eval",
+        "step": 4,
+        "aer": 0.25,
+        "alignment_accuracy_by_layer": [0.5, None],
         "attention_entropy": {"cross": [[1.0, 0.5], [0.7, None]], "enc_self": []},
     }
     assert check_event(good) == (good, "", 0)
     bad = {
-        "type": "eval", "step": 4, "aer": "0.25", "alignment_accuracy_by_layer": [0.5, "x"],
-        "attention_entropy": {"cross": [1.0, 0.5]}, "bleu": 3.0,
+        "type": "eval",
+        "step": 4,
+        "aer": "0.25",
+        "alignment_accuracy_by_layer": [0.5, "x"],
+        "attention_entropy": {"cross": [1.0, 0.5]},
+        "bleu": 3.0,
     }
     kept, why, dropped = check_event(bad)
     assert why == "" and dropped == 3
@@ -646,7 +785,9 @@ def test_eval_inspection_fields_are_optional() -> None:
     event = ev.Event.from_json({"type": "eval", "step": 2, "bleu": 1.0, "best": False})
     assert isinstance(event, ev.Eval)
     assert (event.aer, event.attention_entropy, event.alignment_accuracy_by_layer) == (
-        None, None, None
+        None,
+        None,
+        None,
     )
     assert not {"aer", "attention_entropy", "alignment_accuracy_by_layer"} & set(event.to_json())
     event.aer = 0.5

@@ -43,7 +43,9 @@ MATRIX = [
 
 
 def record(renderable, width: int = 60) -> Console:
-    console = Console(record=True, width=width, color_system="truecolor", file=io.StringIO(), legacy_windows=False)
+    console = Console(
+        record=True, width=width, color_system="truecolor", file=io.StringIO(), legacy_windows=False
+    )
     console.print(renderable)
     return console
 
@@ -55,10 +57,14 @@ def check_golden(name: str, console: Console) -> None:
         path = GOLDEN / f"{name}.{suffix}"
         if UPDATE or not path.exists():
             if not UPDATE:
-                pytest.fail(f"missing golden file {path}; run with ATTNLAB_UPDATE_GOLDEN=1 to create it")
+                pytest.fail(
+                    f"missing golden file {path}; run with ATTNLAB_UPDATE_GOLDEN=1 to create it"
+                )
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
-        assert content == path.read_text(encoding="utf-8"), f"{path} differs (ATTNLAB_UPDATE_GOLDEN=1 to accept)"
+        assert content == path.read_text(encoding="utf-8"), (
+            f"{path} differs (ATTNLAB_UPDATE_GOLDEN=1 to accept)"
+        )
 
 
 def body_lines(console: Console, n_header: int, n_rows: int) -> list[str]:
@@ -181,11 +187,21 @@ def test_labels_must_match_the_matrix():
 
 def test_nbest_table_matches_golden():
     hyps = [
-        Hypothesis(tokens=[4, 5, 6], score=-1.2345, log_prob=-2.5, length_penalty=1.5, coverage_penalty=-0.4),
-        Hypothesis(tokens=[4, 7], score=-1.5, log_prob=-2.0, length_penalty=1.3333, coverage_penalty=0.0),
+        Hypothesis(
+            tokens=[4, 5, 6],
+            score=-1.2345,
+            log_prob=-2.5,
+            length_penalty=1.5,
+            coverage_penalty=-0.4,
+        ),
+        Hypothesis(
+            tokens=[4, 7], score=-1.5, log_prob=-2.0, length_penalty=1.3333, coverage_penalty=0.0
+        ),
         Hypothesis(tokens=[4, 7, 7, 7], score=-3.0, log_prob=-3.0, finished=False),
     ]
-    console = record(render_nbest(hyps, ["a man rides", "a bike", "a bike bike bike"], title="3-best"), width=70)
+    console = record(
+        render_nbest(hyps, ["a man rides", "a bike", "a bike bike bike"], title="3-best"), width=70
+    )
     check_golden("nbest", console)
     text = console.export_text()
     for expected in ("a man rides", "-2.500", "1.500", "-0.400", "-1.234", "a bike bike bike …"):

@@ -34,15 +34,18 @@ def _write(root, files: dict[str, str]) -> None:
 def test_the_finder_sees_a_circle_closed_inside_a_function(tmp_path):
     # A hand-made package: a -> b at module level, b -> a only inside a function, c alone,
     # d -> e and e -> d through relative imports.
-    _write(tmp_path / "attnlab", {
-        "__init__.py": "",
-        "a.py": "from attnlab import b\n",
-        "b.py": "def f():\n    from attnlab.a import thing\n",
-        "c.py": "import attnlab.a\n",
-        "sub/__init__.py": "",
-        "sub/d.py": "from . import e\n",
-        "sub/e.py": "from .d import name\n",
-    })
+    _write(
+        tmp_path / "attnlab",
+        {
+            "__init__.py": "",
+            "a.py": "from attnlab import b\n",
+            "b.py": "def f():\n    from attnlab.a import thing\n",
+            "c.py": "import attnlab.a\n",
+            "sub/__init__.py": "",
+            "sub/d.py": "from . import e\n",
+            "sub/e.py": "from .d import name\n",
+        },
+    )
     graph = import_graph(tmp_path / "attnlab")
     assert graph["attnlab.b"] == {"attnlab.a"}
     assert graph["attnlab.sub.e"] == {"attnlab.sub.d"}
@@ -50,12 +53,15 @@ def test_the_finder_sees_a_circle_closed_inside_a_function(tmp_path):
 
 
 def test_the_finder_reports_nothing_for_a_one_way_chain(tmp_path):
-    _write(tmp_path / "attnlab", {
-        "__init__.py": "",
-        "low.py": "X = 1\n",
-        "mid.py": "from attnlab.low import X\n",
-        "top.py": "def f():\n    from attnlab import mid, low\n",
-    })
+    _write(
+        tmp_path / "attnlab",
+        {
+            "__init__.py": "",
+            "low.py": "X = 1\n",
+            "mid.py": "from attnlab.low import X\n",
+            "top.py": "def f():\n    from attnlab import mid, low\n",
+        },
+    )
     graph = import_graph(tmp_path / "attnlab")
     assert graph["attnlab.top"] == {"attnlab.mid", "attnlab.low"}
     assert cycles(graph) == []

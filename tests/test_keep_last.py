@@ -85,9 +85,7 @@ def test_prepare_checkpoints_keeps_copies_and_repairs_a_killed_one(run):
 
 
 def average(run, out, *extra):
-    return CliRunner().invoke(
-        cli, ["average", str(run), "--last", "2", "--out", str(out), *extra]
-    )
+    return CliRunner().invoke(cli, ["average", str(run), "--last", "2", "--out", str(out), *extra])
 
 
 def test_average_refuses_to_overwrite_without_force(run, tmp_path):

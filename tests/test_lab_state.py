@@ -46,14 +46,30 @@ def _transformer(*overrides: str):
         (("model.attention=luong-general",), "reverse-rnn-luong-general"),
         (("data.task=copy", "model.arch=transformer"), "copy-transformer-scaled-dot"),
         # linformer cannot be causal: the engine builds scaled-dot for the decoder self-attention
-        (("data.task=copy", "model.arch=transformer", "model.self_attention=linformer"),
-         "copy-transformer-linformer_scaled-dot_scaled-dot"),
+        (
+            ("data.task=copy", "model.arch=transformer", "model.self_attention=linformer"),
+            "copy-transformer-linformer_scaled-dot_scaled-dot",
+        ),
         # performer can: "" means performer in the decoder too
-        (("data.task=copy", "model.arch=transformer", "model.self_attention=performer",
-          "model.cross_attention=linformer"), "copy-transformer-performer_performer_linformer"),
-        (("data.task=copy", "model.arch=transformer", "model.self_attention=relative",
-          "model.decoder_self_attention=alibi", "model.cross_attention=gated"),
-         "copy-transformer-relative_alibi_gated"),
+        (
+            (
+                "data.task=copy",
+                "model.arch=transformer",
+                "model.self_attention=performer",
+                "model.cross_attention=linformer",
+            ),
+            "copy-transformer-performer_performer_linformer",
+        ),
+        (
+            (
+                "data.task=copy",
+                "model.arch=transformer",
+                "model.self_attention=relative",
+                "model.decoder_self_attention=alibi",
+                "model.cross_attention=gated",
+            ),
+            "copy-transformer-relative_alibi_gated",
+        ),
     ],
 )
 def test_run_names_describe_every_attention_role(overrides, expected) -> None:
@@ -87,8 +103,18 @@ def test_cli_train_names_the_run_by_the_shared_rule(tmp_path: Path, monkeypatch)
         raise Stop
 
     monkeypatch.setattr("attnlab.runs.new_run_dir", fake_new_run_dir)
-    result = CliRunner().invoke(cli.cli, ["train", "--preset", "reverse-bahdanau", "--set",
-                                          "model.attention=luong-general", "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        cli.cli,
+        [
+            "train",
+            "--preset",
+            "reverse-bahdanau",
+            "--set",
+            "model.attention=luong-general",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert isinstance(result.exception, Stop)
     assert re.fullmatch(r"reverse-rnn-luong-general-\d{8}-\d{6}", seen["name"])
 
@@ -107,7 +133,9 @@ def test_run_names_obey_the_run_name_rule_with_room_for_a_suffix(tmp_path: Path)
     assert check_name(lab_run_name(long, tmp_path, now=0), "name").endswith("-2")
 
 
-async def test_setup_names_a_changed_experiment_and_save_writes_it(tmp_path: Path, monkeypatch) -> None:
+async def test_setup_names_a_changed_experiment_and_save_writes_it(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     app = make_app(tmp_path / "runs", config=lab_config("reverse-bahdanau"))
     async with app.run_test(size=SIZE) as pilot:
@@ -149,7 +177,12 @@ def test_runs_model_column_lists_every_role(tmp_path: Path) -> None:
     (run / "config.toml").write_text(dumps_toml(config), encoding="utf-8")
     # The trainer records the roles it built (dec-self resolved) in its start event.
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    events[0]["roles"] = {"arch": "transformer", "enc_self": "linformer", "dec_self": "scaled-dot", "cross": "scaled-dot"}
+    events[0]["roles"] = {
+        "arch": "transformer",
+        "enc_self": "linformer",
+        "dec_self": "scaled-dot",
+        "cross": "scaled-dot",
+    }
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     assert summarize_run(run).attention == "linformer/scaled-dot/scaled-dot"
 
@@ -170,8 +203,13 @@ def test_elapsed_ticks_from_the_start_and_the_final_step_comes_from_done(tmp_pat
     assert follower.eta_s() == pytest.approx(98.0)
     assert follower.eta_s(T0 + 3.0) == pytest.approx(95.0)  # counts down between events
     assert follower.live_elapsed_s(T0 + 3.0) == pytest.approx(5.0)
-    write_events(tmp_path, [{"type": "checkpoint", "step": 39, "tag": "last", "path": "p"},
-                            {"type": "done", "step": 39, "reason": "stopped", "elapsed_s": 40.0}])
+    write_events(
+        tmp_path,
+        [
+            {"type": "checkpoint", "step": 39, "tag": "last", "path": "p"},
+            {"type": "done", "step": 39, "reason": "stopped", "elapsed_s": 40.0},
+        ],
+    )
     follower.poll()
     assert follower.step == 39 and follower.state == "stopped"
     assert follower.live_elapsed_s(T0 + 999) == 40.0
@@ -196,8 +234,19 @@ def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=80)
-    console.print(_summary_table({"run_dir": "r", "reason": "interrupted", "step": 73, "params": 1,
-                                  "device": "cpu", "wall_s": 1.0, "best": {}}))
+    console.print(
+        _summary_table(
+            {
+                "run_dir": "r",
+                "reason": "interrupted",
+                "step": 73,
+                "params": 1,
+                "device": "cpu",
+                "wall_s": 1.0,
+                "best": {},
+            }
+        )
+    )
     text = console.export_text()
     assert "None" not in text and re.search(r"best step\s+│ –", text)
 
@@ -208,8 +257,9 @@ def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
 def _fake_export(monkeypatch, written: list, forced: list | None = None) -> None:
     from attnlab.errors import AttnlabError
 
-    def export_checkpoint(run_dir: Path, out: Path, which: str = "best",
-                          force: bool = False) -> Path:
+    def export_checkpoint(
+        run_dir: Path, out: Path, which: str = "best", force: bool = False
+    ) -> Path:
         if out.exists() and not force:  # as the real exporter (fix-ckpt): never silently
             raise AttnlabError(f"{out}: already exists; pass --force to replace it")
         if forced is not None:
@@ -222,7 +272,9 @@ def _fake_export(monkeypatch, written: list, forced: list | None = None) -> None
     monkeypatch.setattr("attnlab.runs.export_checkpoint", export_checkpoint)
 
 
-async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, monkeypatch) -> None:
+async def test_export_path_follows_the_run_and_overwriting_asks(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     written: list = []
     forced: list = []
@@ -236,7 +288,10 @@ async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, 
         run, path = app.query_one("#export-run", Select), app.query_one("#export-path", Input)
         # Newest first: b; no "(no runs)" blank entry while runs exist.
         assert run.value == "runs/copy-transformer-scaled-dot-b"
-        assert [str(o[0]) for o in run._options] == ["copy-transformer-scaled-dot-b", "reverse-rnn-bahdanau-a"]
+        assert [str(o[0]) for o in run._options] == [
+            "copy-transformer-scaled-dot-b",
+            "reverse-rnn-bahdanau-a",
+        ]
         assert path.value == "exports/copy-transformer-scaled-dot-b-best.safetensors"
         run.value = "runs/reverse-rnn-bahdanau-a"
         await pilot.pause()
@@ -247,7 +302,10 @@ async def test_export_path_follows_the_run_and_overwriting_asks(tmp_path: Path, 
 
         await pilot.click("#export-go")
         await until(pilot, lambda: len(written) == 1)
-        assert written[0] == ("reverse-rnn-bahdanau-a", Path("exports/reverse-rnn-bahdanau-a-last.safetensors"))
+        assert written[0] == (
+            "reverse-rnn-bahdanau-a",
+            Path("exports/reverse-rnn-bahdanau-a-last.safetensors"),
+        )
         # Again: the file exists, so it asks; "n" keeps the file.
         await pilot.click("#export-go")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -300,7 +358,9 @@ async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(
         assert calls[0].run_dir.name == "reverse-rnn-bahdanau-a"
 
 
-async def test_inspect_prefers_a_run_with_a_checkpoint_and_is_calm_without_one(tmp_path: Path, monkeypatch) -> None:
+async def test_inspect_prefers_a_run_with_a_checkpoint_and_is_calm_without_one(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     older = _with_checkpoint(write_run(Path("runs"), "older"))
     newest = write_run(Path("runs"), "newest", run_events(done=None))  # training, no checkpoint yet
@@ -389,7 +449,9 @@ async def test_the_queue_is_listed_and_entries_can_be_removed(tmp_path: Path) ->
         await pilot.pause()
         listing = app.query_one("#train-queue", OptionList)
         assert app.query_one("#train-queue-row").display
-        assert [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)] == [
+        assert [
+            str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)
+        ] == [
             "1. reverse-rnn-luong-general  (30 steps)",
             "2. reverse-rnn-luong-concat  (30 steps)",
         ]
@@ -419,7 +481,9 @@ async def test_tab_stays_in_the_tab_body_and_help_matches_the_footer(tmp_path: P
     assert "d decodes" in HELP_TEXT and "Enter to decode" not in HELP_TEXT
 
 
-async def test_setup_fields_of_the_other_architecture_are_hidden_when_mounted(tmp_path: Path, monkeypatch) -> None:
+async def test_setup_fields_of_the_other_architecture_are_hidden_when_mounted(
+    tmp_path: Path, monkeypatch
+) -> None:
     # Without the follow-up pass that applies the groups, the rows must already be hidden.
     monkeypatch.setattr(SetupView, "_apply_groups", lambda self: None)
     app = make_app(tmp_path, config=lab_config())
@@ -430,7 +494,9 @@ async def test_setup_fields_of_the_other_architecture_are_hidden_when_mounted(tm
         assert all(row.display for row in app.query(".group-rnn"))
 
 
-async def test_hyper_parameters_are_grouped_by_variant_with_range_and_default(tmp_path: Path) -> None:
+async def test_hyper_parameters_are_grouped_by_variant_with_range_and_default(
+    tmp_path: Path,
+) -> None:
     config = _transformer("model.self_attention=performer", "model.cross_attention=linformer")
     app = make_app(tmp_path, config=config)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -443,5 +509,9 @@ async def test_hyper_parameters_are_grouped_by_variant_with_range_and_default(tm
         expected = []
         for name in ("performer", "linformer"):
             for hp in ATTENTION.get(name).meta.hparams:
-                expected.append(f"default {hp.default:g}" if isinstance(hp.default, float) else f"default {hp.default}")
+                expected.append(
+                    f"default {hp.default:g}"
+                    if isinstance(hp.default, float)
+                    else f"default {hp.default}"
+                )
         assert [h.split(" · ")[1] for h in hints] == expected

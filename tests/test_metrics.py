@@ -38,7 +38,11 @@ def test_bleu_matches_sacrebleu_published_value():
 
 @pytest.mark.parametrize(
     ("options", "expected"),
-    [({"tokenize": "none"}, 49.1919566), ({"tokenize": "intl"}, 43.91623493), ({"smooth_method": "none"}, 48.530827)],
+    [
+        ({"tokenize": "none"}, 49.1919566),
+        ({"tokenize": "intl"}, 43.91623493),
+        ({"smooth_method": "none"}, 48.530827),
+    ],
 )
 def test_bleu_options_match_published_values(options, expected):
     score, _ = corpus_bleu(HYPS, REFS, **options)
@@ -58,7 +62,9 @@ def test_chrf_matches_published_value():
 
 def test_single_reference_bleu_by_hand():
     # p1..p4 = 5/5, 3/4, 2/3, 1/2; BP = exp(1 - 6/5).
-    expected = 100 * math.exp(1 - 6 / 5) * math.exp(sum(math.log(p) for p in (1, 3 / 4, 2 / 3, 1 / 2)) / 4)
+    expected = (
+        100 * math.exp(1 - 6 / 5) * math.exp(sum(math.log(p) for p in (1, 3 / 4, 2 / 3, 1 / 2)) / 4)
+    )
     scores = text_scores(["the cat sat on mat"], ["the cat sat on the mat"])
     assert scores["bleu"] == pytest.approx(expected, abs=1e-6)
     assert round(scores["bleu"], 2) == 57.89
@@ -73,7 +79,14 @@ def test_exact_match_by_hand():
 
 
 def test_length_buckets():
-    assert [length_bucket(n) for n in (1, 10, 11, 20, 21, 45)] == [(1, 10), (1, 10), (11, 20), (11, 20), (21, 30), (41, 50)]
+    assert [length_bucket(n) for n in (1, 10, 11, 20, 21, 45)] == [
+        (1, 10),
+        (1, 10),
+        (11, 20),
+        (11, 20),
+        (21, 30),
+        (41, 50),
+    ]
 
 
 def test_bleu_by_length_scores_each_bucket_separately():
@@ -84,7 +97,10 @@ def test_bleu_by_length_scores_each_bucket_separately():
         [short_ref, short_ref, "z z z z z z z z z z z z", "z z z z z z z z z z z z"],
         [short_ref, short_ref, long_ref, long_ref],
     )
-    assert rows == [{"bucket": "1-10", "n": 2, "bleu": 100.0}, {"bucket": "11-20", "n": 2, "bleu": 0.0}]
+    assert rows == [
+        {"bucket": "1-10", "n": 2, "bleu": 100.0},
+        {"bucket": "11-20", "n": 2, "bleu": 0.0},
+    ]
 
 
 def test_alignment_accuracy_by_hand():
@@ -103,7 +119,10 @@ def test_alignment_accuracy_by_hand():
 def test_gold_alignment_pads_with_minus_one():
     from attnlab.data.example import Example
 
-    examples = [Example(("a", "b"), ("b", "a"), alignment=(1, 0)), Example(("c",), ("c",), alignment=(0,))]
+    examples = [
+        Example(("a", "b"), ("b", "a"), alignment=(1, 0)),
+        Example(("c",), ("c",), alignment=(0,)),
+    ]
     assert gold_alignment(examples, 3).tolist() == [[1, 0, -1], [0, -1, -1]]
     assert gold_alignment([Example(("a",), ("a",))], 2) is None
 
@@ -141,7 +160,9 @@ class ReverseOracle(Seq2Seq):
 
     def step(self, prev_tokens, state, enc, need_weights=False):
         token, weights = self._target_at(enc, state["t"])
-        logits = torch.full((token.size(0), self.tgt_vocab_size), -10.0).scatter(1, token.unsqueeze(1), 10.0)
+        logits = torch.full((token.size(0), self.tgt_vocab_size), -10.0).scatter(
+            1, token.unsqueeze(1), 10.0
+        )
         cross = weights[:, None, None, :] if need_weights else None
         return logits, {"t": state["t"] + 1}, cross
 
@@ -149,17 +170,23 @@ class ReverseOracle(Seq2Seq):
         enc = self.encode(src, src_mask)
         steps = [self._target_at(enc, torch.full((src.size(0),), t)) for t in range(tgt_in.size(1))]
         tokens = torch.stack([s[0] for s in steps], 1)  # [B, T]
-        logits = torch.full((*tokens.shape, self.tgt_vocab_size), -10.0).scatter(2, tokens.unsqueeze(2), 10.0)
+        logits = torch.full((*tokens.shape, self.tgt_vocab_size), -10.0).scatter(
+            2, tokens.unsqueeze(2), 10.0
+        )
         attentions = {}
         if need_weights:
-            attentions["cross"] = torch.stack([s[1] for s in steps], 1)[:, None, None]  # [B,1,1,T,S]
+            attentions["cross"] = torch.stack([s[1] for s in steps], 1)[
+                :, None, None
+            ]  # [B,1,1,T,S]
         return ModelOutput(logits=logits, attentions=attentions)
 
 
 def _reverse_dataset():
     from attnlab.data.dataset import load_dataset
 
-    return load_dataset(DataConfig(task="reverse", train_size=20, dev_size=30, test_size=10, max_len=12))
+    return load_dataset(
+        DataConfig(task="reverse", train_size=20, dev_size=30, test_size=10, max_len=12)
+    )
 
 
 def _oracle(dataset, mistakes=False):
@@ -172,7 +199,9 @@ def _oracle(dataset, mistakes=False):
 
 def test_evaluate_split_with_a_perfect_model():
     dataset = _reverse_dataset()
-    result = evaluate_split(_oracle(dataset), dataset, "dev", DecodeConfig(), samples=2, batch_size=7)
+    result = evaluate_split(
+        _oracle(dataset), dataset, "dev", DecodeConfig(), samples=2, batch_size=7
+    )
     assert result["n"] == 30
     assert result["bleu"] == pytest.approx(100.0)
     assert result["bleu_lc"] == pytest.approx(100.0)

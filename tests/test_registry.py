@@ -19,7 +19,10 @@ def test_unknown_name_lists_the_choices_and_the_closest_one() -> None:
     reg.add("luong-general", 2)
     with pytest.raises(AttnlabError) as err:
         reg.get("bahdanu")
-    assert str(err.value) == 'unknown widget "bahdanu" (did you mean "bahdanau"?); valid: bahdanau, luong-general'
+    assert (
+        str(err.value)
+        == 'unknown widget "bahdanu" (did you mean "bahdanau"?); valid: bahdanau, luong-general'
+    )
 
 
 def test_registering_the_same_name_twice_for_another_factory_is_refused() -> None:
@@ -32,7 +35,10 @@ def test_registering_the_same_name_twice_for_another_factory_is_refused() -> Non
 def test_an_entry_point_in_the_attention_group_adds_a_variant(monkeypatch) -> None:
     class PluginAttention(Attention):
         spec = AttentionSpec(
-            name="plugin-attn", roles=frozenset({ROLE_SELF}), formula="x", complexity="O(1)",
+            name="plugin-attn",
+            roles=frozenset({ROLE_SELF}),
+            formula="x",
+            complexity="O(1)",
             known_for="a test plugin",
         )
 

@@ -42,12 +42,27 @@ CASES = [
 ]
 
 
-def tiny(attention: str, cell: str = "gru", bidirectional: bool = True, feed: bool = True,
-         layers: int = 1, seed: int = 0) -> RNNSeq2Seq:
+def tiny(
+    attention: str,
+    cell: str = "gru",
+    bidirectional: bool = True,
+    feed: bool = True,
+    layers: int = 1,
+    seed: int = 0,
+) -> RNNSeq2Seq:
     torch.manual_seed(seed)
     model = RNNSeq2Seq(
-        SRC_V, TGT_V, cell=cell, attention=attention, emb=6, hidden=8, layers=layers,
-        bidirectional=bidirectional, input_feeding=feed, dropout=0.1, heads=2,
+        SRC_V,
+        TGT_V,
+        cell=cell,
+        attention=attention,
+        emb=6,
+        hidden=8,
+        layers=layers,
+        bidirectional=bidirectional,
+        input_feeding=feed,
+        dropout=0.1,
+        heads=2,
         attn_params={"window": 1},  # local-m/p: a narrow window makes p_t matter
     )
     return model.eval()
@@ -73,10 +88,18 @@ def test_sentence_alone_equals_sentence_in_padded_batch(attention, cell, bidirec
     with torch.no_grad():
         together = model(src, src_mask, tgt_in, need_weights=True)
         for b, (s, t) in enumerate(zip(src_lengths(src_mask), tgt_lengths(tgt_in), strict=True)):
-            alone = model(src[b : b + 1, :s], src_mask[b : b + 1, :s], tgt_in[b : b + 1, :t], need_weights=True)
+            alone = model(
+                src[b : b + 1, :s],
+                src_mask[b : b + 1, :s],
+                tgt_in[b : b + 1, :t],
+                need_weights=True,
+            )
             torch.testing.assert_close(alone.logits[0], together.logits[b, :t], rtol=0, atol=1e-5)
             torch.testing.assert_close(
-                alone.attentions["cross"][0], together.attentions["cross"][b, ..., :t, :s], rtol=0, atol=1e-5
+                alone.attentions["cross"][0],
+                together.attentions["cross"][b, ..., :t, :s],
+                rtol=0,
+                atol=1e-5,
             )
 
 
@@ -91,7 +114,9 @@ def test_step_by_step_reproduces_forward(attention, cell, bidirectional, feed):
         for t in range(tgt_in.shape[1]):
             logits, state, cross = model.step(tgt_in[:, t], state, enc, need_weights=True)
             torch.testing.assert_close(logits, full.logits[:, t], rtol=0, atol=1e-5)
-            torch.testing.assert_close(cross, full.attentions["cross"][:, :, :, t], rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                cross, full.attentions["cross"][:, :, :, t], rtol=0, atol=1e-5
+            )
 
 
 @pytest.mark.parametrize("layers", [2, 3])
@@ -181,8 +206,12 @@ def test_gradients_reach_every_parameter(attention):
     model = tiny(attention, "lstm", bidirectional=widest(attention), layers=2).train()
     src, src_mask, tgt_in = batch(SOURCES, TARGETS)
     logits = model(src, src_mask, tgt_in).logits
-    F.cross_entropy(logits.reshape(-1, TGT_V), tgt_in.roll(-1, 1).reshape(-1), ignore_index=PAD_ID).backward()
-    silent = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    F.cross_entropy(
+        logits.reshape(-1, TGT_V), tgt_in.roll(-1, 1).reshape(-1), ignore_index=PAD_ID
+    ).backward()
+    silent = [
+        n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0
+    ]
     assert not silent
 
 
@@ -270,7 +299,9 @@ def test_check_rejects_unknown_attention_with_a_suggestion():
 def test_check_rejects_a_variant_without_the_rnn_cross_role():
     others = [e.name for e in ATTENTION.entries() if ROLE_RNN_CROSS not in e.meta.roles]
     assert others, "the registry ships Transformer-only variants (scaled-dot's siblings)"
-    with pytest.raises(AttnlabError, match=f'model.attention="{others[0]}" cannot be used by the RNN decoder'):
+    with pytest.raises(
+        AttnlabError, match=f'model.attention="{others[0]}" cannot be used by the RNN decoder'
+    ):
         check_rnn_config(config(attention=others[0]))
 
 

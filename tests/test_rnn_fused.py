@@ -21,8 +21,14 @@ SRC_V, TGT_V = 11, 13
 def model(feed: bool = True, bidirectional: bool = True, dropout: float = 0.0, **kw) -> RNNSeq2Seq:
     torch.manual_seed(0)
     return RNNSeq2Seq(
-        SRC_V, TGT_V, emb=6, hidden=8, bidirectional=bidirectional, input_feeding=feed,
-        dropout=dropout, **kw,
+        SRC_V,
+        TGT_V,
+        emb=6,
+        hidden=8,
+        bidirectional=bidirectional,
+        input_feeding=feed,
+        dropout=dropout,
+        **kw,
     ).double()
 
 
@@ -44,13 +50,17 @@ def loss_and_grads(m: RNNSeq2Seq, fused: bool, seed: int = 0):
     return out, grads
 
 
-@pytest.mark.parametrize("feed,bidirectional", list(itertools.product([True, False], [True, False])))
+@pytest.mark.parametrize(
+    "feed,bidirectional", list(itertools.product([True, False], [True, False]))
+)
 def test_fused_training_step_equals_reference_loop(feed, bidirectional):
     m = model(feed, bidirectional).train()
     fast, fast_grads = loss_and_grads(m, fused=True)
     ref, ref_grads = loss_and_grads(m, fused=False)
     torch.testing.assert_close(fast.logits, ref.logits, rtol=0, atol=1e-12)
-    torch.testing.assert_close(fast.attentions["cross"], ref.attentions["cross"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        fast.attentions["cross"], ref.attentions["cross"], rtol=0, atol=1e-12
+    )
     assert fast_grads.keys() == ref_grads.keys() == {n for n, _ in m.named_parameters()}
     for name, grad in ref_grads.items():
         torch.testing.assert_close(fast_grads[name], grad, rtol=0, atol=1e-12, msg=name)
@@ -77,7 +87,9 @@ def test_fused_encoder_equals_packed_gru(bidirectional):
     emb = torch.randn(4, 6, 5, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([6, 2, 4, 1])
     states, final = fused_gru_encoder(emb, lengths, gru)
-    packed = torch.nn.utils.rnn.pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        emb, lengths, batch_first=True, enforce_sorted=False
+    )
     out, ref_final = gru(packed)
     ref_states, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
     torch.testing.assert_close(states, ref_states, rtol=0, atol=1e-12)
@@ -85,7 +97,9 @@ def test_fused_encoder_equals_packed_gru(bidirectional):
     assert states[1, 2:].abs().sum() == 0  # padding stays zero
     # gradients of an arbitrary function of both outputs
     w_states, w_final = torch.randn_like(states), torch.randn_like(final)
-    grads = torch.autograd.grad((states * w_states).sum() + (final * w_final).sum(), [emb, *gru.parameters()])
+    grads = torch.autograd.grad(
+        (states * w_states).sum() + (final * w_final).sum(), [emb, *gru.parameters()]
+    )
     ref_grads = torch.autograd.grad(
         (ref_states * w_states).sum() + (ref_final * w_final).sum(), [emb, *gru.parameters()]
     )
@@ -161,7 +175,9 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
                 outs.append((logits, cross, {k: v.clone() for k, v in state.items()}))
                 tokens = logits.argmax(dim=1)
             states[fused] = outs
-    for (lean_logits, lean_cross, lean_state), (ref_logits, ref_cross, ref_state) in zip(states[True], states[False], strict=True):
+    for (lean_logits, lean_cross, lean_state), (ref_logits, ref_cross, ref_state) in zip(
+        states[True], states[False], strict=True
+    ):
         assert torch.equal(lean_logits, ref_logits)
         assert torch.equal(lean_cross, ref_cross)
         assert lean_state.keys() == ref_state.keys()
@@ -175,7 +191,9 @@ def test_lean_decoding_step_equals_the_general_step_bitwise(feed, dtype):
         for lean, ref in zip(results[True], results[False], strict=True):
             assert [h.tokens for h in lean] == [h.tokens for h in ref]
             assert [h.score for h in lean] == [h.score for h in ref]
-            assert all(torch.equal(a.attention, b.attention) for a, b in zip(lean, ref, strict=True))
+            assert all(
+                torch.equal(a.attention, b.attention) for a, b in zip(lean, ref, strict=True)
+            )
 
 
 def test_lean_step_runs_only_in_eval_without_grad(monkeypatch):

@@ -21,9 +21,22 @@ from attnlab.config import ExperimentConfig, check_name
 from attnlab.runs import LOCK_FILE, list_runs, summarize_run
 
 # Two steps on 50 pairs: a real run in about a second.
-FAST = ["--set", "train.max_steps=2", "--set", "data.train_size=50", "--set", "data.dev_size=8",
-        "--set", "train.eval_every=2", "--set", "model.hidden=16", "--set", "model.emb=8",
-        "--set", "train.samples=0"]
+FAST = [
+    "--set",
+    "train.max_steps=2",
+    "--set",
+    "data.train_size=50",
+    "--set",
+    "data.dev_size=8",
+    "--set",
+    "train.eval_every=2",
+    "--set",
+    "model.hidden=16",
+    "--set",
+    "model.emb=8",
+    "--set",
+    "train.samples=0",
+]
 
 
 def invoke(*args: str):
@@ -121,8 +134,9 @@ def test_a_second_trainer_of_a_run_directory_is_refused(tmp_path):
     run_dir = tmp_path / "runs" / "r"
     fd = hold_lock(run_dir)
     try:
-        result = invoke("train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet",
-                        *FAST)
+        result = invoke(
+            "train", "--out", str(tmp_path / "runs"), "--run-name", "r", "--quiet", *FAST
+        )
         assert result.exit_code == 2, result.output
         expected = f"error: {run_dir} is being trained by pid {os.getpid()}"
         assert error_line(result.output).startswith(expected)
@@ -160,8 +174,16 @@ def test_resume_takes_the_lock_too_and_refuses_an_architecture_change(tmp_path):
     assert (run_dir / "events.jsonl").read_text() == events  # refusals wrote nothing
 
     # train.* (and dropout, which has no weights) may change.
-    result = invoke("train", "--resume", str(run_dir), "--quiet", "--set", "train.max_steps=3",
-                    "--set", "model.dropout=0.2")
+    result = invoke(
+        "train",
+        "--resume",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "train.max_steps=3",
+        "--set",
+        "model.dropout=0.2",
+    )
     assert result.exit_code == 0, result.output
     assert "finished: step 3" in result.output
     assert summarize_run(run_dir).status == "finished"
@@ -171,8 +193,9 @@ def test_resume_takes_the_lock_too_and_refuses_an_architecture_change(tmp_path):
 
 
 def test_a_bad_value_creates_no_run_directory(tmp_path):
-    result = invoke("train", "--out", str(tmp_path), "--run-name", "r",
-                    "--set", "model.dropout=nan")
+    result = invoke(
+        "train", "--out", str(tmp_path), "--run-name", "r", "--set", "model.dropout=nan"
+    )
     assert result.exit_code == 2
     assert error_line(result.output) == "error: model.dropout=nan must be a finite number"
     assert not any(tmp_path.iterdir())
@@ -218,9 +241,22 @@ def test_ctrl_c_during_start_up_exits_130_and_leaves_nothing(tmp_path):
     for attempt, delay in enumerate([0.0, *(rng.uniform(0.0, 0.3) for _ in range(3))]):
         name = f"r{attempt}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "attnlab", "train", "--out", str(tmp_path), "--run-name", name,
-             "--quiet", *FAST],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "attnlab",
+                "train",
+                "--out",
+                str(tmp_path),
+                "--run-name",
+                name,
+                "--quiet",
+                *FAST,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         first = proc.stdout.readline()  # printed just before the slow imports
         assert first.startswith("run directory:"), first

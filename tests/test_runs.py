@@ -96,7 +96,10 @@ def test_checkpoint_meta_is_written_last_and_is_plain_json(saved_run):
     meta = json.loads((directory / "meta.json").read_text())
     assert {"config", "dataset", "step", "metrics", "attnlab_version", "params"} <= set(meta)
     assert meta["dataset"]["src_vocab"][:4] == ["<pad>", "<unk>", "<s>", "</s>"]
-    assert os.stat(directory / "meta.json").st_mtime_ns >= os.stat(directory / "model.safetensors").st_mtime_ns
+    assert (
+        os.stat(directory / "meta.json").st_mtime_ns
+        >= os.stat(directory / "model.safetensors").st_mtime_ns
+    )
 
 
 def test_export_loads_with_plain_safetensors_and_json(saved_run, tmp_path, monkeypatch):
@@ -118,7 +121,9 @@ def test_export_loads_with_plain_safetensors_and_json(saved_run, tmp_path, monke
     state = model.state_dict()
     assert set(weights) == set(state) and all(torch.equal(weights[k], state[k]) for k in state)
 
-    monkeypatch.setattr(torch, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no pickle")))
+    monkeypatch.setattr(
+        torch, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no pickle"))
+    )
     loaded = load_checkpoint(out)
     assert loaded.config == config and _same_outputs(model, loaded.model, dataset)
 
@@ -187,11 +192,17 @@ def test_list_runs_summarises_status_and_best_metrics(tmp_path):
         ("eval", 10, {"bleu": 40.0, "chrf": 50.0, "exact_match": 0.1, "elapsed_s": 3.0}),
         ("eval", 20, {"bleu": 35.0, "chrf": 55.0, "exact_match": 0.2, "elapsed_s": 5.0}),
     ]
-    _write_run(tmp_path, "done", [start, *evals, ("done", 20, {"reason": "finished", "elapsed_s": 6.0})])
+    _write_run(
+        tmp_path, "done", [start, *evals, ("done", 20, {"reason": "finished", "elapsed_s": 6.0})]
+    )
     _write_run(tmp_path, "early", [start, ("done", 5, {"reason": "early-stop"})])
     _write_run(tmp_path, "ctrl-c", [start, ("done", 5, {"reason": "interrupted"})])
     _write_run(tmp_path, "stopped", [start, ("done", 5, {"reason": "stopped"})])
-    _write_run(tmp_path, "nan", [start, ("error", 5, {"message": "nan", "kind": "nan"}), ("done", 5, {"reason": "error"})])
+    _write_run(
+        tmp_path,
+        "nan",
+        [start, ("error", 5, {"message": "nan", "kind": "nan"}), ("done", 5, {"reason": "error"})],
+    )
     _write_run(tmp_path, "live", [start, *evals])
     (tmp_path / "not-a-run").mkdir()
     runs = {r.path.name: r for r in list_runs(tmp_path)}
@@ -205,7 +216,13 @@ def test_list_runs_summarises_status_and_best_metrics(tmp_path):
         "live": "running",  # no done event and its process (this one) is alive
     }
     done = runs["done"]
-    assert (done.task, done.arch, done.attention, done.params, done.steps) == ("reverse", "rnn", "bahdanau", 1234, 20)
+    assert (done.task, done.arch, done.attention, done.params, done.steps) == (
+        "reverse",
+        "rnn",
+        "bahdanau",
+        1234,
+        20,
+    )
     assert (done.best_bleu, done.best_chrf, done.best_exact_match) == (40.0, 55.0, 0.2)
     assert done.tokens_per_s == 900.0 and done.wall_s == 6.0
     assert list_runs(tmp_path / "missing") == []
@@ -213,5 +230,9 @@ def test_list_runs_summarises_status_and_best_metrics(tmp_path):
 
 def test_a_run_whose_process_died_without_done_is_an_error(tmp_path):
     dead_pid = 2**22 + 12345  # above the default pid_max: no such process
-    run_dir = _write_run(tmp_path, "killed", [("start", 0, {"params": 1, "pid": dead_pid, "host": os.uname().nodename})])
+    run_dir = _write_run(
+        tmp_path,
+        "killed",
+        [("start", 0, {"params": 1, "pid": dead_pid, "host": os.uname().nodename})],
+    )
     assert summarize_run(run_dir).status == "error"

@@ -40,7 +40,11 @@ def test_top_k_one_equals_greedy():
     model = HashModel(eos_bias=0.3)
     src, mask = pad_batch(SOURCES)
     greedy = greedy_decode(model, src, mask, max_len=6)
-    for n, g in zip(sample(model, SOURCES, top_k=1, num_samples=3, nbest=3, temperature=2.0), greedy, strict=True):
+    for n, g in zip(
+        sample(model, SOURCES, top_k=1, num_samples=3, nbest=3, temperature=2.0),
+        greedy,
+        strict=True,
+    ):
         assert [h.tokens for h in n] == [g.tokens] * 3
 
 
@@ -75,7 +79,9 @@ def test_top_p_filter_on_a_hand_table():
     expected = [0.0, 0.5 / 0.85, 0.0, 0.2 / 0.85, 0.15 / 0.85]
     assert filtered.tolist() == pytest.approx(expected, abs=1e-6)
     # a most likely token above p is kept alone
-    assert filter_log_probs(log_probs, top_p=0.3).exp()[0].tolist() == pytest.approx([0, 1, 0, 0, 0])
+    assert filter_log_probs(log_probs, top_p=0.3).exp()[0].tolist() == pytest.approx(
+        [0, 1, 0, 0, 0]
+    )
 
 
 def test_temperature_and_top_k_on_a_hand_table():
@@ -83,7 +89,9 @@ def test_temperature_and_top_k_on_a_hand_table():
     log_probs = torch.tensor([probs]).log()
     powered = [p ** (1 / 2.0) for p in probs]
     expected = [p / sum(powered) for p in powered]
-    assert filter_log_probs(log_probs, temperature=2.0).exp()[0].tolist() == pytest.approx(expected, abs=1e-6)
+    assert filter_log_probs(log_probs, temperature=2.0).exp()[0].tolist() == pytest.approx(
+        expected, abs=1e-6
+    )
     top2 = filter_log_probs(log_probs, top_k=2).exp()[0].tolist()
     assert top2 == pytest.approx([0, 0.5 / 0.7, 0, 0.2 / 0.7, 0], abs=1e-6)
 
@@ -98,7 +106,9 @@ def test_top_p_never_samples_outside_the_nucleus():
     top_p = 0.6
     nucleus = nucleus_by_hand(probs, top_p)
     assert 1 < len(nucleus) < len(probs) - 2  # a real cut
-    draws = sample(model, [sentence], num_samples=1000, nbest=1, top_p=top_p, max_len_const=1, seed=11)[0]
+    draws = sample(
+        model, [sentence], num_samples=1000, nbest=1, top_p=top_p, max_len_const=1, seed=11
+    )[0]
     first = Counter((h.tokens + [EOS_ID])[0] for h in draws)
     assert set(first) <= nucleus
     assert set(first) == nucleus  # every nucleus token is drawn in 1000 tries

@@ -33,7 +33,9 @@ def test_linear_default_slope_reaches_the_floor_at_the_last_step():
 def test_linear_with_explicit_slope_and_floor():
     for i in (0, 10, 30, 35, 100):
         expected = max(0.3, 0.9 - 0.02 * i)
-        got = tf(i, tf_schedule="linear", teacher_forcing=0.9, tf_k=0.02, tf_min=0.3, max_steps=1000)
+        got = tf(
+            i, tf_schedule="linear", teacher_forcing=0.9, tf_k=0.02, tf_min=0.3, max_steps=1000
+        )
         assert got == pytest.approx(expected)
 
 
@@ -50,7 +52,9 @@ def test_exponential_default_ends_at_five_percent():
 def test_inverse_sigmoid_is_k_over_k_plus_exp_i_over_k():
     k = 10.0
     for i in (0, 5, 23, 60, 200):
-        assert tf(i, tf_schedule="inverse-sigmoid", tf_k=k) == pytest.approx(k / (k + math.exp(i / k)))
+        assert tf(i, tf_schedule="inverse-sigmoid", tf_k=k) == pytest.approx(
+            k / (k + math.exp(i / k))
+        )
 
 
 def test_inverse_sigmoid_default_crosses_one_half_midway():
@@ -58,7 +62,9 @@ def test_inverse_sigmoid_default_crosses_one_half_midway():
     k = default_inverse_sigmoid_k(max_steps)
     assert k * math.log(k) == pytest.approx(max_steps / 2, rel=1e-9)
     midpoint = k * math.log(k)  # exp(i/k) = k there, so the ratio is k / 2k
-    assert teacher_forcing_ratio(TrainConfig(tf_schedule="inverse-sigmoid", max_steps=max_steps), round(midpoint)) == pytest.approx(0.5, abs=1e-3)
+    assert teacher_forcing_ratio(
+        TrainConfig(tf_schedule="inverse-sigmoid", max_steps=max_steps), round(midpoint)
+    ) == pytest.approx(0.5, abs=1e-3)
     assert tf(10**9, tf_schedule="inverse-sigmoid", tf_k=5.0) == 0.0  # no overflow
 
 
@@ -102,7 +108,14 @@ def test_constant_lr():
 
 
 def test_plateau_halves_after_patience_bad_evals_and_respects_min_lr():
-    cfg = TrainConfig(schedule="plateau", lr=1.0, plateau_factor=0.5, plateau_patience=1, min_lr=0.2, metric="bleu")
+    cfg = TrainConfig(
+        schedule="plateau",
+        lr=1.0,
+        plateau_factor=0.5,
+        plateau_patience=1,
+        min_lr=0.2,
+        metric="bleu",
+    )
     schedule = LRSchedule(cfg)
     schedule.on_eval(10.0)  # best
     schedule.on_eval(9.0)  # 1 bad eval: within patience
@@ -136,14 +149,31 @@ def test_a_tie_in_the_best_metric_goes_to_the_lower_dev_loss_then_higher_bleu():
     from attnlab.train.schedules import best_eval_decision
 
     best = {"exact_match": 0.0, "loss": 3.35, "bleu": 0.03}
-    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 2.72, "bleu": 2.51}, best) == "loss"
-    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.5, "bleu": 9.0}, best) is None
-    assert best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.35, "bleu": 0.5}, best) == "bleu"
-    assert best_eval_decision("exact_match", dict(best), best) is None  # an equal eval is not better
-    assert best_eval_decision("exact_match", {"exact_match": 0.1, "loss": 9.0, "bleu": 0.0}, best) == "exact_match"
+    assert (
+        best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 2.72, "bleu": 2.51}, best)
+        == "loss"
+    )
+    assert (
+        best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.5, "bleu": 9.0}, best)
+        is None
+    )
+    assert (
+        best_eval_decision("exact_match", {"exact_match": 0.0, "loss": 3.35, "bleu": 0.5}, best)
+        == "bleu"
+    )
+    assert (
+        best_eval_decision("exact_match", dict(best), best) is None
+    )  # an equal eval is not better
+    assert (
+        best_eval_decision("exact_match", {"exact_match": 0.1, "loss": 9.0, "bleu": 0.0}, best)
+        == "exact_match"
+    )
     assert best_eval_decision("bleu", {"bleu": 0.03, "loss": 1.0}, best) == "loss"
     # loss is the metric: lower wins; a tie goes to BLEU, then chrF
     assert best_eval_decision("loss", {"loss": 3.0}, best) == "loss"
     assert best_eval_decision("loss", {"loss": 3.35, "bleu": 1.0}, best) == "bleu"
-    assert best_eval_decision("loss", {"loss": 3.35, "bleu": 0.03, "chrf": 1.0}, {**best, "chrf": 0.5}) == "chrf"
+    assert (
+        best_eval_decision("loss", {"loss": 3.35, "bleu": 0.03, "chrf": 1.0}, {**best, "chrf": 0.5})
+        == "chrf"
+    )
     assert best_eval_decision("bleu", {"bleu": 1.0}, {}) == "bleu"  # the first eval is best

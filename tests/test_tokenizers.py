@@ -17,7 +17,9 @@ from attnlab.data.tokenizers import (
 from attnlab.errors import AttnlabError
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "corpora" / "multi30k"
-needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/corpora/multi30k is absent")
+needs_multi30k = pytest.mark.skipif(
+    not MULTI30K.is_dir(), reason="../shared/corpora/multi30k is absent"
+)
 
 SAMPLE = [
     "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -38,7 +40,9 @@ def multi30k_lines() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def trained(multi30k_lines):
     texts = multi30k_lines["de"] + multi30k_lines["en"]
-    return {name: make_tokenizer(name, train_texts=texts, vocab_size=300) for name in ("bpe", "unigram")}
+    return {
+        name: make_tokenizer(name, train_texts=texts, vocab_size=300) for name in ("bpe", "unigram")
+    }
 
 
 @pytest.mark.parametrize("name", ["whitespace", "char", "word"])
@@ -78,7 +82,20 @@ def test_char_round_trip_keeps_every_character():
 
 def test_word_tokenizer_splits_punctuation():
     tok = WordTokenizer()
-    assert tok.encode(SAMPLE[2]) == ["She", "said", '"', "hello", '"', "(", "twice", ")", ",", "didn't", "she", "?"]
+    assert tok.encode(SAMPLE[2]) == [
+        "She",
+        "said",
+        '"',
+        "hello",
+        '"',
+        "(",
+        "twice",
+        ")",
+        ",",
+        "didn't",
+        "she",
+        "?",
+    ]
     assert tok.encode(SAMPLE[3]) == ["Prices", ":", "2.50", "euros", ";", "100", "%", "sure", "!"]
     for text in SAMPLE:
         assert tok.decode(tok.encode(text)) == text

@@ -38,7 +38,9 @@ def test_search_topk_equals_topk_over_all_candidates(vocab, beams, n):
     assert torch.equal(values, expect)  # the same float sums, best first
     finite = torch.isfinite(expect)  # (which of several -inf candidates comes back is arbitrary)
     assert torch.equal((beam * vocab + token)[finite], index[finite])
-    assert torch.equal(values, scores.gather(1, beam) + log_probs.reshape(7, -1).gather(1, beam * vocab + token))
+    assert torch.equal(
+        values, scores.gather(1, beam) + log_probs.reshape(7, -1).gather(1, beam * vocab + token)
+    )
 
 
 def test_plain_path_below_four_chunks(monkeypatch):

@@ -64,7 +64,11 @@ def test_dev_and_test_sources_never_in_train(task):
 
 def test_tiny_space_allows_overlap_and_counts_it():
     # vocab 2, length 1: only two possible sources, so dev/test must reuse train sources.
-    splits = TASKS.get("copy").factory(DataConfig(task="copy", vocab_size=2, min_len=1, max_len=1, train_size=20, dev_size=3, test_size=3))
+    splits = TASKS.get("copy").factory(
+        DataConfig(
+            task="copy", vocab_size=2, min_len=1, max_len=1, train_size=20, dev_size=3, test_size=3
+        )
+    )
     assert splits.stats["overlap"] == 6
     assert len(splits.dev) == 3
 
@@ -80,7 +84,9 @@ def test_lengths_and_symbols(task):
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
 def test_length_generalisation_test_split(task):
-    splits = TASKS.get(task).factory(cfg(task, min_len=3, max_len=10, test_min_len=15, test_max_len=25))
+    splits = TASKS.get(task).factory(
+        cfg(task, min_len=3, max_len=10, test_min_len=15, test_max_len=25)
+    )
     assert all(3 <= len(e.src_tokens) <= 10 for e in splits.train + splits.dev)
     assert all(15 <= len(e.src_tokens) <= 25 for e in splits.test)
 
@@ -155,7 +161,9 @@ def _parse_date(tokens: tuple[str, ...]) -> dt.date:
     day = dt.datetime.strptime(f"{match[2]} {match[3]} {match[5]}", f"{month_format} %d %Y").date()
     if match[1]:
         assert match[1] == day.strftime("%A").lower()
-    suffix = "th" if day.day in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(day.day % 10, "th")
+    suffix = (
+        "th" if day.day in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(day.day % 10, "th")
+    )
     assert match[4] == suffix
     return day
 
@@ -198,6 +206,8 @@ def test_unknown_task_names_valid_choices():
 
 def test_joeynmt_comparable_reverse_default():
     # (How long it takes to generate is printed by benchmarks/prepare_speed.py, not asserted here.)
-    ds = load_dataset(DataConfig(task="reverse", train_size=20000, min_len=3, max_len=20, vocab_size=30))
+    ds = load_dataset(
+        DataConfig(task="reverse", train_size=20000, min_len=3, max_len=20, vocab_size=30)
+    )
     assert len(ds.splits.train) == 20000
     assert len(ds.src_vocab) == 34  # 30 symbols + 4 specials

@@ -37,13 +37,24 @@ def test_a_tiny_run_writes_the_documented_events_and_checkpoints(tmp_path, tiny_
     assert all(0.0 <= e["padding"] < 1.0 for e in steps)
     evals = [e for e in events if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [3, 6]
-    keys = {"loss", "ppl", "bleu", "chrf", "exact_match", "alignment_accuracy", "bleu_by_length", "best"}
+    keys = {
+        "loss",
+        "ppl",
+        "bleu",
+        "chrf",
+        "exact_match",
+        "alignment_accuracy",
+        "bleu_by_length",
+        "best",
+    }
     assert keys <= set(evals[0])
     assert evals[0]["best"] is True
     samples = [e for e in events if e["type"] == "sample"]
     assert len(samples) == 4  # train.samples = 2 per eval
     for s in samples:
-        assert len(s["attention"]) == len(s["hyp"]) and all(len(r) == len(s["src"]) for r in s["attention"])
+        assert len(s["attention"]) == len(s["hyp"]) and all(
+            len(r) == len(s["src"]) for r in s["attention"]
+        )
     tags = [(e["tag"], e["step"]) for e in events if e["type"] == "checkpoint"]
     assert ("best", 3) in tags and ("last", 6) in tags
     assert (run_dir / "config.toml").is_file()
@@ -94,13 +105,20 @@ def test_in_process_control_stop(tmp_path, tiny_config):
         if event["type"] == "step" and event["step"] == 3:
             holder["trainer"].control("stop")
 
-    trainer = Trainer(replace(tiny_config, train=replace(tiny_config.train, max_steps=40)), tmp_path / "r", on_event=on_event, device="cpu")
+    trainer = Trainer(
+        replace(tiny_config, train=replace(tiny_config.train, max_steps=40)),
+        tmp_path / "r",
+        on_event=on_event,
+        device="cpu",
+    )
     holder["trainer"] = trainer
     assert trainer.run()["reason"] == "stopped"
     assert trainer.step == 3
 
 
-def test_non_finite_loss_stops_with_an_error_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config, monkeypatch):
+def test_non_finite_loss_stops_with_an_error_and_keeps_the_last_good_checkpoint(
+    tmp_path, tiny_config, monkeypatch
+):
     import attnlab.train.trainer as trainer_module
 
     real = trainer_module.token_loss_sum
@@ -153,7 +171,10 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, tiny_config):
 
 
 def test_scheduled_sampling_ratio_is_logged(tmp_path, tiny_config):
-    config = replace(tiny_config, train=replace(tiny_config.train, tf_schedule="linear", max_steps=4, eval_every=4))
+    config = replace(
+        tiny_config,
+        train=replace(tiny_config.train, tf_schedule="linear", max_steps=4, eval_every=4),
+    )
     Trainer(config, tmp_path / "run", device="cpu").run()
     ratios = [e["tf_ratio"] for e in iter_events(tmp_path / "run") if e["type"] == "step"]
     assert ratios == pytest.approx([1 - i / 4 for i in range(4)])
@@ -164,14 +185,23 @@ def test_early_stopping_after_patience_evals_without_improvement(tmp_path, tiny_
     # After a handful of steps the tiny model reverses nothing exactly: exact match stays 0.0,
     # so the second eval brings no improvement in train.metric and patience 1 stops the run
     # there. The best checkpoint still follows the tie-breaker (the lower dev loss).
-    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=30, eval_every=3, patience=1, metric="exact_match"))
+    config = replace(
+        tiny_config,
+        train=replace(
+            tiny_config.train, max_steps=30, eval_every=3, patience=1, metric="exact_match"
+        ),
+    )
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
     assert [e["exact_match"] for e in evals] == [0.0, 0.0]
     assert summary["reason"] == "early-stop" and summary["step"] == 6 and summary["exit_code"] == 0
     assert evals[1]["loss"] < evals[0]["loss"]  # training lowers the dev loss
     assert [e["best"] for e in evals] == [True, True]
-    best = [e["step"] for e in iter_events(tmp_path / "run") if e["type"] == "checkpoint" and e["tag"] == "best"]
+    best = [
+        e["step"]
+        for e in iter_events(tmp_path / "run")
+        if e["type"] == "checkpoint" and e["tag"] == "best"
+    ]
     assert best == [3, 6]
     assert summary["best"]["chosen_by"] == "loss (tie in exact_match)"
 
@@ -225,9 +255,18 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     from attnlab.experiment import apply_overrides
 
     overrides = [
-        "data.train_size=400", "data.dev_size=40", "data.max_len=8", "model.hidden=32",
-        "model.emb=16", "train.max_steps=40", "train.batch_size=32", "train.eval_every=10",
-        "train.lr=0.01", "train.samples=0", "train.eval_sentences=30", f"model.arch={arch}",
+        "data.train_size=400",
+        "data.dev_size=40",
+        "data.max_len=8",
+        "model.hidden=32",
+        "model.emb=16",
+        "train.max_steps=40",
+        "train.batch_size=32",
+        "train.eval_every=10",
+        "train.lr=0.01",
+        "train.samples=0",
+        "train.eval_sentences=30",
+        f"model.arch={arch}",
     ]
     if arch == "transformer":
         overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
@@ -237,7 +276,9 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
 
     def on_event(event):
         if event["type"] == "checkpoint" and event["tag"] == "last":
-            snapshots[event["step"]] = shutil.copytree(event["path"], tmp_path / f"step-{event['step']}")
+            snapshots[event["step"]] = shutil.copytree(
+                event["path"], tmp_path / f"step-{event['step']}"
+            )
 
     Trainer(config, run_dir, on_event=on_event, device="cpu").run()
     evals = [e for e in iter_events(run_dir) if e["type"] == "eval"]
@@ -280,7 +321,9 @@ def test_weights_that_turn_non_finite_in_the_last_update_before_an_eval_are_neve
 
     monkeypatch.setattr(trainer_module, "make_optimizer", make_optimizer)
     run_dir = tmp_path / "run"
-    config = replace(tiny_config, train=replace(tiny_config.train, max_steps=9, eval_every=3, log_every=3))
+    config = replace(
+        tiny_config, train=replace(tiny_config.train, max_steps=9, eval_every=3, log_every=3)
+    )
     summary = Trainer(config, run_dir, device="cpu").run()
     assert summary["reason"] == "error" and summary["exit_code"] == 1
     errors = [e for e in iter_events(run_dir) if e["type"] == "error"]

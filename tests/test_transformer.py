@@ -21,7 +21,9 @@ SRC_V, TGT_V = 15, 17
 
 
 def config(**model) -> ExperimentConfig:
-    base = dict(arch="transformer", d_model=32, heads=4, ff=48, enc_layers=2, dec_layers=2, dropout=0.0)
+    base = dict(
+        arch="transformer", d_model=32, heads=4, ff=48, enc_layers=2, dec_layers=2, dropout=0.0
+    )
     base.update(model)
     return ExperimentConfig(model=ModelConfig(**base))
 
@@ -63,7 +65,10 @@ CACHE_CASES = [
     {"self_attention": "dilated", "window": 1, "dilation": 2},
     {"self_attention": "performer", "cross_attention": "performer"},
     {"self_attention": "linear", "cross_attention": "linear"},
-    {"self_attention": "linformer", "cross_attention": "linformer"},  # decoder self falls back to scaled-dot
+    {
+        "self_attention": "linformer",
+        "cross_attention": "linformer",
+    },  # decoder self falls back to scaled-dot
     {"self_attention": "gated", "cross_attention": "additive"},
     {"cross_attention": "bahdanau"},  # an RNN-era variant as cross-attention
     {"cross_attention": "luong-general"},
@@ -76,7 +81,9 @@ def _model_kwargs(case):
     return {**case, "attn_params": params}
 
 
-@pytest.mark.parametrize("case", CACHE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
+@pytest.mark.parametrize(
+    "case", CACHE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default"
+)
 def test_cached_step_decoding_equals_full_forward(case, device):
     kwargs = _model_kwargs(case)
     model = make_model(**kwargs).to(device)
@@ -109,7 +116,8 @@ def forward_and_grads(model, src, src_mask, tgt_in, packed: bool):
 
 
 @pytest.mark.parametrize(
-    "case", [*CACHE_CASES, {"norm": "post"}, {"decoder_self_attention": "linear"}],
+    "case",
+    [*CACHE_CASES, {"norm": "post"}, {"decoder_self_attention": "linear"}],
     ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default",
 )
 def test_padding_free_forward_equals_padded_forward(case):
@@ -175,7 +183,9 @@ def test_step_cross_weights_equal_forward_cross_weights():
     with torch.no_grad():
         out = model(src, src_mask, tgt_in, need_weights=True)
         _, cross = decode_with_cache(model, src, src_mask, tgt_in, need_weights=True)
-    torch.testing.assert_close(torch.stack(cross, dim=3), out.attentions["cross"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.stack(cross, dim=3), out.attentions["cross"], atol=1e-6, rtol=1e-5
+    )
 
 
 def test_reordered_cache_equals_decoding_the_reordered_batch():
@@ -194,7 +204,9 @@ def test_reordered_cache_equals_decoding_the_reordered_batch():
     torch.testing.assert_close(logits, full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("self_attention", ["scaled-dot", "sliding-window", "performer", "linformer", "relative"])
+@pytest.mark.parametrize(
+    "self_attention", ["scaled-dot", "sliding-window", "performer", "linformer", "relative"]
+)
 def test_sentence_alone_equals_sentence_in_padded_batch(self_attention):
     model = make_model(self_attention=self_attention)
     src, src_mask, tgt_in = random_batch()
@@ -280,7 +292,10 @@ def test_linformer_in_decoder_self_attention_is_refused_at_config_time():
 @pytest.mark.parametrize(
     "model,message",
     [
-        ({"cross_attention": "sliding-window"}, "sliding-window cannot be used for cross attention"),
+        (
+            {"cross_attention": "sliding-window"},
+            "sliding-window cannot be used for cross attention",
+        ),
         ({"self_attention": "luong-dot"}, "luong-dot cannot be used for self attention"),
         ({"d_model": 30, "heads": 4}, "divisible by model.heads=4"),
         ({"self_attention": "nope"}, 'unknown attention "nope"'),
@@ -318,8 +333,18 @@ def test_every_variant_with_a_transformer_role_plugs_in():
 
 def test_config_dataclass_has_the_transformer_keys():
     names = {f.name for f in dataclasses.fields(ModelConfig)}
-    assert {"d_model", "heads", "ff", "enc_layers", "dec_layers", "norm", "positions",
-            "self_attention", "decoder_self_attention", "cross_attention"} <= names
+    assert {
+        "d_model",
+        "heads",
+        "ff",
+        "enc_layers",
+        "dec_layers",
+        "norm",
+        "positions",
+        "self_attention",
+        "decoder_self_attention",
+        "cross_attention",
+    } <= names
 
 
 @pytest.mark.slow
@@ -331,7 +356,12 @@ def test_reverse_transformer_learns_short_reversals(tmp_path):
 
     config = apply_overrides(
         load_preset("reverse-transformer"),
-        ["data.max_len=10", "train.max_steps=600", "train.eval_every=200", "train.eval_sentences=200"],
+        [
+            "data.max_len=10",
+            "train.max_steps=600",
+            "train.eval_every=200",
+            "train.eval_sentences=200",
+        ],
     )
     summary = Trainer(config, tmp_path / "run", device="cpu", install_signals=False).run()
     assert summary["reason"] == "finished"

@@ -38,7 +38,14 @@ def dummy_variant():
     class DummyAttention(Attention):
         """score = 42 (a variant that exists only in this test)."""
 
-        def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, dummy_knob: int = 3):
+        def __init__(
+            self,
+            query_dim: int,
+            key_dim: int,
+            heads: int = 1,
+            dropout: float = 0.0,
+            dummy_knob: int = 3,
+        ):
             super().__init__()
             self.out_dim = key_dim
 
@@ -48,7 +55,9 @@ def dummy_variant():
     ATTENTION.remove(spec.name)
 
 
-async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Path, dummy_variant) -> None:
+async def test_a_newly_registered_variant_appears_in_the_setup_menu(
+    tmp_path: Path, dummy_variant
+) -> None:
     app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
@@ -72,7 +81,9 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(tmp_path: Pa
 
 async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
     started = []
-    monkeypatch.setattr("attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a)))
+    monkeypatch.setattr(
+        "attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
+    )
     app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
@@ -134,7 +145,11 @@ async def test_train_view_follows_a_run_and_updates_plots_samples_and_log(tmp_pa
 
 async def test_a_training_process_that_dies_leaves_the_app_usable(tmp_path: Path) -> None:
     def dying(preset: Path, runs_dir: Path, name: str) -> list[str]:
-        return [sys.executable, "-c", "import sys; sys.stderr.write('RuntimeError: CUDA out of memory\\n'); sys.exit(1)"]
+        return [
+            sys.executable,
+            "-c",
+            "import sys; sys.stderr.write('RuntimeError: CUDA out of memory\\n'); sys.exit(1)",
+        ]
 
     app = make_app(tmp_path, config=lab_config(), command_factory=dying, poll_seconds=0.05)
     async with app.run_test(size=SIZE) as pilot:
@@ -152,7 +167,9 @@ async def test_a_training_process_that_dies_leaves_the_app_usable(tmp_path: Path
         await pilot.pause()
         assert app.query_one(SetupView).error is None
         await pilot.press("escape", "t")
-        await until(pilot, lambda: train.follower.state == "failed" and train.process.poll() is not None)
+        await until(
+            pilot, lambda: train.follower.state == "failed" and train.process.poll() is not None
+        )
         assert app.is_running
 
 
@@ -198,7 +215,13 @@ async def test_help_and_palette_commands(tmp_path: Path) -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for expected in ("Train", "Queue every variant", "Stop training", "Go to Inspect", "Toggle light/dark"):
+        for expected in (
+            "Train",
+            "Queue every variant",
+            "Stop training",
+            "Go to Inspect",
+            "Toggle light/dark",
+        ):
             assert expected in titles
         app.action_toggle_theme()
         assert app.theme == "textual-light"
@@ -261,7 +284,13 @@ async def test_inspect_steps_through_decoding_rows(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         inspect = app.query_one(InspectView)
-        sample = Sample(0, ["a", "b", "c"], ["c", "b", "a"], ["c", "b", "a"], [[0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1]])
+        sample = Sample(
+            0,
+            ["a", "b", "c"],
+            ["c", "b", "a"],
+            ["c", "b", "a"],
+            [[0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1]],
+        )
         inspect.show_logged_sample(tmp_path, sample)
         await pilot.press("3")
         heatmap = app.query_one(AttentionHeatmap)
@@ -278,7 +307,9 @@ async def test_inspect_steps_through_decoding_rows(tmp_path: Path) -> None:
         assert "3×3" in str(app.query_one("#insp-diag").content)
 
 
-async def test_transformer_has_one_attention_menu_per_role_and_presets_round_trip(tmp_path: Path) -> None:
+async def test_transformer_has_one_attention_menu_per_role_and_presets_round_trip(
+    tmp_path: Path,
+) -> None:
     app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
@@ -286,21 +317,32 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
         await pilot.pause()
         assert not app.query_one(f"#{field_id('model.attention')}").parent.display
         assert not app.query_one(f"#{field_id('model.hidden')}").parent.display
-        roles = {"model.self_attention": "self", "model.decoder_self_attention": "causal-self", "model.cross_attention": "cross"}
+        roles = {
+            "model.self_attention": "self",
+            "model.decoder_self_attention": "causal-self",
+            "model.cross_attention": "cross",
+        }
         for key, role in roles.items():
             select = app.query_one(f"#{field_id(key)}", Select)
             assert select.parent.display
             offered = [value for _, value in select._options if value != ""]
             assert offered == [e.name for e in ATTENTION.entries() if role in e.meta.roles]
         # Only causal-capable variants are offered for decoder self-attention.
-        decoder = [v for _, v in app.query_one(f"#{field_id('model.decoder_self_attention')}", Select)._options]
+        decoder = [
+            v
+            for _, v in app.query_one(
+                f"#{field_id('model.decoder_self_attention')}", Select
+            )._options
+        ]
         non_causal = [e.name for e in ATTENTION.entries() if "causal-self" not in e.meta.roles]
         assert not set(decoder) & set(non_causal)
         setup = app.query_one(SetupView)
         assert setup.error is None and setup.config.model.arch == "transformer"
         # Every variant with hyper-parameters: its inputs appear with its own registry defaults.
         wrong = {}  # variant -> (hyper-parameter, shown, its default)
-        for windowed in [e for e in ATTENTION.entries() if "self" in e.meta.roles and e.meta.hparams]:
+        for windowed in [
+            e for e in ATTENTION.entries() if "self" in e.meta.roles and e.meta.hparams
+        ]:
             app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
             await pilot.pause()
             for hp in windowed.meta.hparams:
@@ -342,7 +384,10 @@ async def test_queued_runs_train_one_after_another(tmp_path: Path) -> None:
 
     app = make_app(tmp_path, config=lab_config(), command_factory=quick, poll_seconds=0.05)
     finished = []
-    async with app.run_test(size=SIZE, message_hook=lambda m: finished.append(m) if isinstance(m, TrainView.RunFinished) else None) as pilot:
+    async with app.run_test(
+        size=SIZE,
+        message_hook=lambda m: finished.append(m) if isinstance(m, TrainView.RunFinished) else None,
+    ) as pilot:
         await ready(app, pilot)
         train = app.query_one(TrainView)
         app.query_one(SetupView).request_training(queue=True)
@@ -370,11 +415,15 @@ async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Pa
                 attention.value = name
                 await pilot.pause()
                 assert app.query_one(f"#{hparam_id('window', name)}").value == str(default)
-                assert setup.error is None and setup.config.model.params_for(name)["window"] == default
+                assert (
+                    setup.error is None and setup.config.model.params_for(name)["window"] == default
+                )
             app.query_one(f"#{field_id('model.arch')}", Select).value = "transformer"
             await pilot.pause()
             app.query_one(f"#{field_id('model.self_attention')}", Select).value = "sliding-window"
-            app.query_one(f"#{field_id('model.decoder_self_attention')}", Select).value = twin.SPEC.name
+            app.query_one(
+                f"#{field_id('model.decoder_self_attention')}", Select
+            ).value = twin.SPEC.name
             await pilot.pause()
             expected = ATTENTION.get("sliding-window").meta.hparam("window").default
             assert app.query_one(f"#{hparam_id('window', 'sliding-window')}").value == str(expected)
@@ -412,7 +461,12 @@ async def test_a_new_architecture_gets_its_slot_menu_with_no_lab_edit(tmp_path: 
             assert slot.parent.display  # its slot's menu, offering the variants of its role
             offered = [value for _, value in slot._options]
             assert offered == [e.name for e in ATTENTION.entries() if "cross" in e.meta.roles]
-            for other in ("model.attention", "model.hidden", "model.d_model", "model.self_attention"):
+            for other in (
+                "model.attention",
+                "model.hidden",
+                "model.d_model",
+                "model.self_attention",
+            ):
                 assert not app.query_one(f"#{field_id(other)}").parent.display
             slot.value = "performer"
             await pilot.pause()

@@ -17,7 +17,13 @@ from attnlab.tui.views.corpus_preview import CorpusPreview, summarise_corpus
 from attnlab.tui.views.setup import SetupView, field_id
 
 GERMAN = {
-    "train": ["ein Hund läuft", "zwei Katzen schlafen hier", "", "ein Mann", "eine Frau liest ein Buch"],
+    "train": [
+        "ein Hund läuft",
+        "zwei Katzen schlafen hier",
+        "",
+        "ein Mann",
+        "eine Frau liest ein Buch",
+    ],
     "dev": ["ein Kind", "der Hund"],
     "test": ["die Katze"],
 }
@@ -55,7 +61,10 @@ async def choose_corpus(app, pilot) -> CorpusPreview:
 def test_summary_counts_and_lengths_match_the_files(tmp_path: Path) -> None:
     folder = write_corpus(tmp_path / "corpus")
     summary = summarise_corpus(DataConfig(task="corpus", path=str(folder)), n=2)
-    assert summary.first_pairs == [("ein Hund läuft", "a dog runs"), ("zwei Katzen schlafen hier", "two cats sleep here")]
+    assert summary.first_pairs == [
+        ("ein Hund läuft", "a dog runs"),
+        ("zwei Katzen schlafen hier", "two cats sleep here"),
+    ]
     assert {k: s.pairs for k, s in summary.splits.items()} == {"train": 4, "dev": 2, "test": 1}
     assert summary.empty_skipped == 1
     train = summary.splits["train"]
@@ -64,14 +73,18 @@ def test_summary_counts_and_lengths_match_the_files(tmp_path: Path) -> None:
     # de types: ein Hund läuft zwei Katzen schlafen hier Mann eine Frau liest Buch = 12
     # en types: a dog runs two cats sleep here man woman reads book = 11
     assert (summary.src_types, summary.tgt_types) == (12, 11)
-    swapped = summarise_corpus(DataConfig(task="corpus", path=str(folder), src_lang="en", tgt_lang="de"), n=1)
+    swapped = summarise_corpus(
+        DataConfig(task="corpus", path=str(folder), src_lang="en", tgt_lang="de"), n=1
+    )
     assert swapped.first_pairs == [("a dog runs", "ein Hund läuft")]
 
 
 def test_a_single_tsv_shows_what_is_split_off(tmp_path: Path) -> None:
     tsv = tmp_path / "pairs.tsv"
     # 40 distinct sources, columns 2 -> 0 chosen, one extra column ignored.
-    tsv.write_text("".join(f"target {i}\tignored\tsource {i}\n" for i in range(40)), encoding="utf-8")
+    tsv.write_text(
+        "".join(f"target {i}\tignored\tsource {i}\n" for i in range(40)), encoding="utf-8"
+    )
     summary = summarise_corpus(DataConfig(task="corpus", path=str(tsv), columns="2,0"), n=1)
     assert summary.first_pairs == [("source 0", "target 0")]
     # dev_fraction = test_fraction = 0.05 of 40 pairs: 2 each, 36 left to train.
@@ -110,15 +123,21 @@ async def test_typing_a_corpus_path_shows_the_first_pairs_and_counts(tmp_path: P
         assert setup.error is None
         assert not app.query_one("#train-button").disabled
         # Swapping the languages (a preset field) refreshes the preview.
-        setup.config = setup.config.replace(data=dataclasses.replace(setup.config.data, src_lang="en", tgt_lang="de"))
+        setup.config = setup.config.replace(
+            data=dataclasses.replace(setup.config.data, src_lang="en", tgt_lang="de")
+        )
         setup.validate_form()
         await until(pilot, lambda: not preview.pending)
         assert "a dog runs → ein Hund läuft" in str(preview.content)
 
 
-async def test_a_missing_path_shows_one_line_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
+async def test_a_missing_path_shows_one_line_and_never_starts_a_run(
+    tmp_path: Path, monkeypatch
+) -> None:
     started = []
-    monkeypatch.setattr("attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a)))
+    monkeypatch.setattr(
+        "attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
+    )
     app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)

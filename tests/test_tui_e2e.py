@@ -48,7 +48,10 @@ async def test_choose_train_stop_inspect_export(tmp_path: Path) -> None:
         train = app.query_one(TrainView)
         assert train.process is not None and train.process.config.model.attention == "luong-general"
         table = app.query_one("#samples", DataTable)
-        await until(pilot, lambda: table.row_count > 0 and app.query_one("#metric-plot", MetricPlot).points > 0)
+        await until(
+            pilot,
+            lambda: table.row_count > 0 and app.query_one("#metric-plot", MetricPlot).points > 0,
+        )
         assert app.query_one("#loss-plot", MetricPlot).points > 0
         await pilot.press("x")  # stop: the trainer saves a checkpoint and exits
         await until(pilot, lambda: train.follower.finished and train.process.poll() is not None)

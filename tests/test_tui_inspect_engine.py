@@ -48,7 +48,14 @@ def test_rnn_cross_attention_is_target_by_source(tmp_path: Path) -> None:
 def test_transformer_maps_for_every_role_layer_and_head(tmp_path: Path) -> None:
     run_dir = saved_run(
         tmp_path,
-        ["model.arch=transformer", "model.d_model=16", "model.heads=2", "model.ff=32", "model.enc_layers=2", "model.dec_layers=1"],
+        [
+            "model.arch=transformer",
+            "model.d_model=16",
+            "model.heads=2",
+            "model.ff=32",
+            "model.enc_layers=2",
+            "model.dec_layers=1",
+        ],
     )
     result = analyse(InspectRequest(run_dir, "best", "test", 0, beam=3))
     assert 1 <= len(result.hypotheses) <= 3  # the beam's n-best list
@@ -69,7 +76,9 @@ def test_transformer_maps_for_every_role_layer_and_head(tmp_path: Path) -> None:
 def test_typed_sentence_and_out_of_range_sample(tmp_path: Path) -> None:
     run_dir = saved_run(tmp_path, [])
     result = analyse(InspectRequest(run_dir, "best", "dev", 0, text="1 2 3"))
-    assert result.src == ["1", "2", "3"] and result.ref is None and result.alignment_accuracy is None
+    assert (
+        result.src == ["1", "2", "3"] and result.ref is None and result.alignment_accuracy is None
+    )
     with pytest.raises(AttnlabError, match="out of range"):
         analyse(InspectRequest(run_dir, "best", "dev", 10_000))
 

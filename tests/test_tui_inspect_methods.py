@@ -15,8 +15,13 @@ from attnlab.tui.views.inspect import InspectReady, InspectView
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 
 TRANSFORMER = [
-    "model.arch=transformer", "model.d_model=16", "model.heads=2", "model.ff=32",
-    "model.enc_layers=1", "model.dec_layers=1", "data.max_len=5",
+    "model.arch=transformer",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+    "data.max_len=5",
 ]
 
 

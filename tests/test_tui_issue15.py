@@ -31,8 +31,13 @@ from attnlab.tui.widgets.plots import MetricPlot
 
 SIZE = (100, 30)
 TRANSFORMER = [
-    "model.arch=transformer", "model.d_model=16", "model.heads=2", "model.ff=32",
-    "model.enc_layers=1", "model.dec_layers=1", "data.max_len=5",
+    "model.arch=transformer",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+    "data.max_len=5",
 ]
 
 
@@ -208,7 +213,10 @@ async def test_compare_screen_same_run_twice_has_zero_difference(tmp_path: Path)
         expected = compare_report(a, load_checkpoint(run_b), "", example, "raw", "cpu")
         assert report["js"] == expected["js"] and all(x == 0.0 for x in report["js"])
         assert report["same_target"] and all(v == 0.0 for row in report["difference"] for v in row)
-        left, right = screen.query_one("#cmp-a", AttentionHeatmap), screen.query_one("#cmp-b", AttentionHeatmap)
+        left, right = (
+            screen.query_one("#cmp-a", AttentionHeatmap),
+            screen.query_one("#cmp-b", AttentionHeatmap),
+        )
         assert np.array_equal(left.weights, right.weights)
         assert np.allclose(left.weights, np.asarray(expected["a"]["map"]))
         status = str(screen.query_one("#cmp-status", Static).content)
@@ -232,7 +240,10 @@ async def test_compare_method_menu_rescales_both_maps_together(tmp_path: Path) -
         await app.workers.wait_for_complete()
         await pilot.pause()
         report = screen.report
-        assert report["method"] == "norm" and Path(report["b"]["checkpoint"]).parent.parent.name == "tf-b"
+        assert (
+            report["method"] == "norm"
+            and Path(report["b"]["checkpoint"]).parent.parent.name == "tf-b"
+        )
         a, b, scale = shown_maps(report)
         top = max(np.max(report["a"]["map"]), np.max(report["b"]["map"]))  # maps: 4 decimals
         assert scale == pytest.approx(top, abs=1e-4) and scale != 1.0
@@ -248,7 +259,9 @@ async def test_train_plots_and_runs_overlays_attention_entropy(tmp_path: Path) -
     from _tui_support import run_events
 
     events = run_events()
-    expected = [mean_entropy(e["attention_entropy"]["cross"]) for e in events if e["type"] == "eval"]
+    expected = [
+        mean_entropy(e["attention_entropy"]["cross"]) for e in events if e["type"] == "eval"
+    ]
     run_dir = write_run(tmp_path, "r-a", events)
     app = make_app(tmp_path, config=tiny_config())
     async with app.run_test(size=SIZE) as pilot:
@@ -322,7 +335,10 @@ async def test_runs_at_80_columns_switches_bars_and_entropy_with_e(tmp_path: Pat
         await pilot.press("4", "space")
         await pilot.pause()
         runs = app.query_one(RunsView)
-        bars, entropy = runs.query_one("#compare-bars", BarsPlot), runs.query_one("#compare-entropy")
+        bars, entropy = (
+            runs.query_one("#compare-bars", BarsPlot),
+            runs.query_one("#compare-entropy"),
+        )
         assert bars.display and not entropy.display  # two panels fit: the bars, as before
         await pilot.press("e")
         await pilot.pause()

@@ -62,7 +62,8 @@ def test_follower_reads_only_new_events_and_waits_for_a_partial_line(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    ("reason", "state"), [("finished", FINISHED), ("early-stop", FINISHED), ("stopped", STOPPED), ("error", FAILED)]
+    ("reason", "state"),
+    [("finished", FINISHED), ("early-stop", FINISHED), ("stopped", STOPPED), ("error", FAILED)],
 )
 def test_done_reason_sets_the_final_state(tmp_path: Path, reason: str, state: str) -> None:
     write_events(tmp_path, run_events(steps=10, eval_every=100, done=reason))
@@ -87,7 +88,11 @@ def test_pause_acknowledgement_and_eta(tmp_path: Path) -> None:
     assert follower.state == PAUSED
     # 10 of 30 steps in 1.0 s -> 20 steps left at 0.1 s each.
     assert follower.eta_s() == pytest.approx(2.0)
-    assert format_duration(75) == "1:15" and format_duration(3700) == "1:01:40" and format_duration(None) == "--:--"
+    assert (
+        format_duration(75) == "1:15"
+        and format_duration(3700) == "1:01:40"
+        and format_duration(None) == "--:--"
+    )
 
 
 # -- launching and controlling the child -----------------------------------------------------
@@ -111,7 +116,11 @@ def test_run_names_do_not_collide(tmp_path: Path) -> None:
 def test_child_that_dies_reports_its_exit_code_and_stderr(tmp_path: Path) -> None:
     def dying(preset: Path, runs_dir: Path, name: str) -> list[str]:
         assert preset.read_text().startswith("name = ")  # the experiment was written for the child
-        return [sys.executable, "-c", "import sys; sys.stderr.write('CUDA error: out of memory\\n'); sys.exit(3)"]
+        return [
+            sys.executable,
+            "-c",
+            "import sys; sys.stderr.write('CUDA error: out of memory\\n'); sys.exit(3)",
+        ]
 
     process = TrainingProcess.start(lab_config(), tmp_path, "doomed", command=dying)
     assert process.wait(timeout=30) == 3
@@ -124,14 +133,20 @@ def test_child_that_dies_reports_its_exit_code_and_stderr(tmp_path: Path) -> Non
 
 def test_row_entropy_matches_the_formula() -> None:
     weights = np.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.2, 0.3, 0.5]])
-    expected = [math.log(2), 0.0, -(0.2 * math.log(0.2) + 0.3 * math.log(0.3) + 0.5 * math.log(0.5))]
+    expected = [
+        math.log(2),
+        0.0,
+        -(0.2 * math.log(0.2) + 0.3 * math.log(0.3) + 0.5 * math.log(0.5)),
+    ]
     assert row_entropy(weights) == pytest.approx(expected)
 
 
 def test_diagnostics_flag_uniform_rows_and_eos_sinks() -> None:
     uniform = np.full((3, 4), 0.25)
     d = diagnose(uniform, ["a", "b", "c", "</s>"])
-    assert d.mean_entropy == pytest.approx(math.log(4)) and d.uniform_entropy == pytest.approx(math.log(4))
+    assert d.mean_entropy == pytest.approx(math.log(4)) and d.uniform_entropy == pytest.approx(
+        math.log(4)
+    )
     assert d.eos_mass == pytest.approx(0.25)
     assert any("uniform" in w for w in d.warnings())
     sink = np.array([[0.1, 0.9], [0.2, 0.8]])
@@ -160,9 +175,15 @@ def test_alignment_accuracy_counts_argmax_on_gold() -> None:
 
 def test_form_values_become_a_validated_config() -> None:
     config = config_from_form(
-        lab_config(), {"model.hidden": "32", "train.lr": "0.01", "model.attention": "luong-general"}, {}
+        lab_config(),
+        {"model.hidden": "32", "train.lr": "0.01", "model.attention": "luong-general"},
+        {},
     )
-    assert config.model.hidden == 32 and config.train.lr == 0.01 and config.model.attention == "luong-general"
+    assert (
+        config.model.hidden == 32
+        and config.train.lr == 0.01
+        and config.model.attention == "luong-general"
+    )
 
 
 def test_invalid_form_values_give_one_line_errors_naming_the_key() -> None:

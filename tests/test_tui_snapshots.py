@@ -63,7 +63,9 @@ def test_inspect_screen(lab, snap_compare) -> None:
                 [0.85, 0.05, 0.04, 0.03, 0.03],
             ],
         )
-        pilot.app.query_one(InspectView).show_logged_sample(Path("runs/reverse-rnn-bahdanau-a"), sample)
+        pilot.app.query_one(InspectView).show_logged_sample(
+            Path("runs/reverse-rnn-bahdanau-a"), sample
+        )
         await pilot.press("3", "down", "right")
         await pilot.pause()
 
@@ -108,9 +110,21 @@ def test_train_screen_lab_80x24(lab, snap_compare) -> None:
 def test_inspect_screen_lab_80x24(lab, snap_compare) -> None:
     async def show(pilot) -> None:
         await _ready(pilot)
-        sample = Sample(0, ["3", "1", "4", "2"], ["2", "4", "1", "3"], ["2", "4", "1", "3"],
-                        [[0.05, 0.05, 0.1, 0.8], [0.05, 0.1, 0.75, 0.1], [0.1, 0.7, 0.1, 0.1], [0.85, 0.05, 0.05, 0.05]])
-        pilot.app.query_one(InspectView).show_logged_sample(Path("runs/reverse-rnn-bahdanau-a"), sample)
+        sample = Sample(
+            0,
+            ["3", "1", "4", "2"],
+            ["2", "4", "1", "3"],
+            ["2", "4", "1", "3"],
+            [
+                [0.05, 0.05, 0.1, 0.8],
+                [0.05, 0.1, 0.75, 0.1],
+                [0.1, 0.7, 0.1, 0.1],
+                [0.85, 0.05, 0.05, 0.05],
+            ],
+        )
+        pilot.app.query_one(InspectView).show_logged_sample(
+            Path("runs/reverse-rnn-bahdanau-a"), sample
+        )
         await pilot.press("3", "down")
         await pilot.pause()
 

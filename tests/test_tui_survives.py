@@ -319,9 +319,7 @@ async def test_the_lab_removes_its_scratch_dirs_when_it_exits(
         return [sys.executable, "-c", code, str(runs_dir / name)]
 
     finished: list[object] = []
-    app = make_app(
-        tmp_path / "runs", config=lab_config(), command_factory=quick, poll_seconds=0.05
-    )
+    app = make_app(tmp_path / "runs", config=lab_config(), command_factory=quick, poll_seconds=0.05)
 
     def hook(message: object) -> None:
         if isinstance(message, TrainView.RunFinished):

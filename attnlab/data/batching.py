@@ -58,7 +58,9 @@ class Batch:
 def pad(rows: Sequence[Sequence[int]], min_len: int = 1) -> Tensor:
     """[B, max length] long tensor, PAD_ID after each row (one tensor construction)."""
     width = max([len(r) for r in rows] + [min_len])
-    return torch.tensor([[*row, *([PAD_ID] * (width - len(row)))] for row in rows], dtype=torch.long)
+    return torch.tensor(
+        [[*row, *([PAD_ID] * (width - len(row)))] for row in rows], dtype=torch.long
+    )
 
 
 def make_batch(examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab) -> Batch:

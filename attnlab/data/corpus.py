@@ -99,13 +99,19 @@ class Side:
 def read_parallel(src_path: Path, tgt_path: Path) -> Side:
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
-        shorter, longer = (src_path, tgt_path) if len(src_lines) < len(tgt_lines) else (tgt_path, src_path)
+        shorter, longer = (
+            (src_path, tgt_path) if len(src_lines) < len(tgt_lines) else (tgt_path, src_path)
+        )
         n = min(len(src_lines), len(tgt_lines))
         raise AttnlabError(
             f"{longer}:{n + 1}: line has no partner: {shorter} ends after {n} lines "
             f"but {longer} has {max(len(src_lines), len(tgt_lines))}"
         )
-    return _keep_non_empty(f"{src_path} + {tgt_path.name}", zip(src_lines, tgt_lines, strict=True), (src_path, tgt_path))
+    return _keep_non_empty(
+        f"{src_path} + {tgt_path.name}",
+        zip(src_lines, tgt_lines, strict=True),
+        (src_path, tgt_path),
+    )
 
 
 def parse_columns(raw: str) -> tuple[int, int]:
@@ -148,13 +154,17 @@ def _keep_non_empty(description: str, pairs: Any, files: tuple[Path, ...]) -> Si
     return Side(description, kept, skipped, files)
 
 
-def _find_split_file(folder: Path, names: Sequence[str], lang: str, glob_prefix: bool) -> Path | None:
+def _find_split_file(
+    folder: Path, names: Sequence[str], lang: str, glob_prefix: bool
+) -> Path | None:
     for name in names:
         for candidate in (folder / f"{name}.{lang}", folder / f"{name}.{lang}.gz"):
             if candidate.is_file():
                 return candidate
     if glob_prefix:  # e.g. test_2016_flickr.de: the alphabetically first "test*" file
-        found = sorted([*folder.glob(f"{names[0]}*.{lang}"), *folder.glob(f"{names[0]}*.{lang}.gz")])
+        found = sorted(
+            [*folder.glob(f"{names[0]}*.{lang}"), *folder.glob(f"{names[0]}*.{lang}.gz")]
+        )
         if found:
             return found[0]
     return None
@@ -259,10 +269,14 @@ def split_off(
             held[names[0]].extend(groups[key])
         else:
             train_idx.extend(groups[key])
-    return [pairs[i] for i in sorted(train_idx)], {n: [pairs[i] for i in sorted(idx)] for n, idx in held.items()}
+    return [pairs[i] for i in sorted(train_idx)], {
+        n: [pairs[i] for i in sorted(idx)] for n, idx in held.items()
+    }
 
 
-def assemble_splits(cfg: DataConfig, sides: dict[str, Side | None]) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
+def assemble_splits(
+    cfg: DataConfig, sides: dict[str, Side | None]
+) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
     """Pairs per split (splitting off what is missing) and reading stats."""
     train = sides["train"]
     assert train is not None
@@ -306,9 +320,23 @@ def default_cache_dir() -> Path:
 
 # Settings that change what a prepared corpus looks like (the cache key).
 _KEY_FIELDS = (
-    "path", "src_file", "tgt_file", "columns", "src_lang", "tgt_lang", "tokenizer", "subword_vocab",
-    "lowercase", "min_freq", "max_vocab", "shared_vocab", "dev_fraction", "test_fraction", "seed",
-    "max_pairs", "train_max_tokens",
+    "path",
+    "src_file",
+    "tgt_file",
+    "columns",
+    "src_lang",
+    "tgt_lang",
+    "tokenizer",
+    "subword_vocab",
+    "lowercase",
+    "min_freq",
+    "max_vocab",
+    "shared_vocab",
+    "dev_fraction",
+    "test_fraction",
+    "seed",
+    "max_pairs",
+    "train_max_tokens",
 )
 
 
@@ -347,7 +375,9 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
     train_src = [s for s, _ in pairs["train"]]
     train_tgt = [t for _, t in pairs["train"]]
     if cfg.tokenizer in SUBWORD and cfg.shared_vocab:
-        src_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, [*train_src, *train_tgt], cfg.subword_vocab)
+        src_tok = make_tokenizer(
+            cfg.tokenizer, cfg.lowercase, [*train_src, *train_tgt], cfg.subword_vocab
+        )
         tgt_tok = src_tok
     else:
         src_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, train_src, cfg.subword_vocab)
@@ -359,8 +389,10 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
         tgt_tokens = tgt_tok.encode_batch([t for _, t in pairs[split]])
         if split == "train" and cfg.train_max_tokens > 0:
             keep = [
-                i for i in range(len(src_tokens))
-                if len(src_tokens[i]) <= cfg.train_max_tokens and len(tgt_tokens[i]) <= cfg.train_max_tokens
+                i
+                for i in range(len(src_tokens))
+                if len(src_tokens[i]) <= cfg.train_max_tokens
+                and len(tgt_tokens[i]) <= cfg.train_max_tokens
             ]
             dropped = len(src_tokens) - len(keep)
             src_tokens = [src_tokens[i] for i in keep]
@@ -371,7 +403,9 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
             "tgt": [_join(t) for t in tgt_tokens],
         }
     src_vocab, tgt_vocab = build_vocabs(
-        [_split(t) for t in tokens["train"]["src"]], [_split(t) for t in tokens["train"]["tgt"]], cfg
+        [_split(t) for t in tokens["train"]["src"]],
+        [_split(t) for t in tokens["train"]["tgt"]],
+        cfg,
     )
     meta = {
         "version": 1,
@@ -442,7 +476,9 @@ def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> D
         toks = prepared.tokens[split]
         examples[split] = [
             Example(_split(s), _split(t), src_text, tgt_text)
-            for s, t, (src_text, tgt_text) in zip(toks["src"], toks["tgt"], prepared.pairs[split], strict=True)
+            for s, t, (src_text, tgt_text) in zip(
+                toks["src"], toks["tgt"], prepared.pairs[split], strict=True
+            )
         ]
     stats["prepare_seconds"] = round(time.perf_counter() - start, 3)
     splits = Splits(examples["train"], examples["dev"], examples["test"], stats)

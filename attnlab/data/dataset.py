@@ -44,7 +44,9 @@ def _toy_dataset(cfg: DataConfig) -> Dataset:
     )
     tokenizer = WhitespaceTokenizer()
     splits.stats.setdefault("tokenizer", "whitespace")
-    return Dataset(splits, src_vocab, tgt_vocab, tokenizer, tokenizer, entry.meta.has_alignment, cfg.task)
+    return Dataset(
+        splits, src_vocab, tgt_vocab, tokenizer, tokenizer, entry.meta.has_alignment, cfg.task
+    )
 
 
 def load_dataset(data_cfg: DataConfig, cache_dir: Path | None = None) -> Dataset:

@@ -29,21 +29,30 @@ def length_summary(lengths: Sequence[int]) -> dict[str, float]:
         return {"min": 0, "mean": 0.0, "max": 0, "p95": 0}
     ordered = sorted(lengths)
     p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-    return {"min": ordered[0], "mean": round(sum(ordered) / len(ordered), 2), "max": ordered[-1], "p95": p95}
+    return {
+        "min": ordered[0],
+        "mean": round(sum(ordered) / len(ordered), 2),
+        "max": ordered[-1],
+        "p95": p95,
+    }
 
 
-def length_histogram(src: Sequence[int], tgt: Sequence[int], bins: int = 10) -> list[dict[str, Any]]:
+def length_histogram(
+    src: Sequence[int], tgt: Sequence[int], bins: int = 10
+) -> list[dict[str, Any]]:
     """Counts of source and target lengths in ``bins`` equal-width buckets ``lo-hi``."""
     longest = max([*src, *tgt, 1])
     width = max(1, math.ceil(longest / bins))
     rows = []
     for lo in range(1, longest + 1, width):
         hi = lo + width - 1
-        rows.append({
-            "bucket": f"{lo}-{hi}" if width > 1 else str(lo),
-            "src": sum(lo <= n <= hi for n in src),
-            "tgt": sum(lo <= n <= hi for n in tgt),
-        })
+        rows.append(
+            {
+                "bucket": f"{lo}-{hi}" if width > 1 else str(lo),
+                "src": sum(lo <= n <= hi for n in src),
+                "tgt": sum(lo <= n <= hi for n in tgt),
+            }
+        )
     return rows
 
 
@@ -58,19 +67,37 @@ def oov_rate(examples: Sequence[Example], vocab: Vocab, side: str) -> float:
     return unknown / total if total else 0.0
 
 
-def dataset_stats(dataset: Dataset, batch_size: int = 64, batch_tokens: int = 0, seed: int = 0) -> dict[str, Any]:
+def dataset_stats(
+    dataset: Dataset, batch_size: int = 64, batch_tokens: int = 0, seed: int = 0
+) -> dict[str, Any]:
     splits = dataset.splits
     raw = dict(splits.stats)
     out: dict[str, Any] = {
         "name": dataset.name,
-        "tokenizer": raw.get("tokenizer", {"src": dataset.src_tokenizer.describe(), "tgt": dataset.tgt_tokenizer.describe()}),
-        "vocab": {"src": len(dataset.src_vocab), "tgt": len(dataset.tgt_vocab), "shared": dataset.src_vocab is dataset.tgt_vocab},
+        "tokenizer": raw.get(
+            "tokenizer",
+            {"src": dataset.src_tokenizer.describe(), "tgt": dataset.tgt_tokenizer.describe()},
+        ),
+        "vocab": {
+            "src": len(dataset.src_vocab),
+            "tgt": len(dataset.tgt_vocab),
+            "shared": dataset.src_vocab is dataset.tgt_vocab,
+        },
         "has_alignment": dataset.has_alignment,
         "splits": {},
     }
     if isinstance(out["tokenizer"], str):
         out["tokenizer"] = {"src": out["tokenizer"], "tgt": out["tokenizer"]}
-    for key in ("sources", "empty_skipped", "split_off", "train_too_long_dropped", "cache", "cache_file", "prepare_seconds", "overlap"):
+    for key in (
+        "sources",
+        "empty_skipped",
+        "split_off",
+        "train_too_long_dropped",
+        "cache",
+        "cache_file",
+        "prepare_seconds",
+        "overlap",
+    ):
         if key in raw:
             out[key] = raw[key]
     for name in SPLITS:
@@ -88,7 +115,9 @@ def dataset_stats(dataset: Dataset, batch_size: int = 64, batch_tokens: int = 0,
             entry["oov_src"] = round(oov_rate(examples, dataset.src_vocab, "src"), 5)
             entry["oov_tgt"] = round(oov_rate(examples, dataset.tgt_vocab, "tgt"), 5)
         out["splits"][name] = entry
-    plan = plan_batches(splits.train, batch_size, batch_tokens, shuffle=True, seed=seed, bucket=True)
+    plan = plan_batches(
+        splits.train, batch_size, batch_tokens, shuffle=True, seed=seed, bucket=True
+    )
     out["batching"] = {
         "batch_size": batch_size,
         "batch_tokens": batch_tokens,
@@ -110,7 +139,8 @@ def render_stats(stats: dict[str, Any]) -> Any:
     header = Text.assemble(
         (f"{stats['name']}", "bold"),
         f"  tokenizer: {tok_line}",
-        f"  vocab: src {vocab['src']}, tgt {vocab['tgt']}" + (" (shared)" if vocab["shared"] else ""),
+        f"  vocab: src {vocab['src']}, tgt {vocab['tgt']}"
+        + (" (shared)" if vocab["shared"] else ""),
     )
     parts: list[Any] = [header]
     if "sources" in stats:
@@ -144,17 +174,23 @@ def render_stats(stats: dict[str, Any]) -> Any:
     parts.append(hist)
 
     b = stats["batching"]
-    rule = f"{b['batch_tokens']} tokens" if b["batch_tokens"] > 0 else f"{b['batch_size']} sentences"
+    rule = (
+        f"{b['batch_tokens']} tokens" if b["batch_tokens"] > 0 else f"{b['batch_size']} sentences"
+    )
     notes = [
         f"batching: {rule} per batch, length-bucketed: {b['batches_per_epoch']} batches/epoch, "
         f"padding {100 * b['padding_fraction']:.1f}%"
     ]
     if stats.get("split_off"):
-        notes.append(f"split off the training data: {', '.join(stats['split_off'])} (identical sources kept together)")
+        notes.append(
+            f"split off the training data: {', '.join(stats['split_off'])} (identical sources kept together)"
+        )
     if stats.get("train_too_long_dropped"):
         notes.append(f"training pairs dropped as too long: {stats['train_too_long_dropped']}")
     if "cache" in stats:
-        notes.append(f"cache: {stats['cache']} ({stats.get('cache_file', '')}), prepared in {stats.get('prepare_seconds', 0):.2f} s")
+        notes.append(
+            f"cache: {stats['cache']} ({stats.get('cache_file', '')}), prepared in {stats.get('prepare_seconds', 0):.2f} s"
+        )
     parts.extend(Text(n) for n in notes)
     return Group(*parts)
 

@@ -199,7 +199,9 @@ class SubwordTokenizer(Tokenizer):
         try:
             hf = HFTokenizer.from_str(d["hf_json"])
         except (KeyError, Exception) as err:  # the HF error type is private
-            raise AttnlabError(f"{cls.name} tokenizer metadata is not a valid HF tokenizer: {err}") from None
+            raise AttnlabError(
+                f"{cls.name} tokenizer metadata is not a valid HF tokenizer: {err}"
+            ) from None
         return cls(hf, bool(d.get("lowercase", False)))
 
     def describe(self) -> str:
@@ -240,7 +242,12 @@ class UnigramTokenizer(SubwordTokenizer):
 SUBWORD = ("bpe", "unigram")
 
 
-def make_tokenizer(name: str, lowercase: bool = False, train_texts: Iterable[str] | None = None, vocab_size: int = 8000) -> Tokenizer:
+def make_tokenizer(
+    name: str,
+    lowercase: bool = False,
+    train_texts: Iterable[str] | None = None,
+    vocab_size: int = 8000,
+) -> Tokenizer:
     """Build a rule-based tokenizer, or train a subword one on ``train_texts``."""
     if name not in TOKENIZERS:
         raise unknown_choice("data.tokenizer", name, TOKENIZERS.names())

@@ -48,7 +48,9 @@ def _test_range(cfg: DataConfig) -> tuple[int, int]:
     return low, high
 
 
-def _make_example(src: tuple[str, ...], tgt: tuple[str, ...], alignment: tuple[int, ...] | None) -> Example:
+def _make_example(
+    src: tuple[str, ...], tgt: tuple[str, ...], alignment: tuple[int, ...] | None
+) -> Example:
     return Example(src, tgt, " ".join(src), " ".join(tgt), alignment)
 
 
@@ -92,7 +94,9 @@ def _symbols(cfg: DataConfig) -> list[str]:
     return [str(i) for i in range(cfg.vocab_size)]
 
 
-def _random_sequence(rng: random.Random, symbols: list[str], low: int, high: int) -> tuple[str, ...]:
+def _random_sequence(
+    rng: random.Random, symbols: list[str], low: int, high: int
+) -> tuple[str, ...]:
     return tuple(rng.choice(symbols) for _ in range(rng.randint(low, high)))
 
 
@@ -186,10 +190,20 @@ DATE_FORMATS: dict[str, Callable[[dt.date], list[str]]] = {
     "5 march 2019": lambda d: [*_digits(d.day), MONTHS[d.month - 1], *_digits(d.year)],
     "05/03/2019": lambda d: [*_digits(d.day, 2), "/", *_digits(d.month, 2), "/", *_digits(d.year)],
     "5 mar 19": lambda d: [*_digits(d.day), MONTHS_ABBR[d.month - 1], *_digits(d.year % 100, 2)],
-    "mar 5th 2019": lambda d: [MONTHS_ABBR[d.month - 1], *_digits(d.day), _ordinal(d.day), *_digits(d.year)],
+    "mar 5th 2019": lambda d: [
+        MONTHS_ABBR[d.month - 1],
+        *_digits(d.day),
+        _ordinal(d.day),
+        *_digits(d.year),
+    ],
     "5.3.2019": lambda d: [*_digits(d.day), ".", *_digits(d.month), ".", *_digits(d.year)],
     "tuesday , march 5th , 2019": lambda d: [
-        WEEKDAYS[d.weekday()], ",", MONTHS[d.month - 1], *_digits(d.day), _ordinal(d.day), ",",
+        WEEKDAYS[d.weekday()],
+        ",",
+        MONTHS[d.month - 1],
+        *_digits(d.day),
+        _ordinal(d.day),
+        ",",
         *_digits(d.year),
     ],
 }
@@ -214,11 +228,23 @@ def dates_task(cfg: DataConfig) -> Splits:
 
 
 TASKS.add("copy", copy_task, TaskSpec("copy the source symbols", True, "5 9 2 7 -> 5 9 2 7"))
-TASKS.add("reverse", reverse_task, TaskSpec("reverse the source symbols", True, "5 9 2 7 -> 7 2 9 5"))
-TASKS.add("sort", sort_task, TaskSpec("sort the symbols by value (stable)", True, "5 9 2 7 -> 2 5 7 9"))
-TASKS.add("addition", addition_task, TaskSpec("add two decimal numbers digit by digit", False, "4 7 + 1 5 -> 6 2"))
+TASKS.add(
+    "reverse", reverse_task, TaskSpec("reverse the source symbols", True, "5 9 2 7 -> 7 2 9 5")
+)
+TASKS.add(
+    "sort", sort_task, TaskSpec("sort the symbols by value (stable)", True, "5 9 2 7 -> 2 5 7 9")
+)
+TASKS.add(
+    "addition",
+    addition_task,
+    TaskSpec("add two decimal numbers digit by digit", False, "4 7 + 1 5 -> 6 2"),
+)
 TASKS.add(
     "dates",
     dates_task,
-    TaskSpec("normalise dates in several formats to ISO", False, "march 5 , 2 0 1 9 -> 2 0 1 9 - 0 3 - 0 5"),
+    TaskSpec(
+        "normalise dates in several formats to ISO",
+        False,
+        "march 5 , 2 0 1 9 -> 2 0 1 9 - 0 3 - 0 5",
+    ),
 )

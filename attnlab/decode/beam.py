@@ -72,13 +72,17 @@ class Pool:
         """Candidates side by side ([A, C1 + C2 + ...])."""
         if len(pools) == 1:
             return pools[0]
-        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in pools], dim=1) for f in fields(cls)})
+        return cls(
+            **{f.name: torch.cat([getattr(p, f.name) for p in pools], dim=1) for f in fields(cls)}
+        )
 
     def merge(self, sentences: Tensor, new: Pool) -> None:
         """Add candidates ``new`` ([A, C]) to the pools of ``sentences`` ([A]); keep the best P."""
         size = self.score.size(1)
         names = [f.name for f in fields(self)]
-        joined = {n: torch.cat([getattr(self, n)[sentences], getattr(new, n)], dim=1) for n in names}
+        joined = {
+            n: torch.cat([getattr(self, n)[sentences], getattr(new, n)], dim=1) for n in names
+        }
         # Rank by score, then (stable) put finished hypotheses first.
         by_score = joined["score"].argsort(dim=1, descending=True, stable=True)
         fin = joined["finished"].gather(1, by_score).to(torch.int8)
@@ -130,7 +134,9 @@ def beam_search(
     hist_token: list[Tensor] = []
     hist_parent: list[Tensor] = []
     hist_log_prob: list[Tensor] = []
-    hist_cross: list[Tensor | None] = []  # per step [rows_in, L, H, S], numbering of that step's input
+    hist_cross: list[
+        Tensor | None
+    ] = []  # per step [rows_in, L, H, S], numbering of that step's input
 
     width = int(budget.max())
     for t in range(width):
@@ -156,10 +162,12 @@ def beam_search(
             group_lp = all_lp[:, g]  # [A, Kg, V]
             if counts is not None and g > 0:
                 # Hamming diversity ranks by log P - lambda * count(token); scores stay log P.
-                _, beam_idx, token = search_topk(beam_scores[:, g], group_lp - diversity * counts.unsqueeze(1), n_cand)
-                true = beam_scores[:, g].gather(1, beam_idx) + group_lp.reshape(n_active, -1).gather(
-                    1, beam_idx * vocab + token
+                _, beam_idx, token = search_topk(
+                    beam_scores[:, g], group_lp - diversity * counts.unsqueeze(1), n_cand
                 )
+                true = beam_scores[:, g].gather(1, beam_idx) + group_lp.reshape(
+                    n_active, -1
+                ).gather(1, beam_idx * vocab + token)
             else:
                 true, beam_idx, token = search_topk(beam_scores[:, g], group_lp, n_cand)  # [A, 2Kg]
             origin = beam_idx + g * group_size  # beam index within the sentence
@@ -175,7 +183,9 @@ def beam_search(
             sel_tokens.append(token.gather(1, keep))
             sel_origins.append(origin.gather(1, keep))
             if counts is not None:
-                alive = torch.isfinite(sel_scores[-1]).to(counts.dtype)  # empty beams choose nothing
+                alive = torch.isfinite(sel_scores[-1]).to(
+                    counts.dtype
+                )  # empty beams choose nothing
                 counts.scatter_add_(1, sel_tokens[-1], alive)
 
         new_scores = torch.cat(sel_scores, dim=1)  # [A, K]
@@ -201,29 +211,37 @@ def beam_search(
                 if beta != 0.0:
                     n_eos = eos_row.size(1)
                     mask = src_mask[active].repeat_interleave(n_eos, 0)
-                    eos_score = eos_score + coverage_from_totals(coverage[eos_row.view(-1)], mask, beta).view(n_active, n_eos)
-                parts.append(Pool(
-                    finished=eos_valid_t,
-                    score=eos_score.masked_fill(~eos_valid_t, NEG_INF),
-                    step=torch.full_like(eos_row, t),
-                    row=eos_row,
-                    token=torch.full_like(eos_row, EOS_ID),
-                    token_log_prob=log_probs[eos_row.view(-1), EOS_ID].view_as(eos_row),
-                ))
+                    eos_score = eos_score + coverage_from_totals(
+                        coverage[eos_row.view(-1)], mask, beta
+                    ).view(n_active, n_eos)
+                parts.append(
+                    Pool(
+                        finished=eos_valid_t,
+                        score=eos_score.masked_fill(~eos_valid_t, NEG_INF),
+                        step=torch.full_like(eos_row, t),
+                        row=eos_row,
+                        token=torch.full_like(eos_row, EOS_ID),
+                        token_log_prob=log_probs[eos_row.view(-1), EOS_ID].view_as(eos_row),
+                    )
+                )
             if any_cut:
                 cut_score = new_scores.double() / lp_now
                 if beta != 0.0:
                     mask = src_mask[active].repeat_interleave(beams, 0)
-                    cut_score = cut_score + coverage_from_totals(coverage[new_origin], mask, beta).view(n_active, beams)
+                    cut_score = cut_score + coverage_from_totals(
+                        coverage[new_origin], mask, beta
+                    ).view(n_active, beams)
                 cut_valid = at_budget.unsqueeze(1) & torch.isfinite(new_scores)
-                parts.append(Pool(
-                    finished=torch.zeros_like(cut_valid),
-                    score=cut_score.masked_fill(~cut_valid, NEG_INF),
-                    step=torch.full_like(new_tokens, t),
-                    row=new_origin.view(n_active, beams),
-                    token=new_tokens,
-                    token_log_prob=new_token_lp.view_as(new_tokens),
-                ))
+                parts.append(
+                    Pool(
+                        finished=torch.zeros_like(cut_valid),
+                        score=cut_score.masked_fill(~cut_valid, NEG_INF),
+                        step=torch.full_like(new_tokens, t),
+                        row=new_origin.view(n_active, beams),
+                        token=new_tokens,
+                        token_log_prob=new_token_lp.view_as(new_tokens),
+                    )
+                )
             pool.merge(active, Pool.cat(parts))
 
         # --- which sentences stop -------------------------------------------------------
@@ -244,7 +262,9 @@ def beam_search(
             kept_rows = (still.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
             active = active[still]
             new_scores = new_scores[still]
-            enc = enc.index_select(kept_rows)  # rows of one sentence are identical: no reorder needed
+            enc = enc.index_select(
+                kept_rows
+            )  # rows of one sentence are identical: no reorder needed
         origin_kept = new_origin[kept_rows]
         state = select_state(state, origin_kept)
         if beta != 0.0:
@@ -255,7 +275,17 @@ def beam_search(
         scores = new_scores.float()
         prev = new_tokens_flat[kept_rows]
 
-    return _collect(pool, nbest, hist_token, hist_parent, hist_log_prob, hist_cross, src_mask, cfg, need_attention)
+    return _collect(
+        pool,
+        nbest,
+        hist_token,
+        hist_parent,
+        hist_log_prob,
+        hist_cross,
+        src_mask,
+        cfg,
+        need_attention,
+    )
 
 
 def _collect(
@@ -295,7 +325,9 @@ def _collect(
             step_row = hist_parent[t][safe]
         else:
             step_token = step_lp = step_row = torch.zeros_like(row)
-        tokens[:, t] = torch.where(ending, pool.token[sentence, slot], torch.where(before, step_token, EOS_ID))
+        tokens[:, t] = torch.where(
+            ending, pool.token[sentence, slot], torch.where(before, step_token, EOS_ID)
+        )
         token_lp[:, t] = torch.where(
             ending, pool.token_log_prob[sentence, slot], torch.where(before, step_lp.float(), 0.0)
         )

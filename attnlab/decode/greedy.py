@@ -61,7 +61,16 @@ def greedy_decode(
     sentence ([B]). ``alpha``/``beta`` only fill in the reported penalties and score.
     """
     return decode_one_path(
-        model, src, src_mask, max_len, pick_argmax, need_attention, min_len, alpha, beta, length_norm
+        model,
+        src,
+        src_mask,
+        max_len,
+        pick_argmax,
+        need_attention,
+        min_len,
+        alpha,
+        beta,
+        length_norm,
     )
 
 

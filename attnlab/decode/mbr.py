@@ -133,7 +133,12 @@ class MBR(DecodingStrategy):
         return dataclasses.replace(cfg, decoder="", sample=True, num_samples=n, nbest=n, beam=1)
 
     def candidates(
-        self, model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, budget: Tensor,
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor,
+        cfg: DecodeConfig,
+        budget: Tensor,
         need_attention: bool,
     ) -> list[list[Hypothesis]]:
         """Per sentence its candidates, from one batched search over all sentences."""
@@ -143,8 +148,16 @@ class MBR(DecodingStrategy):
         return sample_decode(model, src, src_mask, cand, budget, need_attention)
 
     def search(
-        self, model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, budget: Tensor, *,
-        need_attention: bool = False, to_text: ToText | None = None, tokens_only: bool = False,
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor,
+        cfg: DecodeConfig,
+        budget: Tensor,
+        *,
+        need_attention: bool = False,
+        to_text: ToText | None = None,
+        tokens_only: bool = False,
     ) -> list[list[Hypothesis]]:
         text = to_text or ids_as_text
         utility = sentence_utility(cfg.mbr_utility)

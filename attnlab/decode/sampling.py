@@ -19,7 +19,9 @@ from attnlab.decode.hypothesis import Hypothesis
 from attnlab.nn.seq2seq import Seq2Seq
 
 
-def filter_log_probs(log_probs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+def filter_log_probs(
+    log_probs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Tensor:
     """The sampling distribution's log-probs (renormalised); log_probs[N, V] -> [N, V].
 
     Tokens outside the top-k or outside the nucleus get -inf. The nucleus is the shortest

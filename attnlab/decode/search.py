@@ -59,8 +59,14 @@ def decode_batch(
     model.eval()
     try:
         return strategy.search(
-            model, src, src_mask, cfg, budget,
-            need_attention=need_attention, to_text=to_text, tokens_only=tokens_only,
+            model,
+            src,
+            src_mask,
+            cfg,
+            budget,
+            need_attention=need_attention,
+            to_text=to_text,
+            tokens_only=tokens_only,
         )
     finally:
         model.train(was_training)

@@ -45,8 +45,16 @@ class Greedy(DecodingStrategy):
         _check_nbest_within_beam(cfg)
 
     def search(
-        self, model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, budget: Tensor, *,
-        need_attention: bool = False, to_text: ToText | None = None, tokens_only: bool = False,
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor,
+        cfg: DecodeConfig,
+        budget: Tensor,
+        *,
+        need_attention: bool = False,
+        to_text: ToText | None = None,
+        tokens_only: bool = False,
     ) -> list[list[Hypothesis]]:
         # alpha / beta / length_norm change only the reported score (and beta asks the model
         # for attention weights): a caller that reads tokens only gets the plain pass.
@@ -87,8 +95,16 @@ class Beam(DecodingStrategy):
         return cfg.beam
 
     def search(
-        self, model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, budget: Tensor, *,
-        need_attention: bool = False, to_text: ToText | None = None, tokens_only: bool = False,
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor,
+        cfg: DecodeConfig,
+        budget: Tensor,
+        *,
+        need_attention: bool = False,
+        to_text: ToText | None = None,
+        tokens_only: bool = False,
     ) -> list[list[Hypothesis]]:
         return beam_search(model, src, src_mask, cfg, budget, need_attention)
 
@@ -174,8 +190,16 @@ class Sampling(DecodingStrategy):
         return cfg.num_samples
 
     def search(
-        self, model: Any, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, budget: Tensor, *,
-        need_attention: bool = False, to_text: ToText | None = None, tokens_only: bool = False,
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor,
+        cfg: DecodeConfig,
+        budget: Tensor,
+        *,
+        need_attention: bool = False,
+        to_text: ToText | None = None,
+        tokens_only: bool = False,
     ) -> list[list[Hypothesis]]:
         return sample_decode(model, src, src_mask, cfg, budget, need_attention)
 

@@ -59,7 +59,9 @@ def search_topk(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor, Tens
     """
     sentences, beams, vocab = log_probs.shape
     if _plain(log_probs):
-        values, index = (scores.unsqueeze(2) + log_probs).reshape(sentences, beams * vocab).topk(n, dim=1)
+        values, index = (
+            (scores.unsqueeze(2) + log_probs).reshape(sentences, beams * vocab).topk(n, dim=1)
+        )
         return values, index // vocab, index % vocab
     device = log_probs.device
     width = vocab // CHUNK * CHUNK
@@ -73,8 +75,17 @@ def search_topk(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor, Tens
     beam, column = beam.reshape(sentences, -1), column.reshape(sentences, -1)
     if width < vocab:  # the last columns of every beam, fewer than CHUNK each
         rest = vocab - width
-        beam = torch.cat([beam, torch.arange(beams, device=device).repeat_interleave(rest).expand(sentences, -1)], 1)
-        column = torch.cat([column, torch.arange(width, vocab, device=device).repeat(beams).expand(sentences, -1)], 1)
+        beam = torch.cat(
+            [
+                beam,
+                torch.arange(beams, device=device).repeat_interleave(rest).expand(sentences, -1),
+            ],
+            1,
+        )
+        column = torch.cat(
+            [column, torch.arange(width, vocab, device=device).repeat(beams).expand(sentences, -1)],
+            1,
+        )
     flat = log_probs.reshape(sentences, beams * vocab)
     candidates = scores.gather(1, beam) + flat.gather(1, beam * vocab + column)  # [A, M]
     values, pick = candidates.topk(n, dim=1)

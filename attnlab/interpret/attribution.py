@@ -292,9 +292,7 @@ def methods_from_trace(
     ):
         relevancy = encoder_decoder_relevancy(enc, dec, cross, traced.grads)  # [B, T, S]
         out["relevancy"] = relevancy[rows, rows]
-        weighted = gradient_weighted(
-            cross[:, index, pick], traced.grads["cross"][:, index, pick]
-        )
+        weighted = gradient_weighted(cross[:, index, pick], traced.grads["cross"][:, index, pick])
         out["gradient"] = weighted[rows, rows]
     vectors = traced.vectors.get("cross")
     if vectors is not None:

@@ -179,5 +179,3 @@ def compare_report(
     for key, side in (("a", left), ("b", right)):
         report[key] = {**side, "map": _rounded(side["map"])}
     return report
-
-

@@ -24,7 +24,12 @@ if TYPE_CHECKING:
     from attnlab.config import ExperimentConfig, ModelConfig
 
 # Roles a variant can play (the attention registry's names, repeated here without torch).
-ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS = "rnn-cross", "self", "causal-self", "cross"
+ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS = (
+    "rnn-cross",
+    "self",
+    "causal-self",
+    "cross",
+)
 
 # variant name -> its roles, or None when unknown (the registry is not loaded, or no such name)
 RolesOf = Callable[[str], "frozenset[str] | None"]
@@ -74,7 +79,9 @@ class ArchSpec:
             return self.slot(self.sweep)
         return self.slots[0] if self.slots else None
 
-    def resolve(self, model: ModelConfig | Mapping[str, Any], roles_of: RolesOf | None = None) -> dict[str, str]:
+    def resolve(
+        self, model: ModelConfig | Mapping[str, Any], roles_of: RolesOf | None = None
+    ) -> dict[str, str]:
         """Slot key -> the variant the engine builds there (the one rule for an empty value).
 
         ``model`` is a ModelConfig or a mapping of field names (``self_attention``) or config
@@ -94,7 +101,9 @@ class ArchSpec:
             out[s.key] = name or s.fallback
         return out
 
-    def variants(self, model: ModelConfig | Mapping[str, Any], roles_of: RolesOf | None = None) -> tuple[str, ...]:
+    def variants(
+        self, model: ModelConfig | Mapping[str, Any], roles_of: RolesOf | None = None
+    ) -> tuple[str, ...]:
         return tuple(self.resolve(model, roles_of).values())
 
     def roles(self, model: ModelConfig, roles_of: RolesOf | None = None) -> dict[str, str]:
@@ -202,8 +211,13 @@ TRANSFORMER = ArchSpec(
     slots=(
         AttentionSlot("model.self_attention", ROLE_SELF, "enc_self", "enc self-attn", "enc self"),
         AttentionSlot(
-            "model.decoder_self_attention", ROLE_CAUSAL_SELF, "dec_self", "dec self-attn",
-            "dec self", same_as="model.self_attention", fallback="scaled-dot",
+            "model.decoder_self_attention",
+            ROLE_CAUSAL_SELF,
+            "dec_self",
+            "dec self-attn",
+            "dec self",
+            same_as="model.self_attention",
+            fallback="scaled-dot",
             empty_label="same as encoder",
         ),
         AttentionSlot("model.cross_attention", ROLE_CROSS, "cross", "cross-attn", "cross"),

@@ -54,14 +54,24 @@ class RNNEncoder(nn.Module):
     """Embeddings + a (bi)directional RNN over packed sequences (padding never read)."""
 
     def __init__(
-        self, vocab_size: int, emb: int, hidden: int, layers: int, bidirectional: bool,
-        cell: str, dropout: float,
+        self,
+        vocab_size: int,
+        emb: int,
+        hidden: int,
+        layers: int,
+        bidirectional: bool,
+        cell: str,
+        dropout: float,
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)
         self.dropout = nn.Dropout(dropout)
         self.rnn = RNN_CELLS[cell](
-            emb, hidden, layers, batch_first=True, bidirectional=bidirectional,
+            emb,
+            hidden,
+            layers,
+            batch_first=True,
+            bidirectional=bidirectional,
             dropout=dropout if layers > 1 else 0.0,
         )
         self.layers = layers
@@ -80,7 +90,9 @@ class RNNEncoder(nn.Module):
         if fused:
             states, final = fused_gru_encoder(embedded, lengths, self.rnn)
             return states, self._merge_directions(final), None
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            embedded, lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
         outputs, final = self.rnn(packed)
         states, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
         states = states.contiguous()  # a transposed view otherwise: every step would copy it
@@ -146,7 +158,12 @@ class RNNSeq2Seq(Seq2Seq):
         self.encoder = RNNEncoder(src_vocab_size, emb, hidden, layers, bidirectional, cell, dropout)
         enc_dim = self.encoder.out_dim
         self.attention: Attention = build_attention(
-            attention, hidden, enc_dim, role=ROLE_RNN_CROSS, heads=heads, dropout=dropout,
+            attention,
+            hidden,
+            enc_dim,
+            role=ROLE_RNN_CROSS,
+            heads=heads,
+            dropout=dropout,
             hparams=attn_params,
         )
         self.attend_previous = self.attention.spec.query_timing == "previous"
@@ -236,8 +253,13 @@ class RNNSeq2Seq(Seq2Seq):
 
     def _attend(self, query: Tensor, pos: Tensor, memory: _Memory, need_weights: bool) -> Any:
         return self.attention(
-            query, memory.states, memory.states, memory.mask,
-            need_weights=need_weights, query_pos=pos, precomputed=memory.precomputed,
+            query,
+            memory.states,
+            memory.states,
+            memory.mask,
+            need_weights=need_weights,
+            query_pos=pos,
+            precomputed=memory.precomputed,
         )
 
     def _attentional(self, output: Tensor, context: Tensor) -> Tensor:
@@ -322,12 +344,23 @@ class RNNSeq2Seq(Seq2Seq):
         scores = attention.score_step(h.unsqueeze(1), enc.extras[_PRE])  # [B,1,S]
         weights = masked_softmax(scores, enc.mask.unsqueeze(1))  # [B,1,S]
         context = torch.bmm(weights, enc.states)  # [B,1,D]
-        parts = [embedded, context, state["feed"].unsqueeze(1)] if self.input_feeding else [embedded, context]
+        parts = (
+            [embedded, context, state["feed"].unsqueeze(1)]
+            if self.input_feeding
+            else [embedded, context]
+        )
         rnn = self.rnn
         h_new = torch.gru_cell(
-            torch.cat(parts, dim=-1).squeeze(1), h, rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+            torch.cat(parts, dim=-1).squeeze(1),
+            h,
+            rnn.weight_ih_l0,
+            rnn.weight_hh_l0,
+            rnn.bias_ih_l0,
+            rnn.bias_hh_l0,
         )  # [B,H], nn.GRU's own cell
-        combined = F.linear(torch.cat([context, h_new.unsqueeze(1)], dim=-1), self.combine.weight, self.combine.bias)
+        combined = F.linear(
+            torch.cat([context, h_new.unsqueeze(1)], dim=-1), self.combine.weight, self.combine.bias
+        )
         attentional = combined.tanh_().squeeze(1)  # [B,H]
         new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
         if self.input_feeding:
@@ -342,9 +375,17 @@ class RNNSeq2Seq(Seq2Seq):
         """Teacher-forced GRU + Bahdanau decoder as one autograd node (attnlab.nn.rnn_fused)."""
         assert isinstance(hidden, Tensor)
         attentional, weights = fused_bahdanau_gru(
-            self.dropout(self.embed(tgt_in)), hidden[0], memory.precomputed, memory.states,
-            memory.mask, self.attention, self.rnn, self.combine, self.dropout.p,
-            self.training, self.input_feeding,
+            self.dropout(self.embed(tgt_in)),
+            hidden[0],
+            memory.precomputed,
+            memory.states,
+            memory.mask,
+            self.attention,
+            self.rnn,
+            self.combine,
+            self.dropout.p,
+            self.training,
+            self.input_feeding,
         )
         out = ModelOutput(self.output(attentional))  # W_o once for all steps
         if need_weights:
@@ -374,9 +415,7 @@ class RNNSeq2Seq(Seq2Seq):
         sampling = teacher_forcing < 1.0
         # Gold inputs are embedded once; scheduled sampling embeds per step (tokens vary).
         gold_embedded = None if sampling else self.dropout(self.embed(tgt_in))  # [B,T,E]
-        feed = (
-            memory.states.new_zeros(batch, 1, self.hidden) if self.input_feeding else None
-        )
+        feed = memory.states.new_zeros(batch, 1, self.hidden) if self.input_feeding else None
         # h̃ (and logits) are needed inside the loop only for input feeding / sampling.
         readout_in_loop = self.input_feeding or sampling
         positions = torch.arange(steps, device=tgt_in.device)
@@ -450,7 +489,9 @@ def _pack(precomputed: Any) -> dict[str, Tensor]:
 def _unpack(extras: dict[str, Tensor]) -> Any:
     if _PRE in extras:
         return extras[_PRE]
-    parts = sorted((k for k in extras if k.startswith(_PRE + ".")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    parts = sorted(
+        (k for k in extras if k.startswith(_PRE + ".")), key=lambda k: int(k.rsplit(".", 1)[1])
+    )
     return tuple(extras[k] for k in parts) if parts else None
 
 
@@ -475,8 +516,13 @@ def check_rnn_config(config: ExperimentConfig) -> None:
     enc_dim = m.hidden * (2 if m.bidirectional else 1)
     with torch.device("meta"):  # sizes only: nothing is allocated
         build_attention(
-            m.attention, m.hidden, enc_dim, role=ROLE_RNN_CROSS, heads=m.heads,
-            dropout=m.dropout, hparams=m.params_for(m.attention),
+            m.attention,
+            m.hidden,
+            enc_dim,
+            role=ROLE_RNN_CROSS,
+            heads=m.heads,
+            dropout=m.dropout,
+            hparams=m.params_for(m.attention),
         )
     if config.data.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(config.data.max_len, config.data.test_max_len)

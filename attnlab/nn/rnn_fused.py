@@ -132,8 +132,10 @@ class FusedBahdanauGRU(torch.autograd.Function):
             gq = torch.addmm(b_sq, s, w_sq_t, out=sq[t])
             gh, q = gq[:, :g3], gq[:, g3:]
             energy = torch.tanh(keys + q.unsqueeze(1), out=energies[t])
-            alpha = torch.softmax(torch.addmv(bias.view(-1), energy.view(-1, energy.shape[-1]), v)
-                                  .view(batch, -1), dim=-1)
+            alpha = torch.softmax(
+                torch.addmv(bias.view(-1), energy.view(-1, energy.shape[-1]), v).view(batch, -1),
+                dim=-1,
+            )
             if any_key is not None:
                 alpha = alpha * any_key
             alphas[t] = alpha
@@ -146,7 +148,9 @@ class FusedBahdanauGRU(torch.autograd.Function):
             gi = torch.addmm(gi_emb[t], x, w_rest_t)
             rz = torch.add(gi[:, : 2 * hidden], gh[:, : 2 * hidden], out=gates[t]).sigmoid_()
             r, z = rz[:, :hidden], rz[:, hidden:]
-            n = torch.tanh(torch.addcmul(gi[:, 2 * hidden :], r, gh[:, 2 * hidden :]), out=gates_n[t])
+            n = torch.tanh(
+                torch.addcmul(gi[:, 2 * hidden :], r, gh[:, 2 * hidden :]), out=gates_n[t]
+            )
             s_new = torch.addcmul(n, z, s - n, out=states[t + 1])  # (1 - z) n + z s
             cs_t = cs[t]
             cs_t[:, :d_dim] = c
@@ -155,11 +159,28 @@ class FusedBahdanauGRU(torch.autograd.Function):
             feed = torch.mul(a, drop[t], out=outs[t]) if drop is not None else a
         ctx.feeding = feeding
         ctx.e_dim = e_dim
-        ctx.save_for_backward(*DecoderSaved(
-            emb_t=emb_t, keys=keys, values=values, drop=drop, w_q=w_q, w_v=w_v, w_ih=w_ih,
-            w_hh=w_hh, w_c=w_c, states=states, rest=rest, cs=cs, sq=sq, gates=gates,
-            gates_n=gates_n, tanh_a=tanh_a, energies=energies, alphas=alphas,
-        ))
+        ctx.save_for_backward(
+            *DecoderSaved(
+                emb_t=emb_t,
+                keys=keys,
+                values=values,
+                drop=drop,
+                w_q=w_q,
+                w_v=w_v,
+                w_ih=w_ih,
+                w_hh=w_hh,
+                w_c=w_c,
+                states=states,
+                rest=rest,
+                cs=cs,
+                sq=sq,
+                gates=gates,
+                gates_n=gates_n,
+                tanh_a=tanh_a,
+                energies=energies,
+                alphas=alphas,
+            )
+        )
         weights = alphas.transpose(0, 1)
         ctx.mark_non_differentiable(weights)
         return outs.transpose(0, 1), weights
@@ -231,11 +252,26 @@ class FusedBahdanauGRU(torch.autograd.Function):
         g_w_v = d_scores.reshape(1, -1) @ energies.reshape(-1, energies.shape[-1])  # [1,A]
         # dL/dV = sum_t alpha_t^T dc_t, batched over B
         g_values = torch.bmm(alphas.permute(1, 2, 0), d_ctx.transpose(0, 1))
-        return tuple(DecoderInputs(
-            emb=g_emb, h0=d_s, keys=d_keys, values=g_values, bias=None, any_key=None, drop=None,
-            w_q=g_w_sq[g3:], w_v=g_w_v, w_ih=g_w_ih, b_ih=d_gi2.sum(0), w_hh=g_w_sq[:g3],
-            b_hh=d_sq2[:, :g3].sum(0), w_c=g_w_c, b_c=d_u2.sum(0), feeding=None,
-        ))
+        return tuple(
+            DecoderInputs(
+                emb=g_emb,
+                h0=d_s,
+                keys=d_keys,
+                values=g_values,
+                bias=None,
+                any_key=None,
+                drop=None,
+                w_q=g_w_sq[g3:],
+                w_v=g_w_v,
+                w_ih=g_w_ih,
+                b_ih=d_gi2.sum(0),
+                w_hh=g_w_sq[:g3],
+                b_hh=d_sq2[:, :g3].sum(0),
+                w_c=g_w_c,
+                b_c=d_u2.sum(0),
+                feeding=None,
+            )
+        )
 
 
 def fused_bahdanau_gru(
@@ -269,11 +305,26 @@ def fused_bahdanau_gru(
             drop = emb.new_empty(batch, steps, rnn.hidden_size).bernoulli_(keep).div_(keep)
             drop = drop.transpose(0, 1).contiguous()
     w_q, w_v = attention.step_weights()
-    return FusedBahdanauGRU.apply(*DecoderInputs(
-        emb=emb, h0=h0, keys=keys, values=values, bias=bias, any_key=key_rows, drop=drop,
-        w_q=w_q, w_v=w_v, w_ih=rnn.weight_ih_l0, b_ih=rnn.bias_ih_l0, w_hh=rnn.weight_hh_l0,
-        b_hh=rnn.bias_hh_l0, w_c=combine.weight, b_c=combine.bias, feeding=feeding,
-    ))
+    return FusedBahdanauGRU.apply(
+        *DecoderInputs(
+            emb=emb,
+            h0=h0,
+            keys=keys,
+            values=values,
+            bias=bias,
+            any_key=key_rows,
+            drop=drop,
+            w_q=w_q,
+            w_v=w_v,
+            w_ih=rnn.weight_ih_l0,
+            b_ih=rnn.bias_ih_l0,
+            w_hh=rnn.weight_hh_l0,
+            b_hh=rnn.bias_hh_l0,
+            w_c=combine.weight,
+            b_c=combine.bias,
+            feeding=feeding,
+        )
+    )
 
 
 # -- encoder ------------------------------------------------------------------------------------
@@ -317,7 +368,9 @@ class FusedGRUEncoder(torch.autograd.Function):
             [torch.addmm(b_ih[d], xs[d], w_ih[d].t()).view(steps, batch, -1) for d in range(dirs)],
             dim=1,
         )
-        valid = (torch.arange(steps, device=emb.device).unsqueeze(1) < lengths).view(steps, 1, batch, 1)
+        valid = (torch.arange(steps, device=emb.device).unsqueeze(1) < lengths).view(
+            steps, 1, batch, 1
+        )
         valid_f = valid.to(emb.dtype)
         new = emb.new_empty
         states = new(steps + 1, dirs, batch, hidden)  # s_0..s_S, held after the last token
@@ -333,7 +386,9 @@ class FusedGRUEncoder(torch.autograd.Function):
             g = gi[t]
             rz = torch.add(g[..., : 2 * hidden], gh[..., : 2 * hidden], out=gates[t]).sigmoid_()
             r, z = rz[..., :hidden], rz[..., hidden:]
-            n = torch.tanh(torch.addcmul(g[..., 2 * hidden :], r, gh[..., 2 * hidden :]), out=gates_n[t])
+            n = torch.tanh(
+                torch.addcmul(g[..., 2 * hidden :], r, gh[..., 2 * hidden :]), out=gates_n[t]
+            )
             cand = torch.addcmul(n, z, s - n)
             torch.where(valid[t], cand, s, out=states[t + 1])
             torch.mul(cand, valid_f[t], out=outs[t])  # zeros past the end, as pad_packed_sequence
@@ -346,7 +401,9 @@ class FusedGRUEncoder(torch.autograd.Function):
         return enc_states, states[steps].clone()  # final [D,B,H]
 
     @staticmethod
-    def backward(ctx: Any, grad_states: Tensor | None, grad_final: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(
+        ctx: Any, grad_states: Tensor | None, grad_final: Tensor | None
+    ) -> tuple[Any, ...]:  # type: ignore[override]
         dirs = ctx.dirs
         rev, valid_f, w_hh, *rest = ctx.saved_tensors
         w_ih, xs = rest[:dirs], rest[dirs : 2 * dirs]
@@ -361,7 +418,9 @@ class FusedGRUEncoder(torch.autograd.Function):
             if dirs == 2:
                 parts.append(g[..., hidden:][rev, cols])  # into the reversed time order
             d_out = torch.stack(parts, dim=1) * valid_f  # padded outputs are constant zeros
-        d_s = grad_final.clone() if grad_final is not None else states.new_zeros(dirs, batch, hidden)
+        d_s = (
+            grad_final.clone() if grad_final is not None else states.new_zeros(dirs, batch, hidden)
+        )
         r, z = gates[..., :hidden], gates[..., hidden:]
         f_n, f_z, f_r = _gate_factors(states[:-1], r, z, gates_n, gh_all[..., 2 * hidden :])
         # Past a sentence's end the state is carried unchanged: dL/ds passes straight through.
@@ -384,7 +443,12 @@ class FusedGRUEncoder(torch.autograd.Function):
         d_x: Tensor | None = None
         for d in range(dirs):
             dgi, dgh = d_gi[:, d].reshape(rows, -1), d_gh[:, d].reshape(rows, -1)
-            grads += [dgi.t() @ xs[d], dgh.t() @ states[:-1, d].reshape(rows, hidden), dgi.sum(0), dgh.sum(0)]
+            grads += [
+                dgi.t() @ xs[d],
+                dgh.t() @ states[:-1, d].reshape(rows, hidden),
+                dgi.sum(0),
+                dgh.sum(0),
+            ]
             dx = (dgi @ w_ih[d]).view(steps, batch, -1)
             d_x = dx if d == 0 else d_x + dx[rev, cols]
         assert d_x is not None
@@ -395,5 +459,8 @@ def fused_gru_encoder(emb: Tensor, lengths: Tensor, rnn: torch.nn.GRU) -> tuple[
     """-> encoder states [B,S,D·H] (zeros at padding), final states [D,B,H] (nn.GRU's h_n)."""
     weights: list[Tensor] = []
     for suffix in ("_l0", "_l0_reverse")[: 2 if rnn.bidirectional else 1]:
-        weights += [getattr(rnn, f"{name}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        weights += [
+            getattr(rnn, f"{name}{suffix}")
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
     return FusedGRUEncoder.apply(emb, lengths.to(emb.device), *weights)

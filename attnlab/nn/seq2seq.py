@@ -69,7 +69,11 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def step(
-        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool = False
+        self,
+        prev_tokens: Tensor,
+        state: DecoderState,
+        enc: EncoderOutput,
+        need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:  # pragma: no cover
         raise NotImplementedError
 
@@ -82,4 +86,3 @@ class Seq2Seq(nn.Module):
         need_weights: bool = False,
     ) -> ModelOutput:  # pragma: no cover
         raise NotImplementedError
-

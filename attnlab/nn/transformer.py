@@ -42,10 +42,23 @@ def decoder_self_attention_name(model: ModelConfig) -> str:
 class AttentionBlock(nn.Module):
     """An attention variant in a Transformer role, with a projection when its width ≠ d_model."""
 
-    def __init__(self, name: str, role: str, d_model: int, heads: int, dropout: float, hparams: dict[str, Any]):
+    def __init__(
+        self,
+        name: str,
+        role: str,
+        d_model: int,
+        heads: int,
+        dropout: float,
+        hparams: dict[str, Any],
+    ):
         super().__init__()
         self.attn: Attention = build_attention(  # the variant's own values (qualified or flat)
-            name, d_model, d_model, role=role, heads=heads, dropout=dropout,
+            name,
+            d_model,
+            d_model,
+            role=role,
+            heads=heads,
+            dropout=dropout,
             hparams=params_for(hparams, name),
         )
         out_dim = getattr(self.attn, "out_dim", d_model)
@@ -53,8 +66,15 @@ class AttentionBlock(nn.Module):
         self.cacheable = isinstance(self.attn, MultiHeadBase)  # caches projected keys / values
 
     def forward(
-        self, query: Tensor, q_layout: Layout, keys: Tensor, k_layout: Layout, key_mask: Tensor,
-        causal: bool, need_weights: bool, precomputed: Any = None,
+        self,
+        query: Tensor,
+        q_layout: Layout,
+        keys: Tensor,
+        k_layout: Layout,
+        key_mask: Tensor,
+        causal: bool,
+        need_weights: bool,
+        precomputed: Any = None,
     ) -> tuple[Tensor, Tensor | None]:
         """query rows in ``q_layout``, keys (= values) rows in ``k_layout`` (``keys is query``
         for self-attention) -> (context rows in ``q_layout``, weights [B,H,Tq,Tk] | None)."""
@@ -67,8 +87,13 @@ class AttentionBlock(nn.Module):
             padded_query = q_layout.unpack(query)
             padded_keys = padded_query if keys is query else k_layout.unpack(keys)
             out = self.attn(
-                padded_query, padded_keys, padded_keys, key_mask, causal=causal,
-                need_weights=need_weights, precomputed=precomputed,
+                padded_query,
+                padded_keys,
+                padded_keys,
+                key_mask,
+                causal=causal,
+                need_weights=need_weights,
+                precomputed=precomputed,
             )
             context = q_layout.pack(out.context)
         weights = out.weights
@@ -110,7 +135,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, m: ModelConfig, hparams: dict[str, Any]):
         super().__init__()
         pre = m.norm == "pre"
-        self.self_attn = AttentionBlock(m.self_attention, ROLE_SELF, m.d_model, m.heads, m.dropout, hparams)
+        self.self_attn = AttentionBlock(
+            m.self_attention, ROLE_SELF, m.d_model, m.heads, m.dropout, hparams
+        )
         self.ff = FeedForward(m.d_model, m.ff, m.activation, m.dropout)
         self.sub_attn = Sublayer(m.d_model, m.dropout, pre)
         self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
@@ -133,15 +160,24 @@ class DecoderLayer(nn.Module):
         self.self_attn = AttentionBlock(
             decoder_self_attention_name(m), ROLE_CAUSAL_SELF, m.d_model, m.heads, m.dropout, hparams
         )
-        self.cross_attn = AttentionBlock(m.cross_attention, ROLE_CROSS, m.d_model, m.heads, m.dropout, hparams)
+        self.cross_attn = AttentionBlock(
+            m.cross_attention, ROLE_CROSS, m.d_model, m.heads, m.dropout, hparams
+        )
         self.ff = FeedForward(m.d_model, m.ff, m.activation, m.dropout)
         self.sub_self = Sublayer(m.d_model, m.dropout, pre)
         self.sub_cross = Sublayer(m.d_model, m.dropout, pre)
         self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
 
     def forward(
-        self, x: Tensor, layout: Layout, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
-        need_weights: bool, self_keys: Tensor | None = None, self_kv: Any = None,
+        self,
+        x: Tensor,
+        layout: Layout,
+        enc_states: Tensor,
+        enc_layout: Layout,
+        enc_mask: Tensor,
+        need_weights: bool,
+        self_keys: Tensor | None = None,
+        self_kv: Any = None,
         cross_kv: Any = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x: the target's activations in ``layout``; enc_states the source's in ``enc_layout``.
@@ -160,7 +196,13 @@ class DecoderLayer(nn.Module):
         )
         x = self.sub_self.out(x, y)
         y, cross_weights = self.cross_attn(
-            self.sub_cross.inp(x), layout, enc_states, enc_layout, enc_mask, False, need_weights,
+            self.sub_cross.inp(x),
+            layout,
+            enc_states,
+            enc_layout,
+            enc_mask,
+            False,
+            need_weights,
             precomputed=cross_kv,
         )
         x = self.sub_cross.out(x, y)
@@ -196,7 +238,10 @@ class TransformerSeq2Seq(Seq2Seq):
             self.src_embed = self.tgt_embed
         else:
             self.src_embed = nn.Embedding(src_vocab_size, m.d_model, padding_idx=PAD_ID)
-        for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+        for emb in {
+            id(self.src_embed): self.src_embed,
+            id(self.tgt_embed): self.tgt_embed,
+        }.values():
             nn.init.normal_(emb.weight, std=m.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[PAD_ID].zero_()
@@ -244,8 +289,13 @@ class TransformerSeq2Seq(Seq2Seq):
     # -- decoder: full pass ---------------------------------------------------------------------
 
     def _decode(
-        self, tgt_in: Tensor, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
-        need_weights: bool, layout: Layout = PADDED,
+        self,
+        tgt_in: Tensor,
+        enc_states: Tensor,
+        enc_layout: Layout,
+        enc_mask: Tensor,
+        need_weights: bool,
+        layout: Layout = PADDED,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """-> logits [B,T,V] (zeros at padding in the packed layout) and the weights."""
         x = layout.pack(self._embed(self.tgt_embed, tgt_in))
@@ -271,7 +321,11 @@ class TransformerSeq2Seq(Seq2Seq):
         return Packing(src_mask), Packing(tgt_in != PAD_ID)
 
     def forward(
-        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, teacher_forcing: float = 1.0,
+        self,
+        src: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        teacher_forcing: float = 1.0,
         need_weights: bool = False,
     ) -> ModelOutput:
         """Logits [B,T,V] of teacher-forced decoding (+ every layer's weights on request).
@@ -295,8 +349,13 @@ class TransformerSeq2Seq(Seq2Seq):
         return ModelOutput(logits=logits, attentions=attentions)
 
     def _scheduled_sampling_inputs(
-        self, tgt_in: Tensor, enc_states: Tensor, enc_layout: Layout, enc_mask: Tensor,
-        teacher_forcing: float, layout: Layout,
+        self,
+        tgt_in: Tensor,
+        enc_states: Tensor,
+        enc_layout: Layout,
+        enc_mask: Tensor,
+        teacher_forcing: float,
+        layout: Layout,
     ) -> Tensor:
         """Two passes (Bengio et al. 2015 adapted to parallel decoding): predict every position
         with the gold prefix, then feed the model's previous prediction at each position t > 0
@@ -333,7 +392,11 @@ class TransformerSeq2Seq(Seq2Seq):
         return state
 
     def step(
-        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool = False
+        self,
+        prev_tokens: Tensor,
+        state: DecoderState,
+        enc: EncoderOutput,
+        need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         first = self.decoder_layers[0]
         key = "self_k0" if first.self_attn.cacheable else "self_x0"
@@ -397,7 +460,9 @@ def check_transformer(config: ExperimentConfig) -> None:
         for name in {m.self_attention, dec_name}:
             cls = ATTENTION.get(name).factory
             if not getattr(cls, "supports_rotary", False):
-                raise AttnlabError(f"model.positions=rotary is not supported by the {name} attention")
+                raise AttnlabError(
+                    f"model.positions=rotary is not supported by the {name} attention"
+                )
     if d.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(d.max_len, d.test_max_len)
         used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
@@ -405,7 +470,9 @@ def check_transformer(config: ExperimentConfig) -> None:
             ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
 
 
-def build_transformer(config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int) -> TransformerSeq2Seq:
+def build_transformer(
+    config: ExperimentConfig, src_vocab_size: int, tgt_vocab_size: int
+) -> TransformerSeq2Seq:
     check_transformer(config)
     longest = max(config.data.max_len, config.data.test_max_len)
     return TransformerSeq2Seq(config.model, src_vocab_size, tgt_vocab_size, max_len=longest)

@@ -312,8 +312,14 @@ def share_redraw_generator(model: torch.nn.Module, seed: int) -> None:
 LAUNCH_POLL_S = 0.2
 
 
-def launch(nproc: int, cli_args: list[str], run_dir: Path, *, new_run: bool = False,
-           interrupted: Callable[[], bool] = lambda: False) -> int:
+def launch(
+    nproc: int,
+    cli_args: list[str],
+    run_dir: Path,
+    *,
+    new_run: bool = False,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> int:
     """Run ``attnlab <cli_args>`` in ``nproc`` processes under torchrun; its exit code.
 
     torchrun and its workers get a session of their own, so a terminal's Ctrl+C reaches only

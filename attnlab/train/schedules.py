@@ -67,7 +67,9 @@ def tf_decay_constant(cfg: TrainConfig) -> float:
     if cfg.tf_schedule == "inverse-sigmoid":
         k = cfg.tf_k or default_inverse_sigmoid_k(cfg.max_steps)
         if k < 1.0:
-            raise AttnlabError(f"train.tf_k={k} must be at least 1 for the inverse-sigmoid schedule")
+            raise AttnlabError(
+                f"train.tf_k={k} must be at least 1 for the inverse-sigmoid schedule"
+            )
         return k
     return 0.0
 

@@ -180,7 +180,9 @@ class Trainer:
         if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
             self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
         self.dataset_meta = self.dataset.meta()
-        self.model = build_model(self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab))
+        self.model = build_model(
+            self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab)
+        )
         self.model.to(self.device)
         self.params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, cfg)
@@ -201,7 +203,9 @@ class Trainer:
         # else: killed before its first checkpoint, the run starts over (same seed, same losses)
         self._prepare_parallel()
         signature = self._stat_signature(self.run_dir / CONTROL_FILE)
-        self._control_sig = signature if signature is None or signature[0] < self._created_ns else None
+        self._control_sig = (
+            signature if signature is None or signature[0] < self._created_ns else None
+        )
         if self._interrupted_in_setup():  # Ctrl+C during set-up: stop before writing anything
             raise KeyboardInterrupt
         primary = self.dist.is_primary
@@ -332,22 +336,24 @@ class Trainer:
         self._start_time = time.perf_counter()
         reason = DoneReason.ERROR
         try:
-            self.events.emit(Start(
-                self.step,
-                run_dir=str(self.run_dir),
-                name=self.config.name,
-                config=to_dict(self.config),
-                params=self.params,
-                device=describe(self.device),
-                resumed=self.resume,
-                max_steps=self.config.train.max_steps,
-                # The variant in each attention role as built (dec-self "" resolved).
-                roles=attention_roles(self.config.model),
-                pid=os.getpid(),
-                host=socket.gethostname(),
-                dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
-                world_size=self.dist.world_size,
-            ))
+            self.events.emit(
+                Start(
+                    self.step,
+                    run_dir=str(self.run_dir),
+                    name=self.config.name,
+                    config=to_dict(self.config),
+                    params=self.params,
+                    device=describe(self.device),
+                    resumed=self.resume,
+                    max_steps=self.config.train.max_steps,
+                    # The variant in each attention role as built (dec-self "" resolved).
+                    roles=attention_roles(self.config.model),
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
+                    dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
+                    world_size=self.dist.world_size,
+                )
+            )
             self.started = True
             if getattr(self, "_compile_note", None):
                 self.events.emit(Note(self.step, message=self._compile_note))
@@ -361,11 +367,13 @@ class Trainer:
             except Exception as err:
                 oom = is_out_of_memory(err)
                 io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
-                self.events.emit(Error(
-                    self.step,
-                    message=str(err) if io else f"{type(err).__name__}: {err}",
-                    kind="oom" if oom else "io" if io else "exception",
-                ))
+                self.events.emit(
+                    Error(
+                        self.step,
+                        message=str(err) if io else f"{type(err).__name__}: {err}",
+                        kind="oom" if oom else "io" if io else "exception",
+                    )
+                )
                 self._done(DoneReason.ERROR)
                 raise
             self._done(reason)
@@ -451,18 +459,20 @@ class Trainer:
                 seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
                 self.total_tokens += window_tokens
                 self.train_time += seconds
-                self.events.emit(Step(
-                    self.step,
-                    loss=round(loss_value, 6),
-                    lr=last_lr,
-                    tokens_per_s=round(window_tokens / seconds, 1),
-                    tf_ratio=round(last_ratio, 6),
-                    grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
-                    elapsed_s=round(self.elapsed(), 3),
-                    tokens=self.total_tokens,
-                    padding=round(window_padding / max(window_steps, 1), 4),
-                    world_size=world,
-                ))
+                self.events.emit(
+                    Step(
+                        self.step,
+                        loss=round(loss_value, 6),
+                        lr=last_lr,
+                        tokens_per_s=round(window_tokens / seconds, 1),
+                        tf_ratio=round(last_ratio, 6),
+                        grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
+                        elapsed_s=round(self.elapsed(), 3),
+                        tokens=self.total_tokens,
+                        padding=round(window_padding / max(window_steps, 1), 4),
+                        world_size=world,
+                    )
+                )
                 window_loss.zero_()
                 window_padding = 0.0
                 window_tokens, window_steps, window_busy_s = 0, 0, 0.0
@@ -484,7 +494,11 @@ class Trainer:
         train = self.dataset.splits.train
         while True:
             plan = plan_batches(
-                train, cfg.batch_size, cfg.batch_tokens, shuffle=True, seed=cfg.seed + self.epoch,
+                train,
+                cfg.batch_size,
+                cfg.batch_tokens,
+                shuffle=True,
+                seed=cfg.seed + self.epoch,
                 bucket=cfg.bucket,
             )
             share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
@@ -513,8 +527,12 @@ class Trainer:
         if self.dist.active:
             self._set_eval_state(self.dist.broadcast_object(self._eval_state()))
         if outcome == EVAL_NON_FINITE:
-            raise failure[0] if failure else NonFiniteLoss(
-                f"rank 0 stopped on a non-finite dev loss or weights at step {self.step}"
+            raise (
+                failure[0]
+                if failure
+                else NonFiniteLoss(
+                    f"rank 0 stopped on a non-finite dev loss or weights at step {self.step}"
+                )
             )
         return outcome == EVAL_STOP_EARLY
 
@@ -555,7 +573,9 @@ class Trainer:
         self.model.train()
         samples = result.pop("samples", [])
         if not math.isfinite(float(result["loss"])):
-            raise NonFiniteLoss(f"dev loss became {result['loss']} at step {self.step}; {self._kept()}")
+            raise NonFiniteLoss(
+                f"dev loss became {result['loss']} at step {self.step}; {self._kept()}"
+            )
         value = float(result[cfg.metric])
         # Patience counts evals without a strict gain in train.metric; the best checkpoint
         # also moves on a tie in it that the dev loss (then BLEU) breaks.
@@ -567,7 +587,9 @@ class Trainer:
         decided_by = best_eval_decision(cfg.metric, result, self.best_metrics)
         improved = decided_by is not None
         if improved:
-            chosen_by = decided_by if decided_by == cfg.metric else f"{decided_by} (tie in {cfg.metric})"
+            chosen_by = (
+                decided_by if decided_by == cfg.metric else f"{decided_by} (tie in {cfg.metric})"
+            )
             self.best_metrics = {**result, "step": self.step, "chosen_by": chosen_by}
         self.lr_schedule.on_eval(value)
         self.last_metrics = {**result, "step": self.step}
@@ -586,7 +608,9 @@ class Trainer:
         if self.dist.is_primary:  # deleted under us: fail with one line, do not re-create it
             require_run_dir(self.run_dir)
         if not self._weights_finite():
-            raise NonFiniteLoss(f"the weights are no longer finite at step {self.step}; {self._kept()}")
+            raise NonFiniteLoss(
+                f"the weights are no longer finite at step {self.step}; {self._kept()}"
+            )
         if not self.dist.is_primary:  # one writer; the weights are the same on every rank
             if tag == "last":
                 self._last_saved_step = self.step
@@ -634,7 +658,9 @@ class Trainer:
     def _check_finite(self, window_loss: torch.Tensor) -> None:
         """Never save weights that a non-finite loss may already have corrupted."""
         if not math.isfinite(float(window_loss)):
-            raise NonFiniteLoss(f"loss became {float(window_loss)} before step {self.step}; {self._kept()}")
+            raise NonFiniteLoss(
+                f"loss became {float(window_loss)} before step {self.step}; {self._kept()}"
+            )
 
     def _weights_finite(self) -> bool:
         flags = [torch.isfinite(p).all() for p in self.model.parameters()]
@@ -729,13 +755,17 @@ class Trainer:
         return self.prior_elapsed + (time.perf_counter() - self._start_time)
 
     def _done(self, reason: DoneReason) -> None:
-        self.events.emit(Done(
-            self.step,
-            reason=reason,
-            best=jsonable(self.best_metrics),
-            elapsed_s=round(self.elapsed(), 3),
-            tokens_per_s=round(self.total_tokens / self.train_time, 1) if self.train_time else None,
-        ))
+        self.events.emit(
+            Done(
+                self.step,
+                reason=reason,
+                best=jsonable(self.best_metrics),
+                elapsed_s=round(self.elapsed(), 3),
+                tokens_per_s=round(self.total_tokens / self.train_time, 1)
+                if self.train_time
+                else None,
+            )
+        )
 
     def summary(self, reason: DoneReason | str) -> dict[str, Any]:
         return {

@@ -30,7 +30,12 @@ from attnlab.tui.views.setup import SetupView
 from attnlab.tui.views.train import CommandFactory, SampleChosen, TrainView
 
 TABS = ("setup", "train", "inspect", "runs", "export")
-TAB_FOCUS = {"train": "#samples", "inspect": "#heatmap", "runs": "#runs-table", "export": "#export-run"}
+TAB_FOCUS = {
+    "train": "#samples",
+    "inspect": "#heatmap",
+    "runs": "#runs-table",
+    "export": "#export-run",
+}
 
 
 @dataclass
@@ -94,7 +99,9 @@ class AttnLab(App[None]):
         self.poll_seconds = poll_seconds
         self.menus: Menus | None = None
         self.first_frame_at: float | None = None  # perf_counter() after the first refresh
-        self.views_ready = False  # Train / Inspect / Runs / Export mounted (just after the first frame)
+        self.views_ready = (
+            False  # Train / Inspect / Runs / Export mounted (just after the first frame)
+        )
         self.menus_ready = asyncio.Event()  # set once Setup's menus are built (tests wait on it)
 
     # -- layout -------------------------------------------------------------------------------
@@ -104,7 +111,10 @@ class AttnLab(App[None]):
         yield Header(icon="◈")
         with TabbedContent(initial="setup", id="tabs"):
             with TabPane("1 Setup", id="setup"):
-                yield SetupView(self.initial_config or ExperimentConfig(name="reverse-bahdanau"), id="setup-view")
+                yield SetupView(
+                    self.initial_config or ExperimentConfig(name="reverse-bahdanau"),
+                    id="setup-view",
+                )
             for tab in TABS[1:]:
                 yield TabPane(f"{TABS.index(tab) + 1} {tab.title()}", id=tab)
         yield Footer()
@@ -125,7 +135,9 @@ class AttnLab(App[None]):
 
         kwargs = {"poll_seconds": self.poll_seconds} if self.poll_seconds else {}
         views = {
-            "train": TrainView(self.runs_dir, command_factory=self.command_factory, id="train-view", **kwargs),
+            "train": TrainView(
+                self.runs_dir, command_factory=self.command_factory, id="train-view", **kwargs
+            ),
             "inspect": InspectView(self.runs_dir, id="inspect-view"),
             "runs": RunsView(self.runs_dir, id="runs-view"),
             "export": ExportView(self.runs_dir, id="export-view"),
@@ -258,7 +270,9 @@ class AttnLab(App[None]):
             model = dataclasses.replace(config.model, **{key: name})
             candidate = config.replace(model=model, name=f"{config.name}-{name}")
             try:
-                validate(candidate)  # e.g. luong-dot needs equal state sizes: skip, do not fail later
+                validate(
+                    candidate
+                )  # e.g. luong-dot needs equal state sizes: skip, do not fail later
             except AttnlabError as err:
                 self.notify(f"skipped {name}: {err}", severity="warning")
                 continue
@@ -280,25 +294,49 @@ class AttnLab(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for tab in TABS:
-            yield SystemCommand(f"Go to {tab.title()}", f"Show the {tab} tab", lambda t=tab: self.action_tab(t))
+            yield SystemCommand(
+                f"Go to {tab.title()}", f"Show the {tab} tab", lambda t=tab: self.action_tab(t)
+            )
         yield SystemCommand("Train", "Train the experiment set up in Setup", self.action_train)
-        yield SystemCommand("Queue", "Add the Setup experiment to the training queue", self.action_queue)
         yield SystemCommand(
-            "Queue every variant", "Train each attention variant on this task, one after another", self.queue_variants
+            "Queue", "Add the Setup experiment to the training queue", self.action_queue
         )
-        yield SystemCommand("Pause / resume training", "Pause or resume the active run", lambda: self.action_control("pause"))
-        yield SystemCommand("Stop training", "Stop the active run (saves a checkpoint)", lambda: self.action_control("stop"))
-        yield SystemCommand("Save checkpoint now", "Ask the active run to save", lambda: self.action_control("save"))
-        yield SystemCommand("Heads: importance and pruning curve",
-                            "Which heads matter for the run chosen in Inspect",
-                            lambda: self._inspect("heads"))
-        yield SystemCommand("Compare two runs on this sentence",
-                            "Inspect's sentence through a second run: maps, A − B, JS, AER",
-                            lambda: self._inspect("compare"))
-        yield SystemCommand("Export the Inspect map to SVG/HTML",
-                            "Write the map shown in Inspect to RUN/figures",
-                            lambda: self._inspect("export_map"))
-        yield SystemCommand("Toggle light/dark", "Switch between the light and dark theme", self.action_toggle_theme)
+        yield SystemCommand(
+            "Queue every variant",
+            "Train each attention variant on this task, one after another",
+            self.queue_variants,
+        )
+        yield SystemCommand(
+            "Pause / resume training",
+            "Pause or resume the active run",
+            lambda: self.action_control("pause"),
+        )
+        yield SystemCommand(
+            "Stop training",
+            "Stop the active run (saves a checkpoint)",
+            lambda: self.action_control("stop"),
+        )
+        yield SystemCommand(
+            "Save checkpoint now", "Ask the active run to save", lambda: self.action_control("save")
+        )
+        yield SystemCommand(
+            "Heads: importance and pruning curve",
+            "Which heads matter for the run chosen in Inspect",
+            lambda: self._inspect("heads"),
+        )
+        yield SystemCommand(
+            "Compare two runs on this sentence",
+            "Inspect's sentence through a second run: maps, A − B, JS, AER",
+            lambda: self._inspect("compare"),
+        )
+        yield SystemCommand(
+            "Export the Inspect map to SVG/HTML",
+            "Write the map shown in Inspect to RUN/figures",
+            lambda: self._inspect("export_map"),
+        )
+        yield SystemCommand(
+            "Toggle light/dark", "Switch between the light and dark theme", self.action_toggle_theme
+        )
 
     def _inspect(self, action: str) -> None:
         """A command of the Inspect tab from the palette (Inspect shows the result)."""
@@ -336,7 +374,9 @@ def make_app(
     poll_seconds: float | None = None,
 ) -> AttnLab:
     """The app factory shared by the CLI and the tests."""
-    return AttnLab(runs_dir, config=config, command_factory=command_factory, poll_seconds=poll_seconds)
+    return AttnLab(
+        runs_dir, config=config, command_factory=command_factory, poll_seconds=poll_seconds
+    )
 
 
 def run_app(runs_dir: Path = Path("runs")) -> None:

@@ -215,7 +215,12 @@ class RunFollower:
         if steps <= 0 or seconds <= 0 or not self.max_steps:
             return None
         eta = max(self.max_steps - self.step, 0) * seconds / steps
-        if now is not None and self._anchor_time is not None and not self.finished and self.state != PAUSED:
+        if (
+            now is not None
+            and self._anchor_time is not None
+            and not self.finished
+            and self.state != PAUSED
+        ):
             eta -= max(now - self._anchor_time, 0.0)
         return max(eta, 0.0)
 
@@ -279,8 +284,13 @@ class RunFollower:
             if role in c.entropy:
                 c.entropy[role].append(mean_entropy(grids.get(role)))
         if e.best:
-            self.best = {"step": e.step, "bleu": e.bleu, "chrf": e.chrf,
-                         "exact_match": e.exact_match, "loss": e.loss}
+            self.best = {
+                "step": e.step,
+                "bleu": e.bleu,
+                "chrf": e.chrf,
+                "exact_match": e.exact_match,
+                "loss": e.loss,
+            }
         mark = " *best*" if e.best else ""
         self._log(
             e,
@@ -289,8 +299,9 @@ class RunFollower:
         )
 
     def _on_sample(self, e: ev.Sample) -> None:
-        sample = Sample(index=e.index, src=list(e.src), ref=list(e.ref), hyp=list(e.hyp),
-                        attention=e.attention)
+        sample = Sample(
+            index=e.index, src=list(e.src), ref=list(e.ref), hyp=list(e.hyp), attention=e.attention
+        )
         # Samples of one eval share its step: a new step starts a new table.
         if e.step != self._samples_step:
             self._samples_step = e.step

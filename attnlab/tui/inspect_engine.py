@@ -136,7 +136,9 @@ def analyse(request: InspectRequest) -> InspectResult:
         if not examples:
             raise AttnlabError(f"the {request.split} split is empty")
         if not 0 <= request.index < len(examples):
-            raise AttnlabError(f"sample index {request.index} is out of range [0, {len(examples) - 1}]")
+            raise AttnlabError(
+                f"sample index {request.index} is out of range [0, {len(examples) - 1}]"
+            )
         example = examples[request.index]
         src_tokens, ref = list(example.src_tokens), list(example.tgt_tokens)
         gold = list(example.alignment) if example.alignment is not None else None
@@ -154,7 +156,9 @@ def analyse(request: InspectRequest) -> InspectResult:
         def forced(ids: list[int]) -> dict[str, np.ndarray]:
             tgt_in = torch.tensor([[BOS_ID, *ids]], device=device)  # [1, T]
             out = model(src, src_mask, tgt_in, need_weights=True)
-            return {k: v[0].float().cpu().numpy() for k, v in out.attentions.items() if v is not None}
+            return {
+                k: v[0].float().cpu().numpy() for k, v in out.attentions.items() if v is not None
+            }
 
         result_hyps = []
         for hyp in hyps:
@@ -171,14 +175,22 @@ def analyse(request: InspectRequest) -> InspectResult:
                 maps[method] = matrix
                 labels[method] = labels["cross"]
             result_hyps.append(
-                HypothesisMaps(tokens, float(hyp.score), bool(hyp.finished), maps, {k: labels[k] for k in maps if k in labels})
+                HypothesisMaps(
+                    tokens,
+                    float(hyp.score),
+                    bool(hyp.finished),
+                    maps,
+                    {k: labels[k] for k in maps if k in labels},
+                )
             )
         accuracy = None
         if gold is not None and ref is not None:
             ref_maps = forced(ds.tgt_vocab.encode(ref))
             if "cross" in ref_maps:
                 accuracy = alignment_accuracy(last_layer_head_mean(ref_maps["cross"]), gold)
-    return InspectResult(request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy)
+    return InspectResult(
+        request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy
+    )
 
 
 def method_maps(

@@ -215,7 +215,6 @@ def remove_scratch_dirs() -> None:
     sweep removes it once that child has exited."""
     _STARTED[:] = [process for process in _STARTED if not process.remove_scratch()]
 
-
     return True
 
 

@@ -143,7 +143,9 @@ def chosen_variants(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[
     return [name for name in dict.fromkeys(menus.resolve(arch, values).values()) if name]
 
 
-def hparam_groups(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[tuple[str, list[HParamInfo]]]:
+def hparam_groups(
+    menus: Menus, arch: str, values: Mapping[str, Any]
+) -> list[tuple[str, list[HParamInfo]]]:
     """The chosen variants' hyper-parameters grouped by variant, titled with the slots that
     use it (``"enc self + dec self: performer"``). Each variant has its own values and
     defaults; a variant in several slots has one set (values are per variant, not per slot)."""
@@ -156,7 +158,9 @@ def hparam_groups(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[tu
     return [(f"{' + '.join(t)}: {name}", menus.hparams_of(name)) for name, t in titles.items()]
 
 
-def effective_model(menus: Menus, model: ModelConfig) -> tuple[ModelConfig, dict[str, dict[str, Any]]]:
+def effective_model(
+    menus: Menus, model: ModelConfig
+) -> tuple[ModelConfig, dict[str, dict[str, Any]]]:
     """``model`` without its raw parameters, and each chosen variant's values over its
     defaults: two configs that build the same model compare equal (flat or qualified keys)."""
     resolved = menus.resolve(model.arch, {"model." + k: v for k, v in vars(model).items()})

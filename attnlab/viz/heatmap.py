@@ -50,7 +50,9 @@ def _interpolate(position: float) -> tuple[int, int, int]:
     return SCALE_STOPS[-1][1]
 
 
-PALETTE: tuple[tuple[int, int, int], ...] = tuple(_interpolate(i / (LEVELS - 1)) for i in range(LEVELS))
+PALETTE: tuple[tuple[int, int, int], ...] = tuple(
+    _interpolate(i / (LEVELS - 1)) for i in range(LEVELS)
+)
 
 
 def heatmap_level(value: float, vmax: float = 1.0) -> int:
@@ -276,7 +278,9 @@ def render_heatmap(
         raise ValueError(f"matrix has {len(rows)} rows but {len(row_labels)} row labels")
     for i, row in enumerate(rows):
         if len(row) != len(col_labels):
-            raise ValueError(f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels")
+            raise ValueError(
+                f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels"
+            )
     return Heatmap(rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax)
 
 
@@ -303,7 +307,9 @@ def render_plain_heatmap(
     label_w = max((len(x) for x in rlabels), default=0)
     widths = [max(len(c), 3) for c in clabels]
     lines = [title] if title else []
-    lines.append(" " * label_w + "".join(" " + c.rjust(w) for c, w in zip(clabels, widths, strict=True)))
+    lines.append(
+        " " * label_w + "".join(" " + c.rjust(w) for c, w in zip(clabels, widths, strict=True))
+    )
     for label, row in zip(rlabels, rows, strict=True):
         cells = (
             " " + (f"{round(100 * v):d}" if v == v else "?").rjust(w)

@@ -59,21 +59,17 @@ class HParam:
                 raise ValueError
             coerced = kind(value)
         except (TypeError, ValueError):
-            raise AttnlabError(
-                f"{key} must be {kind.__name__}, got {value!r}"
-            ) from None
+            raise AttnlabError(f"{key} must be {kind.__name__}, got {value!r}") from None
         if isinstance(coerced, float) and not math.isfinite(coerced):
             raise AttnlabError(f"{key}={value} must be a finite number")
         if self.choices and coerced not in self.choices:
-            raise AttnlabError(
-                f"{key}={coerced!r} is not valid; valid: {', '.join(self.choices)}"
-            )
-        if self.low is not None and coerced < self.low or (
-            self.high is not None and coerced > self.high
+            raise AttnlabError(f"{key}={coerced!r} is not valid; valid: {', '.join(self.choices)}")
+        if (
+            self.low is not None
+            and coerced < self.low
+            or (self.high is not None and coerced > self.high)
         ):
-            raise AttnlabError(
-                f"{key}={coerced} is out of range [{self.low}, {self.high}]"
-            )
+            raise AttnlabError(f"{key}={coerced} is out of range [{self.low}, {self.high}]")
         return coerced
 
 

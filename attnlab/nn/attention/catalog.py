@@ -68,7 +68,9 @@ def variants_markdown() -> str:
         for h in s.hparams:
             out.append(f"- {_cell(_hparam(h))}")
         if s.max_length_param:
-            out.append(f"- length limit: sources longer than `{s.max_length_param}` are refused at config time (toy tasks)")
+            out.append(
+                f"- length limit: sources longer than `{s.max_length_param}` are refused at config time (toy tasks)"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -92,7 +94,9 @@ def readme_with_list(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite docs/variants.md and the README list")
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite docs/variants.md and the README list"
+    )
     args = parser.parse_args()
     if not args.write:
         print(variants_markdown())

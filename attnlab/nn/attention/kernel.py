@@ -35,7 +35,11 @@ KERNEL_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
 def _safe_divide(num: Tensor, den: Tensor) -> Tensor:
     """num / den[..., None] where den > 0, else 0 (a query with no visible key)."""
     positive = den > 0
-    return num / torch.where(positive, den, torch.ones_like(den)).unsqueeze(-1) * positive.unsqueeze(-1)
+    return (
+        num
+        / torch.where(positive, den, torch.ones_like(den)).unsqueeze(-1)
+        * positive.unsqueeze(-1)
+    )
 
 
 def kernel_weights(phi_q: Tensor, phi_k: Tensor, key_mask: Tensor, causal: bool) -> Tensor:
@@ -105,13 +109,20 @@ class LinformerAttention(MultiHeadBase):
         paper="Wang et al. 2020 (Linformer)",
         hparams=(
             HParam("rank", 32, "linformer: projected length k", 1, 4096),
-            HParam("max_len", 512, "linformer: longest key sequence the projection covers", 2, 10**6),
+            HParam(
+                "max_len", 512, "linformer: longest key sequence the projection covers", 2, 10**6
+            ),
         ),
         max_length_param="max_len",
     )
 
     def __init__(
-        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, rank: int = 32,
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        rank: int = 32,
         max_len: int = 512,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
@@ -125,7 +136,9 @@ class LinformerAttention(MultiHeadBase):
         """P [B,k,Tk]: rows sum to 1 over the real keys."""
         tk = key_mask.shape[1]
         if tk > self.max_len:
-            raise AttnlabError(f"linformer: {tk} keys exceed model.max_len={self.max_len}; raise model.max_len")
+            raise AttnlabError(
+                f"linformer: {tk} keys exceed model.max_len={self.max_len}; raise model.max_len"
+            )
         logits = self.length_logits[:, :tk].unsqueeze(0).expand(key_mask.shape[0], -1, -1)
         return masked_softmax(logits, key_mask[:, None, :])
 
@@ -133,7 +146,9 @@ class LinformerAttention(MultiHeadBase):
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, causal: bool, need_weights: bool
     ) -> tuple[Tensor, Tensor | None]:
         if causal:
-            raise AttnlabError("linformer cannot be used for causal-self attention; it supports: cross, self")
+            raise AttnlabError(
+                "linformer cannot be used for causal-self attention; it supports: cross, self"
+            )
         p = self.projection(key_mask)[:, None]  # [B,1,k,Tk]
         k_low, v_low = p @ k, p @ v  # [B,H,k,dh]
         pooled_mask = key_mask.any(-1)[:, None].expand(-1, self.rank)  # no real key -> nothing
@@ -147,7 +162,9 @@ class LinformerAttention(MultiHeadBase):
 class KernelAttention(MultiHeadBase):
     """Shared forward of the kernel variants; subclasses define the feature maps."""
 
-    def feature_map(self, x: Tensor, mask: Tensor | None, is_query: bool) -> Tensor:  # pragma: no cover
+    def feature_map(
+        self, x: Tensor, mask: Tensor | None, is_query: bool
+    ) -> Tensor:  # pragma: no cover
         raise NotImplementedError
 
     def attend(
@@ -211,12 +228,23 @@ class PerformerAttention(KernelAttention):
         paper="Choromanski et al. 2021",
         hparams=(
             HParam("features", 64, "performer: number of random features m", 1, 16384),
-            HParam("redraw", 100, "performer: redraw features every N training calls (0 = never)", 0, 10**9),
+            HParam(
+                "redraw",
+                100,
+                "performer: redraw features every N training calls (0 = never)",
+                0,
+                10**9,
+            ),
         ),
     )
 
     def __init__(
-        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, features: int = 64,
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        features: int = 64,
         redraw: int = 100,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)

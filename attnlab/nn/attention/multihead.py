@@ -158,7 +158,12 @@ class MultiHeadBase(Attention):
         return AttentionOutput(self.out_proj(q_layout.merge_heads(context)), weights)
 
     def _project(
-        self, query: Tensor, q_layout: Layout, keys: Tensor, values: Tensor, k_layout: Layout,
+        self,
+        query: Tensor,
+        q_layout: Layout,
+        keys: Tensor,
+        values: Tensor,
+        k_layout: Layout,
         precomputed: Any,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v [B,H,T,dh]; k, v from ``precomputed`` (a cache) when given."""
@@ -181,7 +186,13 @@ class MultiHeadBase(Attention):
         return q, k, v
 
     def _attend_fast(
-        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, causal: bool, need_weights: bool,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor,
+        causal: bool,
+        need_weights: bool,
         k_layout: Layout,
     ) -> tuple[Tensor, Tensor | None]:
         """``attend``, or for plain softmax attention the fused kernel with the mask the keys'
@@ -231,7 +242,9 @@ class MultiHeadBase(Attention):
         return dropped @ v, weights
 
 
-def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout_p: float) -> Tensor:
+def sdpa(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout_p: float
+) -> Tensor:
     """F.scaled_dot_product_attention with a bool mask (+ float bias); rows with no key -> 0."""
     has_key = mask.any(dim=-1, keepdim=True)  # [B,1|H,Tq|1,1]
     # A row with every key masked would be NaN in SDPA: let it see everything, zero it after.

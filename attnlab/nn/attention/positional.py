@@ -44,12 +44,23 @@ class RelativeAttention(MultiHeadBase):
         known_for="Learned embeddings of clipped relative distance; no absolute positions needed.",
         paper="Shaw, Uszkoreit & Vaswani 2018",
         hparams=(
-            HParam("max_relative", 16, "relative: clipping distance k (2k+1 distance embeddings)", 1, 1024),
+            HParam(
+                "max_relative",
+                16,
+                "relative: clipping distance k (2k+1 distance embeddings)",
+                1,
+                1024,
+            ),
         ),
     )
 
     def __init__(
-        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, max_relative: int = 16
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        max_relative: int = 16,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
         self.max_relative = max_relative
@@ -73,7 +84,9 @@ class RelativeAttention(MultiHeadBase):
         weights = masked_softmax(scores, mask)
         dropped = F.dropout(weights, self.dropout_p, self.training)
         # Σ_j α_ij a^V_clip(j-i): add each weight into its distance bucket, then mix a^V.
-        per_bucket = torch.zeros(b, h, tq, 2 * self.max_relative + 1, dtype=q.dtype, device=q.device)
+        per_bucket = torch.zeros(
+            b, h, tq, 2 * self.max_relative + 1, dtype=q.dtype, device=q.device
+        )
         per_bucket.scatter_add_(-1, bucket, dropped)
         context = dropped @ v + per_bucket @ self.rel_values.weight
         return context, weights

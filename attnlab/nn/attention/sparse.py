@@ -44,7 +44,9 @@ def banded_attention(
     q_blocks = F.pad(q, (0, 0, 0, extra)).view(bsz, groups, n_blocks, block, dh)
     scores = q_blocks @ k_blocks.transpose(-1, -2) / math.sqrt(dh)  # [B,G,n,b,b+2w]
     # Local query r sits at key offset r + w in its span: allowed offsets r..r+2w (r+w if causal).
-    offset = torch.arange(span, device=q.device)[None, :] - torch.arange(block, device=q.device)[:, None]
+    offset = (
+        torch.arange(span, device=q.device)[None, :] - torch.arange(block, device=q.device)[:, None]
+    )
     band = (offset >= 0) & (offset <= (w if causal else 2 * w))
     mask = band & mask_blocks[:, :, :, None, :]  # [B,G|1,n,b,span]
     weights = F.dropout(masked_softmax(scores, mask), dropout_p, dropout_p > 0)
@@ -53,7 +55,13 @@ def banded_attention(
 
 
 def dilated_banded_attention(
-    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, window: int, dilation: int, causal: bool,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_mask: Tensor,
+    window: int,
+    dilation: int,
+    causal: bool,
     dropout_p: float,
 ) -> Tensor:
     """Query i sees keys j = i + d·r, |r| <= window: a sliding window inside each residue class
@@ -71,8 +79,12 @@ def dilated_banded_attention(
 
     mask = F.pad(key_mask, (0, extra), value=False).view(bsz, 1, sub, d).transpose(2, 3)
     mask = mask.expand(bsz, groups, d, sub).reshape(bsz, groups * d, sub)
-    context = banded_attention(by_residue(q), by_residue(k), by_residue(v), mask, window, causal, dropout_p)
-    context = context.view(bsz, groups, d, sub, dh).transpose(2, 3).reshape(bsz, groups, sub * d, dh)
+    context = banded_attention(
+        by_residue(q), by_residue(k), by_residue(v), mask, window, causal, dropout_p
+    )
+    context = (
+        context.view(bsz, groups, d, sub, dh).transpose(2, 3).reshape(bsz, groups, sub * d, dh)
+    )
     return context[:, :, :length]
 
 
@@ -90,7 +102,9 @@ class SlidingWindowAttention(MultiHeadBase):
         hparams=(HParam("window", 16, "window half-width w (keys |i−j| ≤ w)", 1, 100000),),
     )
 
-    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, window: int = 16):
+    def __init__(
+        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, window: int = 16
+    ):
         super().__init__(query_dim, key_dim, heads, dropout)
         self.window = window
 
@@ -118,7 +132,11 @@ class SlidingWindowAttention(MultiHeadBase):
         for d in sorted(set(self.dilations())):
             index = torch.nonzero(dilations == d).flatten().tolist()
             sl = slice(index[0], index[-1] + 1)  # groups are contiguous by construction
-            parts.append(dilated_banded_attention(q[:, sl], k[:, sl], v[:, sl], key_mask, self.window, d, causal, dropout_p))
+            parts.append(
+                dilated_banded_attention(
+                    q[:, sl], k[:, sl], v[:, sl], key_mask, self.window, d, causal, dropout_p
+                )
+            )
         return torch.cat(parts, dim=1), None
 
 
@@ -140,7 +158,12 @@ class DilatedAttention(SlidingWindowAttention):
     )
 
     def __init__(
-        self, query_dim: int, key_dim: int, heads: int = 1, dropout: float = 0.0, window: int = 16,
+        self,
+        query_dim: int,
+        key_dim: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        window: int = 16,
         dilation: int = 2,
     ):
         super().__init__(query_dim, key_dim, heads, dropout, window)

@@ -65,8 +65,10 @@ def alignment_line(report: dict[str, Any]) -> str:
     for key in ("a", "b"):
         side = report[key]
         if side["aer"] is not None:
-            parts.append(f"{key.upper()}: alignment acc. {side['alignment_accuracy']:.0%}, "
-                         f"AER {side['aer']:.3f}")
+            parts.append(
+                f"{key.upper()}: alignment acc. {side['alignment_accuracy']:.0%}, "
+                f"AER {side['aer']:.3f}"
+            )
     return " · ".join(parts) if parts else "no gold alignments for this sentence"
 
 
@@ -85,13 +87,19 @@ class CompareScreen(ModalScreen[None]):
         src = self.source
         what = f'"{_escape(src.text)}"' if src.text else f"{src.split} sample {src.index}"
         with Vertical(id="cmp-box"):
-            yield Static(f"[b]A[/] {_escape(src.run_dir.name)} ({src.checkpoint}) · {what}",
-                         id="cmp-title")
+            yield Static(
+                f"[b]A[/] {_escape(src.run_dir.name)} ({src.checkpoint}) · {what}", id="cmp-title"
+            )
             with Horizontal(id="cmp-controls"):
                 yield Label("B")
                 yield Select([], id="cmp-run", compact=True, prompt="(no other run)")
-                yield Select([(m, m) for m in METHODS], value=src.method, allow_blank=False,
-                             id="cmp-method", compact=True)
+                yield Select(
+                    [(m, m) for m in METHODS],
+                    value=src.method,
+                    allow_blank=False,
+                    id="cmp-method",
+                    compact=True,
+                )
             yield Static("", id="cmp-status")
             with Horizontal(id="cmp-maps"):
                 with Vertical(classes="cmp-side"):
@@ -109,7 +117,10 @@ class CompareScreen(ModalScreen[None]):
         mine = str(self.source.run_dir)
         with self.prevent(Select.Changed):
             self._paths = refresh_run_select(
-                select, self.runs_dir, [], label_width=36,
+                select,
+                self.runs_dir,
+                [],
+                label_width=36,
                 prefer=lambda p: p != mine and has_checkpoint(p),
             )
         self.start()
@@ -147,8 +158,10 @@ class CompareScreen(ModalScreen[None]):
             if not src.text:
                 examples = list(scoring_dataset(a, a.config).splits.split(src.split))
                 if not 0 <= src.index < len(examples):
-                    raise AttnlabError(f"sample {src.index} is out of range [0, "
-                                       f"{len(examples) - 1}] for the {src.split} split")
+                    raise AttnlabError(
+                        f"sample {src.index} is out of range [0, "
+                        f"{len(examples) - 1}] for the {src.split} split"
+                    )
                 example = examples[src.index]
             report = compare_report(a, b, src.text, example, method, "cpu")
         except AttnlabError as err:
@@ -184,13 +197,17 @@ class CompareScreen(ModalScreen[None]):
     @staticmethod
     def _difference(report: dict[str, Any]) -> Any:
         if not report["same_target"]:
-            return ("the two runs produced different target tokens: no A − B map and no "
-                    "Jensen-Shannon divergence per row")
+            return (
+                "the two runs produced different target tokens: no A − B map and no "
+                "Jensen-Shannon divergence per row"
+            )
         from attnlab.viz.diverging import render_diverging
 
         js = report["js"]
         return render_diverging(
-            report["difference"], report["a"]["rows"], report["source"],
+            report["difference"],
+            report["a"]["rows"],
+            report["source"],
             title=f"A − B · JS per row (bits), mean {sum(js) / max(len(js), 1):.3f}",
             row_notes=[f"JS {x:.3f}" for x in js],
         )

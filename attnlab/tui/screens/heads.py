@@ -72,8 +72,13 @@ class HeadsScreen(ModalScreen[None]):
         Binding("c", "cancel", "Stop curve"),
     ]
 
-    def __init__(self, run_dir: Path, checkpoint: str = "best", split: str = "dev",
-                 sentences: int = SENTENCES) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        checkpoint: str = "best",
+        split: str = "dev",
+        sentences: int = SENTENCES,
+    ) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
         self.checkpoint = checkpoint
@@ -88,18 +93,21 @@ class HeadsScreen(ModalScreen[None]):
         with Vertical(id="heads-box"):
             yield Static(
                 f"[b]Heads[/] of [b]{_escape(self.run_dir.name)}[/] ({self.checkpoint}, "
-                f"{self.split}, first {self.sentences} sentences)", id="heads-title"
+                f"{self.split}, first {self.sentences} sentences)",
+                id="heads-title",
             )
             with Horizontal(id="heads-progress-row"):
                 yield ProgressBar(total=None, show_eta=False, id="heads-progress")
                 yield Static("loading the model …", id="heads-status")
             with Horizontal(id="heads-body"):
                 with Vertical(id="heads-grid-box"):
-                    yield Static("importance (Michel et al. 2019; ℓ2 = 1 per layer)",
-                                 classes="heads-label")
+                    yield Static(
+                        "importance (Michel et al. 2019; ℓ2 = 1 per layer)", classes="heads-label"
+                    )
                     yield AttentionHeatmap(id="heads-grid")
-                yield MetricPlot("pruning curve", y_label="BLEU", x_label="heads masked",
-                                 id="heads-curve")
+                yield MetricPlot(
+                    "pruning curve", y_label="BLEU", x_label="heads masked", id="heads-curve"
+                )
             yield Static("", id="heads-cell")
             yield Static("", id="heads-order")
         yield Footer()
@@ -122,7 +130,12 @@ class HeadsScreen(ModalScreen[None]):
             loaded = load_checkpoint(checkpoint_path(self.run_dir, self.checkpoint))
             dataset = scoring_dataset(loaded, loaded.config)
             report = heads_report(
-                loaded, dataset, self.split, self.sentences, "cpu", progress=progress,
+                loaded,
+                dataset,
+                self.split,
+                self.sentences,
+                "cpu",
+                progress=progress,
                 cancelled=lambda: self._stop or worker.is_cancelled,
             )
         except Cancelled:
@@ -142,10 +155,13 @@ class HeadsScreen(ModalScreen[None]):
         if message.phase == "importance" and message.point is not None:
             self.report = message.point
             matrix, rows, cols = importance_grid(message.point["importance"])
-            self.query_one("#heads-grid", AttentionHeatmap).set_matrix(np.nan_to_num(matrix), rows, cols)
+            self.query_one("#heads-grid", AttentionHeatmap).set_matrix(
+                np.nan_to_num(matrix), rows, cols
+            )
             order = message.point["order"]
             self.query_one("#heads-order", Static).update(
-                "least important first: " + ", ".join(head_name(h) for h in order[:8])
+                "least important first: "
+                + ", ".join(head_name(h) for h in order[:8])
                 + (" …" if len(order) > 8 else "")
             )
             bar.update(total=len(order) + 1, progress=0)

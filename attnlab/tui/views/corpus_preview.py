@@ -26,8 +26,19 @@ from attnlab.errors import AttnlabError
 
 # The settings that change what the preview shows (a subset of the corpus cache key).
 PREVIEW_FIELDS = (
-    "path", "src_file", "tgt_file", "columns", "src_lang", "tgt_lang", "tokenizer", "subword_vocab",
-    "lowercase", "dev_fraction", "test_fraction", "seed", "max_pairs",
+    "path",
+    "src_file",
+    "tgt_file",
+    "columns",
+    "src_lang",
+    "tgt_lang",
+    "tokenizer",
+    "subword_vocab",
+    "lowercase",
+    "dev_fraction",
+    "test_fraction",
+    "seed",
+    "max_pairs",
 )
 PreviewKey = tuple[Any, ...]
 
@@ -133,7 +144,11 @@ class CorpusPreview(Static):
         if key == self.key:
             return
         self.key = key
-        self.tokenizer = cfg.tokenizer if cfg.tokenizer not in ("bpe", "unigram") else f"{cfg.tokenizer} {cfg.subword_vocab}"
+        self.tokenizer = (
+            cfg.tokenizer
+            if cfg.tokenizer not in ("bpe", "unigram")
+            else f"{cfg.tokenizer} {cfg.subword_vocab}"
+        )
         if self._timer is not None:
             self._timer.stop()
         self.remove_class("error")
@@ -190,9 +205,17 @@ class CorpusPreview(Static):
             room = width - len(str(i)) - 4  # "i " + " → "
             if len(src) + len(tgt) > room:
                 src = _cut(src, max(room - min(len(tgt), room // 2), 8))
-            lines.append(Content.from_markup("[dim]$i[/] $src [$accent]→[/] $tgt", i=str(i), src=src, tgt=tgt))
+            lines.append(
+                Content.from_markup(
+                    "[dim]$i[/] $src [$accent]→[/] $tgt", i=str(i), src=src, tgt=tgt
+                )
+            )
         splits = " · ".join(f"[b]{name}[/] {s.pairs:,}" for name, s in summary.splits.items())
-        split_off = f" [dim]({', '.join(summary.split_off)} split off train)[/]" if summary.split_off else ""
+        split_off = (
+            f" [dim]({', '.join(summary.split_off)} split off train)[/]"
+            if summary.split_off
+            else ""
+        )
         lines.append(
             Content.from_markup(
                 splits + split_off + " · $empty empty",  # split names and counts: no markup inside
@@ -203,13 +226,18 @@ class CorpusPreview(Static):
         lines.append(
             Content.from_markup(
                 "[b]length[/] src $sm/$sx · tgt $tm/$tx [dim]words mean/max[/]",
-                sm=f"{train.src_mean:.1f}", sx=str(train.src_max), tm=f"{train.tgt_mean:.1f}", tx=str(train.tgt_max),
+                sm=f"{train.src_mean:.1f}",
+                sx=str(train.src_max),
+                tm=f"{train.tgt_mean:.1f}",
+                tx=str(train.tgt_max),
             )
         )
         lines.append(
             Content.from_markup(
                 "[b]vocab[/] src $sv · tgt $tv words · [dim]tokenizer[/] $tok",
-                sv=f"{summary.src_types:,}", tv=f"{summary.tgt_types:,}", tok=self.tokenizer,
+                sv=f"{summary.src_types:,}",
+                tv=f"{summary.tgt_types:,}",
+                tok=self.tokenizer,
             )
         )
         return Content("\n").join(lines)

@@ -43,14 +43,23 @@ class ExportView(Vertical):
         self.command = ""
 
     def compose(self) -> ComposeResult:
-        yield Static("Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
-                     "as JSON metadata, loadable with plain safetensors.", id="export-help")
+        yield Static(
+            "Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
+            "as JSON metadata, loadable with plain safetensors.",
+            id="export-help",
+        )
         with Horizontal(classes="field"):
             yield Label("run", classes="field-label")
             yield Select([], id="export-run", compact=True, prompt="(no runs)")
         with Horizontal(classes="field"):
             yield Label("checkpoint", classes="field-label")
-            yield Select([("best", "best"), ("last", "last")], value="best", allow_blank=False, id="export-which", compact=True)
+            yield Select(
+                [("best", "best"), ("last", "last")],
+                value="best",
+                allow_blank=False,
+                id="export-which",
+                compact=True,
+            )
         with Horizontal(classes="field"):
             yield Label("write to", classes="field-label")
             yield Input(placeholder="model.safetensors", id="export-path", compact=True)
@@ -70,7 +79,9 @@ class ExportView(Vertical):
         self.refresh_runs()
 
     def refresh_runs(self) -> None:
-        self._run_paths = refresh_run_select(self.query_one("#export-run", Select), self.runs_dir, self._run_paths)
+        self._run_paths = refresh_run_select(
+            self.query_one("#export-run", Select), self.runs_dir, self._run_paths
+        )
 
     @on(Select.Changed, "#export-run")
     @on(Select.Changed, "#export-which")
@@ -103,10 +114,17 @@ class ExportView(Vertical):
             if overwrite:  # the user said yes: the engine may replace the file (export --force)
                 self._start(Path(str(run)), target, which, force=True)
             else:
-                self.query_one("#export-result", Static).update(f"[dim]kept {_escape(str(target))}[/]")
+                self.query_one("#export-result", Static).update(
+                    f"[dim]kept {_escape(str(target))}[/]"
+                )
 
-        self.app.push_screen(ConfirmScreen(f"[b]{_escape(str(target))}[/b] exists. Overwrite it with "
-                                           f"[b]{_escape(Path(str(run)).name)}[/b] ({which})?"), decide)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"[b]{_escape(str(target))}[/b] exists. Overwrite it with "
+                f"[b]{_escape(Path(str(run)).name)}[/b] ({which})?"
+            ),
+            decide,
+        )
 
     def _start(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         self.query_one("#export-result", Static).update("exporting …")
@@ -131,7 +149,9 @@ class ExportView(Vertical):
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:
         self.last_export = message.path
-        self.query_one("#export-result", Static).update(f"[b $success]✓[/] wrote {message.path}\n\nUse it:")
+        self.query_one("#export-result", Static).update(
+            f"[b $success]✓[/] wrote {message.path}\n\nUse it:"
+        )
         self.command = message.command
         self.query_one("#export-command", Static).update(message.command)
         self.query_one("#export-use").display = True

@@ -26,8 +26,12 @@ from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 
 KIND_LABELS = {
-    "cross": "cross", "enc_self": "encoder self", "dec_self": "decoder self",
-    "rollout": "rollout", "relevancy": "relevancy (∇)", "gradient": "gradient × attn",
+    "cross": "cross",
+    "enc_self": "encoder self",
+    "dec_self": "decoder self",
+    "rollout": "rollout",
+    "relevancy": "relevancy (∇)",
+    "gradient": "gradient × attn",
     "norm": "‖α f(v)‖",
 }
 METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" key
@@ -99,8 +103,20 @@ class InspectView(Horizontal):
             yield Label("run")
             yield Select([], id="insp-run", compact=True, prompt="(no runs)")
             with Horizontal(classes="pair"):
-                yield Select([("best", "best"), ("last", "last")], value="best", allow_blank=False, id="insp-ckpt", compact=True)
-                yield Select([("dev", "dev"), ("test", "test")], value="dev", allow_blank=False, id="insp-split", compact=True)
+                yield Select(
+                    [("best", "best"), ("last", "last")],
+                    value="best",
+                    allow_blank=False,
+                    id="insp-ckpt",
+                    compact=True,
+                )
+                yield Select(
+                    [("dev", "dev"), ("test", "test")],
+                    value="dev",
+                    allow_blank=False,
+                    id="insp-split",
+                    compact=True,
+                )
             with Horizontal(classes="pair"):
                 yield Label("sample #")
                 yield Input("0", id="insp-index", compact=True, type="integer")
@@ -110,19 +126,36 @@ class InspectView(Horizontal):
             with Horizontal(classes="pair"):  # the decoder registry; "beam" box = hypotheses
                 yield Label("search")
                 # Filled from the registry once the lab has loaded it (torch off the UI thread).
-                yield Select([("beam", "beam")], value="beam", allow_blank=False,
-                             id="insp-decoder", compact=True)
+                yield Select(
+                    [("beam", "beam")],
+                    value="beam",
+                    allow_blank=False,
+                    id="insp-decoder",
+                    compact=True,
+                )
             yield Input(placeholder="or type a sentence", id="insp-text", compact=True)
             yield Button("Decode ⏎", id="insp-go", compact=True, variant="primary")
             yield Label("attention")
-            yield Select([("cross", "cross")], value="cross", allow_blank=False, id="insp-kind", compact=True)
+            yield Select(
+                [("cross", "cross")], value="cross", allow_blank=False, id="insp-kind", compact=True
+            )
             with Horizontal(classes="pair", id="insp-layer-head"):
-                yield Select([("layer 0", 0)], value=0, allow_blank=False, id="insp-layer", compact=True)
-                yield Select([("avg", HEAD_AVERAGE)], value=HEAD_AVERAGE, allow_blank=False, id="insp-head", compact=True)
+                yield Select(
+                    [("layer 0", 0)], value=0, allow_blank=False, id="insp-layer", compact=True
+                )
+                yield Select(
+                    [("avg", HEAD_AVERAGE)],
+                    value=HEAD_AVERAGE,
+                    allow_blank=False,
+                    id="insp-head",
+                    compact=True,
+                )
             yield Label("n-best")
             yield OptionList(id="insp-nbest")
         with Vertical(id="inspect-main"):
-            yield Static("Pick a run and press Decode, or Enter on a sample in Train.", id="insp-title")
+            yield Static(
+                "Pick a run and press Decode, or Enter on a sample in Train.", id="insp-title"
+            )
             yield AttentionHeatmap(id="heatmap")
             with Horizontal(id="insp-cell-row"):
                 yield Static("", id="insp-cell")
@@ -185,7 +218,10 @@ class InspectView(Horizontal):
         select = self.query_one("#insp-run", Select)
         with self.prevent(Select.Changed):  # a refreshed list is not a new choice
             self._run_paths = refresh_run_select(
-                select, self.runs_dir, self._run_paths, prefer=has_checkpoint,
+                select,
+                self.runs_dir,
+                self._run_paths,
+                prefer=has_checkpoint,
                 label_width=RUN_LABEL,
             )
 
@@ -263,7 +299,10 @@ class InspectView(Horizontal):
         result = message.result
         self.result = result
         self.gold = result.gold
-        options = [f"{i + 1}. {' '.join(h.tokens)}  ({h.score:.2f})" for i, h in enumerate(result.hypotheses)]
+        options = [
+            f"{i + 1}. {' '.join(h.tokens)}  ({h.score:.2f})"
+            for i, h in enumerate(result.hypotheses)
+        ]
         nbest = self.query_one("#insp-nbest", OptionList)
         nbest.set_options(options)
         if options:
@@ -295,9 +334,13 @@ class InspectView(Horizontal):
             with self.prevent(Select.Changed):
                 self.query_one("#insp-run", Select).value = str(run_dir)
         self._last_request = self._request()  # shown: a late menu event must not replace it
-        weights = np.asarray(sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64)
+        weights = np.asarray(
+            sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64
+        )
         if weights.ndim != 2 or not weights.size:
-            self.query_one("#insp-title", Static).update("[$warning]this sample carries no attention weights[/]")
+            self.query_one("#insp-title", Static).update(
+                "[$warning]this sample carries no attention weights[/]"
+            )
             return
         # a logged map has one row per token; a row beyond them can only be </s>'s
         rows = target_rows(sample.hyp, finished=weights.shape[0] > len(sample.hyp))
@@ -322,7 +365,9 @@ class InspectView(Horizontal):
         self._configure_selectors()
         r = self.result
         ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
-        acc = f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        acc = (
+            f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+        )
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         self.query_one("#insp-title", Static).update(
             f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
@@ -335,7 +380,11 @@ class InspectView(Horizontal):
         kind_select = self.query_one("#insp-kind", Select)
         kinds = [k for k in KIND_LABELS if k in self.maps]
         with self.prevent(Select.Changed):
-            current = kind_select.value if kind_select.value in kinds else (kinds[0] if kinds else Select.NULL)
+            current = (
+                kind_select.value
+                if kind_select.value in kinds
+                else (kinds[0] if kinds else Select.NULL)
+            )
             kind_select.set_options([(KIND_LABELS[k], k) for k in kinds])
             if current is not Select.NULL:
                 kind_select.value = current
@@ -349,11 +398,21 @@ class InspectView(Horizontal):
         layer_select = self.query_one("#insp-layer", Select)
         head_select = self.query_one("#insp-head", Select)
         with self.prevent(Select.Changed):
-            layer = layer_select.value if isinstance(layer_select.value, int) and layer_select.value < layers else layers - 1
+            layer = (
+                layer_select.value
+                if isinstance(layer_select.value, int) and layer_select.value < layers
+                else layers - 1
+            )
             layer_select.set_options([(f"layer {i}", i) for i in range(layers)])
             layer_select.value = layer
-            head = head_select.value if isinstance(head_select.value, int) and head_select.value < heads else HEAD_AVERAGE
-            head_select.set_options([("head avg", HEAD_AVERAGE), *((f"head {i}", i) for i in range(heads))])
+            head = (
+                head_select.value
+                if isinstance(head_select.value, int) and head_select.value < heads
+                else HEAD_AVERAGE
+            )
+            head_select.set_options(
+                [("head avg", HEAD_AVERAGE), *((f"head {i}", i) for i in range(heads))]
+            )
             head_select.value = head
         # An RNN (or any 1-layer, 1-head map) has nothing to choose: hide the selectors.
         layer_select.display = layers > 1
@@ -378,7 +437,9 @@ class InspectView(Horizontal):
         layer = self.query_one("#insp-layer", Select).value
         head = self.query_one("#insp-head", Select).value
         matrix = select_map(
-            self.maps[kind], int(layer) if isinstance(layer, int) else 0, None if head in (HEAD_AVERAGE, Select.NULL) else int(head)
+            self.maps[kind],
+            int(layer) if isinstance(layer, int) else 0,
+            None if head in (HEAD_AVERAGE, Select.NULL) else int(head),
         )
         if is_attribution(kind) and matrix.size:
             # Attribution scores have no 0..1 range: shown relative to their maximum (the
@@ -418,7 +479,9 @@ class InspectView(Horizontal):
         if d.eos_mass is not None:
             lines.append(f"mass on </s> {d.eos_mass:.0%}")
         if d.diagonal is not None and self.current_kind in ("enc_self", "dec_self"):
-            lines.append(f"diagonal {d.diagonal:.0%} weight, arg-max on diagonal {d.diagonal_argmax:.0%}")
+            lines.append(
+                f"diagonal {d.diagonal:.0%} weight, arg-max on diagonal {d.diagonal_argmax:.0%}"
+            )
         if self.current_kind == "cross" and self.gold is not None and self.result is not None:
             acc = alignment_accuracy(matrix, self.gold)
             if acc is not None and self.result.hypotheses[self.hyp_index].tokens == self.result.ref:
@@ -428,13 +491,19 @@ class InspectView(Horizontal):
         self.query_one("#insp-diag", Static).update("\n".join(lines))
 
     def _draw_bars(self, matrix: np.ndarray, cols: list[str]) -> None:
-        row = self.step_row if self.step_row is not None else self.query_one(AttentionHeatmap).cursor[0]
+        row = (
+            self.step_row
+            if self.step_row is not None
+            else self.query_one(AttentionHeatmap).cursor[0]
+        )
         if not matrix.size or row >= matrix.shape[0]:
             self.query_one("#insp-bars", Static).update("")
             return
         rows = self.labels.get(self.current_kind or "", ([], []))[0]
         label = rows[row] if row < len(rows) else str(row)
-        self.query_one("#insp-bars", Static).update(row_bars(matrix[row], cols, width=16, title=f"row {row}: {label}"))
+        self.query_one("#insp-bars", Static).update(
+            row_bars(matrix[row], cols, width=16, title=f"row {row}: {label}")
+        )
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -533,8 +602,9 @@ class InspectView(Horizontal):
         self.write_export(matrix, rows[: matrix.shape[0]], cols[: matrix.shape[1]], *target)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
-    def write_export(self, matrix: np.ndarray, rows: list[str], cols: list[str], stem: Path,
-                     title: str) -> None:
+    def write_export(
+        self, matrix: np.ndarray, rows: list[str], cols: list[str], stem: Path, title: str
+    ) -> None:
         from attnlab.errors import AttnlabError
         from attnlab.viz.export import export_heatmap
 
@@ -564,10 +634,13 @@ class InspectView(Horizontal):
         if run is None or not has_checkpoint(str(run)):
             self.app.notify("pick a run with a checkpoint first", severity="warning")
             return
-        self.app.push_screen(HeadsScreen(
-            run, str(self.query_one("#insp-ckpt", Select).value),
-            str(self.query_one("#insp-split", Select).value),
-        ))
+        self.app.push_screen(
+            HeadsScreen(
+                run,
+                str(self.query_one("#insp-ckpt", Select).value),
+                str(self.query_one("#insp-split", Select).value),
+            )
+        )
 
     def action_compare(self) -> None:
         """This sentence through a second run: both maps, A − B, JS per row, AER."""
@@ -582,12 +655,19 @@ class InspectView(Horizontal):
         except ValueError:
             index = 0
         kind = self.current_kind
-        self.app.push_screen(CompareScreen(CompareSource(
-            run, str(self.query_one("#insp-ckpt", Select).value),
-            str(self.query_one("#insp-split", Select).value), index,
-            self.query_one("#insp-text", Input).value.strip(),
-            "raw" if kind in (None, "cross") or not is_attribution(kind) else kind,
-        ), self.runs_dir))
+        self.app.push_screen(
+            CompareScreen(
+                CompareSource(
+                    run,
+                    str(self.query_one("#insp-ckpt", Select).value),
+                    str(self.query_one("#insp-split", Select).value),
+                    index,
+                    self.query_one("#insp-text", Input).value.strip(),
+                    "raw" if kind in (None, "cross") or not is_attribution(kind) else kind,
+                ),
+                self.runs_dir,
+            )
+        )
 
     def action_toggle_half(self) -> None:
         heatmap = self.query_one(AttentionHeatmap)

@@ -14,7 +14,9 @@ CHECKPOINT_TAGS = ("best", "last")  # as in attnlab.runs (not imported: it would
 
 def has_checkpoint(run_dir: Path | str) -> bool:
     """The run saved a checkpoint (best or last) a model can be loaded from."""
-    return any((Path(run_dir) / "checkpoints" / tag / "meta.json").is_file() for tag in CHECKPOINT_TAGS)
+    return any(
+        (Path(run_dir) / "checkpoints" / tag / "meta.json").is_file() for tag in CHECKPOINT_TAGS
+    )
 
 
 def checkpoint_path(run_dir: Path, tag: str) -> Path:

@@ -24,13 +24,49 @@ from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
 from attnlab.viz.text import middle_ellipsis, run_label
 
 REFRESH_SECONDS = 2.0
-COLUMNS = ("", "run", "task", "model", "params", "steps", "BLEU", "chrF", "exact", "tok/s", "wall", "status")
+COLUMNS = (
+    "",
+    "run",
+    "task",
+    "model",
+    "params",
+    "steps",
+    "BLEU",
+    "chrF",
+    "exact",
+    "tok/s",
+    "wall",
+    "status",
+)
 # Content widths (without the two padding cells DataTable adds); "run" takes what is left.
-WIDTHS = {"": 1, "task": 8, "model": 16, "params": 7, "steps": 5, "BLEU": 5, "chrF": 5,
-          "exact": 5, "tok/s": 6, "wall": 6, "status": 8}
+WIDTHS = {
+    "": 1,
+    "task": 8,
+    "model": 16,
+    "params": 7,
+    "steps": 5,
+    "BLEU": 5,
+    "chrF": 5,
+    "exact": 5,
+    "tok/s": 6,
+    "wall": 6,
+    "status": 8,
+}
 # What matters most at 80 columns comes first: which run, which model, how good, is it done.
-PRIORITY = ("", "run", "model", "BLEU", "status", "chrF", "steps", "exact", "tok/s", "task", "wall",
-            "params")
+PRIORITY = (
+    "",
+    "run",
+    "model",
+    "BLEU",
+    "status",
+    "chrF",
+    "steps",
+    "exact",
+    "tok/s",
+    "task",
+    "wall",
+    "params",
+)
 RUN_MIN, RUN_MAX, PAD = 16, 40, 2
 ARCH_SHORT = {"transformer": "tfm"}
 
@@ -98,7 +134,9 @@ class RunsView(Vertical):
     ]
     NARROW = 90  # below this width the BLEU-by-length bars and the entropy overlay take turns
 
-    def __init__(self, runs_dir: Path, *, refresh_seconds: float = REFRESH_SECONDS, id: str | None = None):
+    def __init__(
+        self, runs_dir: Path, *, refresh_seconds: float = REFRESH_SECONDS, id: str | None = None
+    ):
         super().__init__(id=id)
         self.runs_dir = runs_dir
         self.refresh_seconds = refresh_seconds
@@ -129,7 +167,9 @@ class RunsView(Vertical):
             for d in self.runs_dir.iterdir():
                 events = d / "events.jsonl"
                 stat = events.stat() if events.exists() else None
-                entries.append((d.name, stat.st_size if stat else -1, stat.st_mtime if stat else 0.0))
+                entries.append(
+                    (d.name, stat.st_size if stat else -1, stat.st_mtime if stat else 0.0)
+                )
             return tuple(sorted(entries))
         except OSError:
             return ()

@@ -137,7 +137,9 @@ class SetupView(Vertical):
                 yield Static("", id="variant-info")
                 yield Static("", id="setup-status")
                 with Horizontal(classes="buttons"):
-                    yield Button("Train ▶", id="train-button", variant="success", compact=True, disabled=True)
+                    yield Button(
+                        "Train ▶", id="train-button", variant="success", compact=True, disabled=True
+                    )
                     yield Button("Queue +", id="queue-button", compact=True, disabled=True)
                 yield Label("presets:", classes="side-label")
                 yield Select([], prompt="load a built-in preset", id="preset-select", compact=True)
@@ -153,7 +155,9 @@ class SetupView(Vertical):
         self.menus = menus
         self._origin = self.config  # the app may have swapped in the default preset
         with self.prevent(Select.Changed):
-            self.query_one("#preset-select", Select).set_options([(name, name) for name in menus.presets])
+            self.query_one("#preset-select", Select).set_options(
+                [(name, name) for name in menus.presets]
+            )
         await self._rebuild_form()
 
     async def _rebuild_form(self) -> None:
@@ -174,7 +178,9 @@ class SetupView(Vertical):
         # Hidden before they are mounted: the first frame shows only the chosen architecture's
         # fields (no flash of the other one's).
         for row in rows:
-            if not _row_shown(row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", ""))):
+            if not _row_shown(
+                row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", ""))
+            ):
                 row.display = False
         await form.mount_all(rows)
         self._shown_hparams = None
@@ -255,13 +261,21 @@ class SetupView(Vertical):
         # The config's value for this variant (qualified, else an older flat key), else its own
         # default: never another variant's.
         explicit = self.config.model.params_for(info.variants[0])
-        text = self._hparam_values.setdefault(info.key, _text(explicit.get(info.name, info.default)))
+        text = self._hparam_values.setdefault(
+            info.key, _text(explicit.get(info.name, info.default))
+        )
         field = Input(
-            text, placeholder=info.range_text(), id=hparam_id(info.name, info.variants[0]), compact=True
+            text,
+            placeholder=info.range_text(),
+            id=hparam_id(info.name, info.variants[0]),
+            compact=True,
         )
         field.tooltip = f"model.{info.key}: {info.help} {info.range_text()}"
         # Range and default beside the field, always (not only once it is emptied).
-        hint = Label(f"{_escape(info.range_text())} · default {_escape(_text(info.default))}", classes="field-hint")
+        hint = Label(
+            f"{_escape(info.range_text())} · default {_escape(_text(info.default))}",
+            classes="field-hint",
+        )
         return Horizontal(Label(info.name, classes="field-label"), field, hint, classes="field")
 
     # -- reading and validating ----------------------------------------------------------------
@@ -327,7 +341,9 @@ class SetupView(Vertical):
         if values.get("data.task") == "corpus":
             # The corpus must read cleanly before Train: the preview (a thread) says so.
             preview = self.query_one(CorpusPreview)
-            preview.request(data_for_preview((config or self.config).data, str(values.get("data.path", ""))))
+            preview.request(
+                data_for_preview((config or self.config).data, str(values.get("data.path", "")))
+            )
             corpus_error = preview.status()
             if corpus_error and first is None:
                 first, reading = corpus_error, preview.pending
@@ -354,7 +370,10 @@ class SetupView(Vertical):
         assert menus is not None
         # Compared by what they build: a preset's flat window=3 equals the form's local-m.window=3.
         if (config.data, effective_model(menus, config.model), config.train, config.decode) == (
-            origin.data, effective_model(menus, origin.model), origin.train, origin.decode
+            origin.data,
+            effective_model(menus, origin.model),
+            origin.train,
+            origin.decode,
         ):
             return config.replace(name=origin.name, description=origin.description)
         return config.replace(name=experiment_name(config), description=describe(config))
@@ -366,7 +385,8 @@ class SetupView(Vertical):
             variant, _, param = name.rpartition(".")
             shown = [k for k in self._shown_hparams or () if k.rpartition(".")[2] == param]
             selectors += [
-                f"#{hparam_id(param, k.rpartition('.')[0])}" for k in shown
+                f"#{hparam_id(param, k.rpartition('.')[0])}"
+                for k in shown
                 if not variant or k.rpartition(".")[0] == variant
             ]
         for selector in selectors:
@@ -470,7 +490,11 @@ class SetupView(Vertical):
         """Post TrainRequested if the form is valid; otherwise say why (never starts a run)."""
         config = self.validate_form()
         if config is None:
-            self.app.notify(self.error or "the registries are still loading", title="Cannot train", severity="error")
+            self.app.notify(
+                self.error or "the registries are still loading",
+                title="Cannot train",
+                severity="error",
+            )
             return False
         self.post_message(self.TrainRequested(config, queue=queue))
         return True
@@ -523,7 +547,7 @@ class SetupView(Vertical):
 def _row_shown(row: Widget, arch: str, task: str) -> bool:
     """A row shows when its architecture groups (if any) include ``arch`` and, for corpus
     rows, the task is corpus."""
-    groups = {c[len("group-"):] for c in row.classes if c.startswith("group-")}
+    groups = {c[len("group-") :] for c in row.classes if c.startswith("group-")}
     if "corpus" in groups and task != "corpus":
         return False
     archs = groups - {"corpus"}
@@ -532,7 +556,11 @@ def _row_shown(row: Widget, arch: str, task: str) -> bool:
 
 def _flat(config: ExperimentConfig) -> dict[str, Any]:
     raw = to_dict(config)
-    return {f"{section}.{key}": value for section in ("data", "model", "train", "decode") for key, value in raw[section].items()}
+    return {
+        f"{section}.{key}": value
+        for section in ("data", "model", "train", "decode")
+        for key, value in raw[section].items()
+    }
 
 
 def _text(value: Any) -> str:

@@ -82,7 +82,10 @@ class TrainView(Vertical):
         self._queue_shown: tuple[int, ...] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.", id="train-status")
+        yield Static(
+            "No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment.",
+            id="train-status",
+        )
         with Horizontal(id="train-progress-row"):
             yield ProgressBar(total=1, show_eta=False, id="train-progress")
             yield Label("", id="train-eta")
@@ -179,7 +182,9 @@ class TrainView(Vertical):
             return
         self._failure_reported = True
         if follower.state == FAILED:
-            self.app.notify(follower.error or "training failed", title="Training failed", severity="error")
+            self.app.notify(
+                follower.error or "training failed", title="Training failed", severity="error"
+            )
         self.post_message(self.RunFinished(follower.run_dir, follower.state))
         if self.queue:
             self._launch(self.queue.pop(0))
@@ -244,15 +249,23 @@ class TrainView(Vertical):
                     ]
                 )
                 entropy = self.query_one("#entropy-plot", MetricPlot)
-                entropy.set_series([(ENTROPY_LABELS[role], c.eval_step, c.entropy[role])
-                                    for role in ENTROPY_ROLES if role in c.entropy])
+                entropy.set_series(
+                    [
+                        (ENTROPY_LABELS[role], c.eval_step, c.entropy[role])
+                        for role in ENTROPY_ROLES
+                        if role in c.entropy
+                    ]
+                )
                 entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
             if drawn[2] != previous[2]:
                 table = self.query_one("#samples", DataTable)
                 table.clear()
                 for sample in follower.samples:
                     table.add_row(
-                        "✓" if sample.correct else "✗", " ".join(sample.src), " ".join(sample.ref), " ".join(sample.hyp)
+                        "✓" if sample.correct else "✗",
+                        " ".join(sample.src),
+                        " ".join(sample.ref),
+                        " ".join(sample.hyp),
                     )
             if drawn[3] != previous[3]:
                 start = max(previous[3], 0)
@@ -269,7 +282,10 @@ class TrainView(Vertical):
         listing = self.query_one("#train-queue", OptionList)
         highlighted = listing.highlighted
         listing.set_options(
-            [f"{i + 1}. {experiment_name(c)}  ({c.train.max_steps} steps)" for i, c in enumerate(self.queue)]
+            [
+                f"{i + 1}. {experiment_name(c)}  ({c.train.max_steps} steps)"
+                for i, c in enumerate(self.queue)
+            ]
         )
         if self.queue:
             listing.highlighted = min(highlighted or 0, len(self.queue) - 1)
@@ -305,12 +321,19 @@ class TrainView(Vertical):
         status = self.query_one("#train-status", Static)
         queued = f"  [dim]queue: {len(self.queue)}[/]" if self.queue else ""
         if follower is None:
-            status.update("No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment." + queued)
+            status.update(
+                "No run yet. Press [b]t[/] (or Train ▶ in Setup) to train the experiment." + queued
+            )
             return
         state = follower.state
         if self.paused and state not in (FAILED,) and not follower.finished:
             state = PAUSED
-        colour = {"failed": "$error", "finished": "$success", "stopped": "$warning", "paused": "$warning"}.get(state, "$accent")
+        colour = {
+            "failed": "$error",
+            "finished": "$success",
+            "stopped": "$warning",
+            "paused": "$warning",
+        }.get(state, "$accent")
         # The run's identity (task-arch-variants-stamp, attnlab.naming), not its preset's name;
         # at 80 columns shortened stamp first so the figures keep their room.
         name = run_label(follower.run_dir.name, 32 if self.app.has_class("narrow") else 64)
@@ -330,7 +353,9 @@ class TrainView(Vertical):
             parts.append(f"[$error]{_escape(follower.error)}[/]")
         now = time.time()  # the child stamps events with time.time(): same clock
         if follower.state == STARTING:  # building data and model: count from the launch
-            elapsed = now - self._launched_at if self.process is not None and self._launched_at else 0.0
+            elapsed = (
+                now - self._launched_at if self.process is not None and self._launched_at else 0.0
+            )
         else:
             elapsed = follower.live_elapsed_s(now)
         eta = follower.eta_s(now) if not follower.finished else 0.0
@@ -348,7 +373,9 @@ class TrainView(Vertical):
     def _sample_selected(self, event: DataTable.RowSelected) -> None:
         # Open the selected sample's attention in Inspect (the app switches tabs).
         if self.follower is not None and event.cursor_row < len(self.follower.samples):
-            self.post_message(SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row]))
+            self.post_message(
+                SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row])
+            )
 
 
 def wrap_log_line(text: str, width: int) -> list[str]:

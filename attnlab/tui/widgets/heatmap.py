@@ -103,7 +103,9 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         def control(self) -> AttentionHeatmap:
             return self.heatmap
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
+    def __init__(
+        self, *, name: str | None = None, id: str | None = None, classes: str | None = None
+    ):
         super().__init__(name=name, id=id, classes=classes)
         self.weights = np.zeros((0, 0))
         self.row_labels: list[str] = []
@@ -122,7 +124,10 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         return tuple(self.weights.shape)  # type: ignore[return-value]
 
     def set_matrix(
-        self, weights: np.ndarray | Sequence[Sequence[float]], rows: Sequence[str], cols: Sequence[str]
+        self,
+        weights: np.ndarray | Sequence[Sequence[float]],
+        rows: Sequence[str],
+        cols: Sequence[str],
     ) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 2:
@@ -147,7 +152,9 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         self._announce()
 
     def cell(self, row: int, col: int) -> CellInfo:
-        return CellInfo(row, col, float(self.weights[row, col]), self.row_labels[row], self.col_labels[col])
+        return CellInfo(
+            row, col, float(self.weights[row, col]), self.row_labels[row], self.col_labels[col]
+        )
 
     # -- geometry ----------------------------------------------------------------------------
 
@@ -197,7 +204,9 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         else:
             width = max((p.start + len(p.text) for p in self._placements), default=0)
             width = max(width, cols * self.cell_width)
-            self.virtual_size = Size(self.label_width + width, self.header_height + rows + len(self._legend))
+            self.virtual_size = Size(
+                self.label_width + width, self.header_height + rows + len(self._legend)
+            )
 
     def watch_half_block(self) -> None:
         self._update_virtual_size()
@@ -208,7 +217,9 @@ class AttentionHeatmap(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        base = Style(bgcolor=self.background_colors[1].rich_color if self.background_colors else None)
+        base = Style(
+            bgcolor=self.background_colors[1].rich_color if self.background_colors else None
+        )
         if not self.weights.size:
             return Strip.blank(width, base)
         scroll_x, scroll_y = self.scroll_offset
@@ -251,7 +262,9 @@ class AttentionHeatmap(ScrollView, can_focus=True):
             if p.start > at:
                 segments.append(Segment(" " * (p.start - at), base))
             cursor = p.column == self.cursor[1]
-            segments.append(Segment(p.text, base + Style(reverse=True, bold=True) if cursor else base))
+            segments.append(
+                Segment(p.text, base + Style(reverse=True, bold=True) if cursor else base)
+            )
             at = p.start + len(p.text)
         return Strip(segments)
 
@@ -279,9 +292,7 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         for col in range(scroll_x, min(cols, scroll_x + width)):
             top = _PALETTE[weight_index(self.weights[upper, col])]
             bottom = (
-                _PALETTE[weight_index(self.weights[lower, col])]
-                if lower < rows
-                else base.bgcolor
+                _PALETTE[weight_index(self.weights[lower, col])] if lower < rows else base.bgcolor
             )
             segments.append(Segment("▀", Style(color=top, bgcolor=bottom)))
         return Strip(segments).extend_cell_length(width, base)

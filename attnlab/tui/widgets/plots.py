@@ -103,8 +103,15 @@ class MetricPlot(Vertical):
     MetricPlot { height: 1fr; width: 1fr; min-height: 5; }
     """
 
-    def __init__(self, title: str, *, y_label: str = "", x_label: str = "step",
-                 id: str | None = None, classes: str | None = None):
+    def __init__(
+        self,
+        title: str,
+        *,
+        y_label: str = "",
+        x_label: str = "step",
+        id: str | None = None,
+        classes: str | None = None,
+    ):
         super().__init__(id=id, classes=classes)
         self.title = title
         self.y_label = y_label

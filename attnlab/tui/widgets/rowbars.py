@@ -21,7 +21,9 @@ def bar(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-def row_bars(weights: Sequence[float], labels: Sequence[str], width: int = 30, title: str = "") -> Text:
+def row_bars(
+    weights: Sequence[float], labels: Sequence[str], width: int = 30, title: str = ""
+) -> Text:
     """Render one attention row: ``label ███▌     ┆   0.42`` per source token."""
     text = Text()
     if title:
