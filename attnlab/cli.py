@@ -884,7 +884,10 @@ def translate(
 def _translate_lines(
     loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool
 ) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
-    """Decode every non-empty line (length-sorted batches); per line (source tokens, [(hyp, tokens)])."""
+    """Decode every non-empty line (length-sorted batches).
+
+    Per line: (source tokens, [(hyp, tokens)]).
+    """
     import torch
 
     from attnlab.decode.search import decode_sorted
@@ -1061,7 +1064,7 @@ def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], 
     console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width))
 
 
-# -- registries and runs ----------------------------------------------------------------------------
+# -- registries and runs ------------------------------------------------------------------------
 
 
 @cli.command()
@@ -1080,7 +1083,8 @@ def variants() -> None:
         hparams = ", ".join(
             f"{h.name}={h.default}"
             + (
-                f" [{_fmt(h.low, 0) if h.low is not None else ''}..{_fmt(h.high, 0) if h.high is not None else ''}]"
+                f" [{_fmt(h.low, 0) if h.low is not None else ''}"
+                f"..{_fmt(h.high, 0) if h.high is not None else ''}]"
                 if h.low is not None or h.high is not None
                 else ""
             )

@@ -167,7 +167,8 @@ class DecodeConfig:
     min_len: int = 0
     seed: int = 0
     # Sentences per decoding batch; 0: as many as give ``batch_rows`` decoder rows per step
-    # (beam K and num_samples n multiply the rows: 512 rows = 512 sentences greedy, 102 with beam 5).
+    # (beam K and num_samples n multiply the rows: 512 rows = 512 sentences greedy,
+    # 102 with beam 5).
     batch_size: int = 0
     batch_rows: int = 512
     # MBR decoding (decoder = "mbr"): candidates per sentence, where they come from, utility.

@@ -235,8 +235,9 @@ def evaluate_split(
 ) -> dict[str, Any]:
     """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
 
-    Returns ``split, n, loss, ppl, bleu, bleu_lc (lower-cased), bleu_lc_signature, chrf, exact_match, alignment_accuracy (None without
-    gold alignments), bleu_by_length, bleu_signature, chrf_signature`` and ``samples``: the
+    Returns ``split, n, loss, ppl, bleu, bleu_lc (lower-cased), bleu_lc_signature, chrf,
+    exact_match, alignment_accuracy (None without gold alignments), bleu_by_length,
+    bleu_signature, chrf_signature`` and ``samples``: the
     first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
     """
     cfg = decode_cfg or DecodeConfig()

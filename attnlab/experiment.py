@@ -61,7 +61,8 @@ def _variant_hparam(key: str, source: str) -> tuple[str, Any]:
     if hp is None:
         own = ", ".join(f"model.{variant}.{h.name}" for h in spec.hparams) or "none"
         raise AttnlabError(
-            f"{source}: unknown key model.{key}{did_you_mean(name, [h.name for h in spec.hparams])}; "
+            f"{source}: unknown key model.{key}"
+            f"{did_you_mean(name, [h.name for h in spec.hparams])}; "
             f"{variant}'s hyper-parameters: {own}"
         )
     return f"{variant}.{name}", hp
@@ -125,7 +126,8 @@ def from_dict(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
         else:
             valid = ["name", "description", *SECTIONS]
             raise AttnlabError(
-                f"{source}: unknown section {key!r}{did_you_mean(key, valid)}; valid: {', '.join(valid)}"
+                f"{source}: unknown section {key!r}{did_you_mean(key, valid)}; "
+                f"valid: {', '.join(valid)}"
             )
     built = {name: SECTIONS[name](**values) for name, values in sections.items()}
     return ExperimentConfig(**top, **built)
@@ -153,7 +155,8 @@ def apply_overrides(
         section, key = path.split(".", 1)
         if section not in SECTIONS:
             raise AttnlabError(
-                f"--set {item!r}: unknown section {section!r}{did_you_mean(section, SECTIONS)}; valid: {', '.join(SECTIONS)}"
+                f"--set {item!r}: unknown section {section!r}"
+                f"{did_you_mean(section, SECTIONS)}; valid: {', '.join(SECTIONS)}"
             )
         checked: dict[str, Any] = {}
         _set_in(section, checked, key, value, "--set")  # errors name --set, not the preset

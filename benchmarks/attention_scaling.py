@@ -1,8 +1,8 @@
 """Forward + backward time and peak memory of one self-attention layer per variant.
 
-    .venv/bin/python benchmarks/attention_scaling.py            # T = 256 ... 4096 (8192 for linear ones)
-    .venv/bin/python benchmarks/attention_scaling.py --quick    # T = 256, 1024, 2048, 4096 (8192 for linear ones)
-    .venv/bin/python benchmarks/attention_scaling.py --causal   # decoder (causal) self-attention
+    .venv/bin/python benchmarks/attention_scaling.py           # T = 256 ... 4096 (8192: linear)
+    .venv/bin/python benchmarks/attention_scaling.py --quick   # T = 256, 1024, 2048, 4096 (8192)
+    .venv/bin/python benchmarks/attention_scaling.py --causal  # decoder (causal) self-attention
 
 One layer: d_model 256, 4 heads, batch 1, encoder self-attention, no weights requested (the
 training path), except "scaled-dot (explicit)", which asks for weights and so runs the
@@ -136,7 +136,8 @@ def main() -> None:
     chosen = [v for v in VARIANTS if not args.variants or v[1] in args.variants.split(",")]
     threads = os.environ.get("OMP_NUM_THREADS", "1")
     print(
-        f"one {'causal ' if args.causal else ''}self-attention layer, d_model 256, 4 heads, batch 1, "
+        f"one {'causal ' if args.causal else ''}self-attention layer, "
+        "d_model 256, 4 heads, batch 1, "
         f"forward+backward, {threads} thread(s); cell = fastest ms / peak MB added"
     )
     results: dict[str, dict[int, dict]] = {}

@@ -1,7 +1,8 @@
 """The information-bottleneck experiment: no attention vs Bahdanau vs Luong-general on reverse
 with source lengths 5-40, the same training budget for each, BLEU by source length on test.
 
-    OMP_NUM_THREADS=2 python benchmarks/bottleneck.py [--steps 1500] [--variants none bahdanau luong-general]
+    OMP_NUM_THREADS=2 python benchmarks/bottleneck.py [--steps 1500] \
+[--variants none bahdanau luong-general]
 
 Expectation (Bahdanau et al. 2015, Fig. 2): without attention BLEU falls as sentences grow;
 with attention it does not. The check: attention >= 20 BLEU above ``none`` on the longest
@@ -101,7 +102,8 @@ def main() -> None:
             if v != "none":
                 gap = results[v]["by_length"].get(longest, 0.0) - base
                 print(
-                    f"longest bucket {longest}: {v} - none = {gap:+.2f} BLEU ({'ok' if gap >= 20 else 'below 20'})"
+                    f"longest bucket {longest}: {v} - none = {gap:+.2f} BLEU "
+                    f"({'ok' if gap >= 20 else 'below 20'})"
                 )
     print(json.dumps({"steps": args.steps, "threads": args.threads, "results": results}))
 

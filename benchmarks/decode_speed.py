@@ -142,7 +142,10 @@ LossFn = Callable[[list[int]], torch.Tensor]
 def train(
     model: torch.nn.Module, loss_of: LossFn, n_train: int, updates: int, batch: int, seed: int
 ) -> float:
-    """seed_naive's recipe: shuffled epochs of ``batch`` sentences, Adam 2e-3, clip 1.0; wall time."""
+    """seed_naive's recipe: shuffled epochs of ``batch`` sentences, Adam 2e-3, clip 1.0.
+
+    Returns the wall time.
+    """
     rng = random.Random(seed)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     model.train()
@@ -163,7 +166,8 @@ def train(
         opt.step()
         if step % 100 == 0 or step == updates - 1:
             print(
-                f"    update {step:4d}  loss/sentence {loss.item():7.2f}  {time.perf_counter() - start:4.0f}s",
+                f"    update {step:4d}  loss/sentence {loss.item():7.2f}  "
+                f"{time.perf_counter() - start:4.0f}s",
                 flush=True,
             )
     model.eval()
@@ -265,7 +269,8 @@ def bleu(hyps: list[list[str]], refs: list[list[str]]) -> float:
 
     # seed_naive's scoring: 13a corpus BLEU on the tokenised text; an empty output is "<unk>".
     text = [" ".join(h) or "<unk>" for h in hyps]
-    # force: the text is tokenised on purpose (as seed_naive scores); no "forgot to detokenize" warning
+    # force: the text is tokenised on purpose (as seed_naive scores); no "forgot to detokenize"
+    # warning
     refs_text = [[" ".join(r) for r in refs[: len(text)]]]
     return sacrebleu.corpus_bleu(text, refs_text, tokenize="13a", force=True).score
 
@@ -333,7 +338,8 @@ def main() -> None:
     train_t_ids = [tgt_vocab.encode(t) for t in train_tgt]
     test_src = [src_vocab.encode(s) for s in test_src_tok]
     print(
-        f"{name}: {len(train_src)} training pairs, {n_test} test sentences, vocab {len(src_vocab)}/{len(tgt_vocab)}; "
+        f"{name}: {len(train_src)} training pairs, {n_test} test sentences, "
+        f"vocab {len(src_vocab)}/{len(tgt_vocab)}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
 
@@ -474,21 +480,24 @@ def main() -> None:
 
     print(
         f"\n## Speed ({name}, {n_test} sentences, cap {max_out} steps, beam 5 alpha 1; batches of "
-        f"{sentences_per_batch(greedy_cfg)} (greedy) / {sentences_per_batch(beam_cfg)} (beam 5) sentences sorted by length; "
+        f"{sentences_per_batch(greedy_cfg)} (greedy) / {sentences_per_batch(beam_cfg)} (beam 5) "
+        "sentences sorted by length; "
         f"{args.threads} threads, torch {torch.__version__})\n"
     )
     print("| search | sent/s | mean hyp. length | BLEU |")
     print("|---|---:|---:|---:|")
     for label in searches:
         print(
-            f"| {label} | {rate[label]:,.1f} | {mean_len(outputs[label]):.2f} | {bleu(words(label), test_tgt_tok):.2f} |"
+            f"| {label} | {rate[label]:,.1f} | {mean_len(outputs[label]):.2f} "
+            f"| {bleu(words(label), test_tgt_tok):.2f} |"
         )
     ratios = {
         "greedy": rate["attnlab batched greedy"] / rate["attnlab per-sentence greedy"],
         "beam 5": rate["attnlab batched beam 5"] / rate["attnlab per-sentence beam 5"],
     }
     print(
-        "\nstricter (same model, same weights): batched vs a per-sentence loop over attnlab's model.step: "
+        "\nstricter (same model, same weights): "
+        "batched vs a per-sentence loop over attnlab's model.step: "
         f"greedy {ratios['greedy']:.1f}x, beam 5 {ratios['beam 5']:.1f}x"
     )
     same_g = sum(
@@ -521,7 +530,8 @@ def main() -> None:
         ),
     ]
     print(
-        f"\n## BLEU of attnlab's model ({name} test, {n_test} sentences, sacrebleu 13a on tokenised lower-cased text)\n"
+        f"\n## BLEU of attnlab's model ({name} test, {n_test} sentences, "
+        "sacrebleu 13a on tokenised lower-cased text)\n"
     )
     print("| search | BLEU | mean hyp. length | sent/s |")
     print("|---|---:|---:|---:|")
@@ -535,8 +545,9 @@ def main() -> None:
         scores[label] = bleu([tgt_vocab.decode(h) for h in hyps], test_tgt_tok)
         print(f"| {label} | {scores[label]:.2f} | {mean_len(hyps):.2f} | {speed} |", flush=True)
     best_beam = max(scores["beam 5 (alpha 1, the speed run)"], scores["beam 5 (no penalties)"])
+    worst_beam = min(scores["beam 5 (alpha 1, the speed run)"], scores["beam 5 (no penalties)"])
     print(
-        f"\nbeam 5 >= greedy: {'yes' if min(scores['beam 5 (alpha 1, the speed run)'], scores['beam 5 (no penalties)']) >= scores['greedy'] else 'NO'} "
+        f"\nbeam 5 >= greedy: {'yes' if worst_beam >= scores['greedy'] else 'NO'} "
         f"(greedy {scores['greedy']:.2f}, best beam 5 {best_beam:.2f})"
     )
     if ours_train_s or (naive_mod is not None and naive_train_s):

@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     Console().print(table)
     for r in results:
         print(
-            f"{r['preset']}: {r['params']:,} parameters on {r['device']}; data prepared in {r['prepare_s']} s"
+            f"{r['preset']}: {r['params']:,} parameters on {r['device']}; "
+            f"data prepared in {r['prepare_s']} s"
         )
     print(f"BLEU lc signature: {results[0]['bleu_lc_signature']}" if results else "")
     return 0

@@ -35,12 +35,14 @@ def main() -> int:
     args = parser.parse_args()
     if not Path(args.path).is_dir():
         print(
-            f"error: {args.path} is not a folder (the Multi30k corpus lives in ../shared/corpora/multi30k)",
+            f"error: {args.path} is not a folder "
+            "(the Multi30k corpus lives in ../shared/corpora/multi30k)",
             file=sys.stderr,
         )
         return 2
     print(
-        f"{'tokenizer':10s} {'pairs':>7s} {'vocab src/tgt':>14s} {'first s':>8s} {'cached s':>9s}  target < {TARGET_S:.0f} s"
+        f"{'tokenizer':10s} {'pairs':>7s} {'vocab src/tgt':>14s} {'first s':>8s} {'cached s':>9s}  "
+        f"target < {TARGET_S:.0f} s"
     )
     worst = 0.0
     for name in args.tokenizers:
@@ -60,11 +62,13 @@ def main() -> int:
         DataConfig(task="reverse", train_size=20000, min_len=3, max_len=20, vocab_size=30)
     )
     print(
-        f"{'reverse':10s} {len(toy.splits.train):7d} {f'{len(toy.src_vocab)}/{len(toy.tgt_vocab)}':>14s} "
+        f"{'reverse':10s} {len(toy.splits.train):7d} "
+        f"{f'{len(toy.src_vocab)}/{len(toy.tgt_vocab)}':>14s} "
         f"{time.perf_counter() - start:8.2f} {'-':>9s}"
     )
     print(
-        f"slowest first corpus preparation {worst:.2f} s: {'met' if worst < TARGET_S else 'NOT met'}"
+        f"slowest first corpus preparation {worst:.2f} s: "
+        f"{'met' if worst < TARGET_S else 'NOT met'}"
     )
     return 0
 

@@ -57,7 +57,10 @@ def run_joey(model: str, updates: int) -> dict[str, float]:
 
 
 def run_naive(updates: int) -> dict[str, float]:
-    """Training tok/s and the naive per-sentence greedy / beam-5 decoding of the 500 test sentences."""
+    """Training tok/s and the naive per-sentence greedy / beam-5 decoding.
+
+    Decodes the 500 test sentences.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [
@@ -222,7 +225,8 @@ def main() -> None:
         "\nmedians: train = target tokens/s of the training loop; greedy / beam5 = test sentences/s"
     )
     print(
-        "model        system    train tok/s  greedy sent/s  beam5 sent/s   attnlab's ratio (train, greedy, beam5)"
+        "model        system    train tok/s  greedy sent/s  beam5 sent/s   "
+        "attnlab's ratio (train, greedy, beam5)"
     )
     for model in args.models.split(","):
         ours = {
@@ -235,7 +239,8 @@ def main() -> None:
             med = {k: statistics.median(r[k] for r in runs) for k in ("train", "greedy", "beam5")}
             ratio = "" if name == "attnlab" else ", ".join(f"{ours[k] / med[k]:.2f}x" for k in med)
             print(
-                f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} {med['beam5']:13,.1f}   {ratio}"
+                f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} "
+                f"{med['beam5']:13,.1f}   {ratio}"
             )
 
 

@@ -2,7 +2,8 @@
 or to any dev metric with any preset (issue 3: exact match >= 0.99 with reverse-transformer).
 
     OMP_NUM_THREADS=2 python benchmarks/time_to_bleu.py [--target 95] [--eval-every 100]
-    OMP_NUM_THREADS=2 python benchmarks/time_to_bleu.py --preset reverse-transformer --metric exact_match --target 0.99
+    OMP_NUM_THREADS=2 python benchmarks/time_to_bleu.py --preset reverse-transformer \
+--metric exact_match --target 0.99
 
 Trains the preset in-process, evaluates on the full dev set every ``--eval-every`` steps and
 stops at the first eval reaching the target. Prints the wall time to that eval (training +
@@ -59,7 +60,8 @@ def main() -> None:
     def on_event(event: dict) -> None:
         if event["type"] == "eval":
             print(
-                f"step {event['step']:5d}  dev BLEU {event['bleu']:6.2f}  exact {event['exact_match']:.3f}  "
+                f"step {event['step']:5d}  dev BLEU {event['bleu']:6.2f}  "
+                f"exact {event['exact_match']:.3f}  "
                 f"{event['elapsed_s']:7.1f} s",
                 flush=True,
             )
@@ -86,12 +88,14 @@ def main() -> None:
     }
     if reached:
         print(
-            f"dev {args.metric} {reached['value']:.3f} >= {args.target} at step {reached['step']} after "
-            f"{reached['elapsed_s']:.1f} s ({summary['tokens_per_s']:.0f} train tok/s, {args.threads} threads)"
+            f"dev {args.metric} {reached['value']:.3f} >= {args.target} "
+            f"at step {reached['step']} after {reached['elapsed_s']:.1f} s "
+            f"({summary['tokens_per_s']:.0f} train tok/s, {args.threads} threads)"
         )
     else:
         print(
-            f"target {args.metric} >= {args.target} not reached within {config.train.max_steps} steps "
+            f"target {args.metric} >= {args.target} not reached "
+            f"within {config.train.max_steps} steps "
             f"(best dev {args.metric} {summary['best'].get(args.metric, 0):.3f})"
         )
     print(json.dumps(result))

@@ -89,12 +89,14 @@ def main() -> None:
     menus = [r[1] for r in results]
     for i, (frame, menu, torch_loaded) in enumerate(results, 1):
         print(
-            f"run {i}: first frame {frame:.2f} s (torch imported: {torch_loaded}), menus ready {menu:.2f} s"
+            f"run {i}: first frame {frame:.2f} s (torch imported: {torch_loaded}), "
+            f"menus ready {menu:.2f} s"
         )
     baseline = statistics.median(once(BASELINE)[0] for _ in range(3))
     print(f"(a bare Textual app with a header and a footer on this machine: {baseline:.2f} s)")
     print(
-        f"median first interactive frame {statistics.median(frames):.2f} s; median menus ready {statistics.median(menus):.2f} s"
+        f"median first interactive frame {statistics.median(frames):.2f} s; "
+        f"median menus ready {statistics.median(menus):.2f} s"
     )
     ok = statistics.median(frames) < 1.5
     print("PASS" if ok else "FAIL", "(target: first interactive frame < 1.5 s)")

@@ -84,13 +84,15 @@ def main() -> None:
                 flush=True,
             )
     print(
-        "\n| self-attention | task | test exact match | test BLEU | alignment acc. | steps | seconds |"
+        "\n| self-attention | task | test exact match | test BLEU | alignment acc. "
+        "| steps | seconds |"
     )
     print("|---|---|---|---|---|---|---|")
     for variant, task, c in rows:
         align = "–" if c["alignment"] is None else f"{c['alignment']:.3f}"
         print(
-            f"| {variant} | {task} | {c['exact_match']:.3f} | {c['bleu']:.2f} | {align} | {c['steps']} | {c['seconds']:.0f} |"
+            f"| {variant} | {task} | {c['exact_match']:.3f} | {c['bleu']:.2f} | {align} "
+            f"| {c['steps']} | {c['seconds']:.0f} |"
         )
 
 

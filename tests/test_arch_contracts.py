@@ -148,7 +148,10 @@ def test_an_old_flat_checkpoint_config_still_loads_and_builds_the_same_model() -
 def test_unknown_qualified_keys_are_one_line_errors() -> None:
     with pytest.raises(
         AttnlabError,
-        match=r'unknown key model.sliding-windw.window: no attention variant .*did you mean "sliding-window"',
+        match=(
+            r"unknown key model.sliding-windw.window: no attention variant "
+            r'.*did you mean "sliding-window"'
+        ),
     ):
         apply_overrides(ExperimentConfig(), ["model.sliding-windw.window=3"])
     with pytest.raises(

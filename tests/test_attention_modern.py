@@ -243,7 +243,7 @@ def test_a_scores_override_is_honoured_without_weights(role):
     torch.testing.assert_close(fast.context.double(), expected, atol=1e-5, rtol=1e-5)
 
 
-# -- float64 references from each formula ------------------------------------------------------------
+# -- float64 references from each formula -------------------------------------------------------
 
 
 def _reference_setup(attn, query, keys):
@@ -524,7 +524,7 @@ def test_linformer_matches_low_rank_formula_and_refuses_long_inputs():
         attn(long_query, long_query, long_query, long_mask)
 
 
-# -- properties over the whole registry ------------------------------------------------------------------
+# -- properties over the whole registry ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", variants_with(ROLE_CAUSAL_SELF))
@@ -551,7 +551,7 @@ def test_causal_self_attention_ignores_future_tokens(name, need_weights):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", variants_with(ROLE_CAUSAL_SELF))
 def test_one_cached_query_sees_what_the_full_pass_sees(name, causal):
-    """Bottom-right alignment: the last query alone over all keys = the last row of the full pass."""
+    """Bottom-right alignment: the last query alone over all keys = the full pass's last row."""
     attn = build(name, role=ROLE_CAUSAL_SELF, heads=2)
     x, _, _ = make_inputs(tq=10, tk=10)
     mask = torch.ones(2, 10, dtype=torch.bool)

@@ -30,7 +30,7 @@ def beam(model, sources, steps, **options):
 
 
 def enumerate_finished(model, src, steps):
-    """Every finished sequence of at most ``steps`` steps with its float64 log-prob and attention."""
+    """Every finished sequence of at most ``steps`` steps, its float64 log-prob and attention."""
     out = []
     for length in range(steps):
         for body in itertools.product(WORDS, repeat=length):

@@ -1,4 +1,5 @@
-"""The RNN encoder-decoder: batching, step-by-step decoding, scheduled sampling, every rnn-cross variant."""
+"""The RNN encoder-decoder: batching, step-by-step decoding, scheduled sampling, and every
+rnn-cross variant."""
 
 from __future__ import annotations
 

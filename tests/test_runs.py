@@ -176,7 +176,8 @@ def _write_run(root, name, events, task="reverse", attention="bahdanau"):
     run_dir = root / name
     run_dir.mkdir(parents=True)
     (run_dir / "config.toml").write_text(
-        f'name = "{name}"\n[data]\ntask = "{task}"\n[model]\narch = "rnn"\nattention = "{attention}"\n'
+        f'name = "{name}"\n[data]\ntask = "{task}"\n'
+        f'[model]\narch = "rnn"\nattention = "{attention}"\n'
     )
     log = EventLog(run_dir)
     for kind, step, fields in events:

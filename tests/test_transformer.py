@@ -280,7 +280,8 @@ def test_linformer_in_decoder_self_attention_is_refused_at_config_time():
     with pytest.raises(AttnlabError) as err:
         check_transformer(config(decoder_self_attention="linformer"))
     assert str(err.value) == (
-        "model.decoder_self_attention=linformer: linformer cannot be used for causal-self attention; "
+        "model.decoder_self_attention=linformer: "
+        "linformer cannot be used for causal-self attention; "
         "it supports: cross, self"
     )
     assert "\n" not in str(err.value)

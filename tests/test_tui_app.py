@@ -375,8 +375,10 @@ async def test_queued_runs_train_one_after_another(tmp_path: Path) -> None:
     code = (
         "import json, os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True)\n"
         "with open(os.path.join(d, 'events.jsonl'), 'w') as f:\n"
-        "    f.write(json.dumps({'type': 'start', 'time': 0, 'step': 0, 'name': os.path.basename(d)}) + '\\n')\n"
-        "    f.write(json.dumps({'type': 'done', 'time': 0, 'step': 0, 'reason': 'finished'}) + '\\n')\n"
+        "    f.write(json.dumps({'type': 'start', 'time': 0, 'step': 0, "
+        "'name': os.path.basename(d)}) + '\\n')\n"
+        "    f.write(json.dumps({'type': 'done', 'time': 0, 'step': 0, "
+        "'reason': 'finished'}) + '\\n')\n"
     )
 
     def quick(preset: Path, runs_dir: Path, name: str) -> list[str]:
@@ -401,7 +403,8 @@ async def test_queued_runs_train_one_after_another(tmp_path: Path) -> None:
 
 async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Path) -> None:
     """A variant added in its own file reuses ``window``: Setup shows each variant's default
-    (the registry's), and the experiment it builds uses it (sliding-window: 16, not local-m's 10)."""
+    (the registry's), and the experiment it builds uses it (sliding-window: 16, not
+    local-m's 10)."""
     import _twin_variant as twin
 
     twin.register()

@@ -44,7 +44,10 @@ def write_corpus(folder: Path) -> Path:
 
 
 async def until(pilot, condition, timeout: float = 30.0) -> None:
-    """Like the shared ``until``, then let the preview's worker finish (it waits out its debounce)."""
+    """Like the shared ``until``, then let the preview's worker finish.
+
+    (It waits out its debounce.)
+    """
     await until_shared(pilot, condition, timeout)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()

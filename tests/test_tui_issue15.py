@@ -252,7 +252,7 @@ async def test_compare_method_menu_rescales_both_maps_together(tmp_path: Path) -
         assert np.allclose(screen.query_one("#cmp-b", AttentionHeatmap).weights, b)
 
 
-# -- entropy in Train and Runs -----------------------------------------------------------------------
+# -- entropy in Train and Runs ------------------------------------------------------------------
 
 
 async def test_train_plots_and_runs_overlays_attention_entropy(tmp_path: Path) -> None:
@@ -289,7 +289,7 @@ def test_mean_entropy_ignores_missing_values() -> None:
     assert np.isnan(mean_entropy([])) and np.isnan(mean_entropy(None))
 
 
-# -- snapshots of the new screens (80x24, the smallest supported, and 100x30) ------------------------
+# -- snapshots of the new screens (80x24, the smallest supported, and 100x30) -------------------
 
 
 @pytest.fixture

@@ -121,7 +121,8 @@ def parse_columns(raw: str) -> tuple[int, int]:
         cols = ()
     if len(cols) != 2 or min(cols) < 0 or cols[0] == cols[1]:
         raise AttnlabError(
-            f'data.columns="{raw}": expected two different 0-based column numbers "SRC,TGT", e.g. "0,1"'
+            f'data.columns="{raw}": expected two different 0-based column numbers '
+            '"SRC,TGT", e.g. "0,1"'
         )
     return cols[0], cols[1]
 
@@ -203,7 +204,8 @@ def read_folder(folder: Path, cfg: DataConfig) -> dict[str, Side | None]:
     if out["train"] is None:
         langs = _languages(folder)
         raise AttnlabError(
-            f"{folder}: no train.{src} (data.src_lang={src}; languages here: {', '.join(langs) or 'none'}; "
+            f"{folder}: no train.{src} (data.src_lang={src}; "
+            f"languages here: {', '.join(langs) or 'none'}; "
             "expected train/dev/test files such as train.de + train.en, or train.tsv)"
         )
     return out
@@ -228,7 +230,8 @@ def read_source(cfg: DataConfig) -> dict[str, Side | None]:
         return {"train": read_parallel(src_path, tgt_path), "dev": None, "test": None}
     if not cfg.path:
         raise AttnlabError(
-            'data.task="corpus" needs data.path (a folder or a .tsv file) or data.src_file + data.tgt_file'
+            'data.task="corpus" needs data.path (a folder or a .tsv file) '
+            "or data.src_file + data.tgt_file"
         )
     path = resolve_path(cfg.path, "data.path")
     if path.is_dir():
@@ -304,7 +307,10 @@ def assemble_splits(
             side = sides[split] or train
             if sides[split] is None:
                 key = "test_fraction" if split == "test" else "dev_fraction"
-                reason = f"data.{key}={getattr(cfg, key)} of {len(train.pairs)} pairs leaves no {split} pairs"
+                reason = (
+                    f"data.{key}={getattr(cfg, key)} of {len(train.pairs)} pairs "
+                    f"leaves no {split} pairs"
+                )
             else:
                 reason = f"no non-empty pairs ({side.empty_skipped} empty lines skipped)"
             raise AttnlabError(f"{side.description}: the {split} split is empty: {reason}")

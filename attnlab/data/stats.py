@@ -183,13 +183,15 @@ def render_stats(stats: dict[str, Any]) -> Any:
     ]
     if stats.get("split_off"):
         notes.append(
-            f"split off the training data: {', '.join(stats['split_off'])} (identical sources kept together)"
+            f"split off the training data: {', '.join(stats['split_off'])} "
+            "(identical sources kept together)"
         )
     if stats.get("train_too_long_dropped"):
         notes.append(f"training pairs dropped as too long: {stats['train_too_long_dropped']}")
     if "cache" in stats:
         notes.append(
-            f"cache: {stats['cache']} ({stats.get('cache_file', '')}), prepared in {stats.get('prepare_seconds', 0):.2f} s"
+            f"cache: {stats['cache']} ({stats.get('cache_file', '')}), "
+            f"prepared in {stats.get('prepare_seconds', 0):.2f} s"
         )
     parts.extend(Text(n) for n in notes)
     return Group(*parts)

@@ -176,7 +176,10 @@ def _rnn_short(m: ModelConfig, resolved: Mapping[str, str]) -> str:
 
 
 def _rnn_long(m: ModelConfig, resolved: Mapping[str, str]) -> str:
-    return f"{m.cell.upper()} encoder-decoder (hidden {m.hidden}) with {resolved['model.attention']} attention"
+    return (
+        f"{m.cell.upper()} encoder-decoder (hidden {m.hidden}) "
+        f"with {resolved['model.attention']} attention"
+    )
 
 
 def _transformer_long(m: ModelConfig, resolved: Mapping[str, str]) -> str:

@@ -20,7 +20,10 @@ POSITIONS = ("sinusoidal", "learned", "none", "rotary")
 
 
 def sinusoid_table(length: int, dim: int) -> Tensor:
-    """[length, dim]: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(...) (Vaswani et al. 2017)."""
+    """[length, dim]: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(...).
+
+    Vaswani et al. 2017.
+    """
     position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     table = torch.zeros(length, dim)

@@ -101,7 +101,10 @@ class RNNEncoder(nn.Module):
         return states, self._merge_directions(final), None
 
     def _merge_directions(self, final: Tensor) -> Tensor:
-        """[L·dirs,B,H] -> [L,B,dirs·H]: each layer's forward and backward final states side by side."""
+        """[L·dirs,B,H] -> [L,B,dirs·H].
+
+        Each layer's forward and backward final states side by side.
+        """
         _, batch, hidden = final.shape
         final = final.view(self.layers, self.directions, batch, hidden)
         return final.transpose(1, 2).reshape(self.layers, batch, self.directions * hidden)
@@ -482,7 +485,8 @@ def _pack(precomputed: Any) -> dict[str, Tensor]:
     if isinstance(precomputed, (tuple, list)):
         return {f"{_PRE}.{i}": t for i, t in enumerate(precomputed)}
     raise TypeError(
-        f"precompute() must return a tensor or a tuple of batch-first tensors, got {type(precomputed)}"
+        "precompute() must return a tensor or a tuple of batch-first tensors, "
+        f"got {type(precomputed)}"
     )
 
 

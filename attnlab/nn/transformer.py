@@ -232,8 +232,9 @@ class TransformerSeq2Seq(Seq2Seq):
         if m.share_embeddings:
             if src_vocab_size != tgt_vocab_size:
                 raise AttnlabError(
-                    f"model.share_embeddings=true needs one vocabulary for both sides, but the source "
-                    f"has {src_vocab_size} tokens and the target {tgt_vocab_size}; set data.shared_vocab=true"
+                    "model.share_embeddings=true needs one vocabulary for both sides, "
+                    f"but the source has {src_vocab_size} tokens and the target "
+                    f"{tgt_vocab_size}; set data.shared_vocab=true"
                 )
             self.src_embed = self.tgt_embed
         else:
@@ -436,12 +437,16 @@ def _check_role(key: str, name: str, role: str) -> None:
     roles = entry.meta.roles
     if role not in roles:
         raise AttnlabError(
-            f"{key}={name}: {name} cannot be used for {role} attention; it supports: {', '.join(sorted(roles))}"
+            f"{key}={name}: {name} cannot be used for {role} attention; "
+            f"it supports: {', '.join(sorted(roles))}"
         )
 
 
 def check_transformer(config: ExperimentConfig) -> None:
-    """Config-time checks for model.arch = transformer; one-line AttnlabError on a bad combination."""
+    """Config-time checks for model.arch = transformer.
+
+    One-line AttnlabError on a bad combination.
+    """
     m, d = config.model, config.data
     if m.d_model % m.heads:
         raise AttnlabError(f"model.d_model={m.d_model} must be divisible by model.heads={m.heads}")
@@ -455,7 +460,8 @@ def check_transformer(config: ExperimentConfig) -> None:
     if m.positions == "rotary":
         if (m.d_model // m.heads) % 2:
             raise AttnlabError(
-                f"model.positions=rotary needs an even head size; model.d_model/model.heads = {m.d_model // m.heads}"
+                "model.positions=rotary needs an even head size; "
+                f"model.d_model/model.heads = {m.d_model // m.heads}"
             )
         for name in {m.self_attention, dec_name}:
             cls = ATTENTION.get(name).factory

@@ -82,7 +82,8 @@ class QuitScreen(ModalScreen[str]):
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
             yield Static(
-                f"[b]{self.run_name}[/b] is still training.\nStop it (saving a checkpoint) or keep it running in the background?"
+                f"[b]{self.run_name}[/b] is still training.\n"
+                "Stop it (saving a checkpoint) or keep it running in the background?"
             )
             with Horizontal(classes="buttons"):
                 yield Button("Stop & save (s)", id="stop", variant="warning", compact=True)

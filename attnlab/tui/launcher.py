@@ -93,8 +93,11 @@ class TrainingProcess:
         command: Callable[[Path, Path, str], Sequence[str]] | None = None,
         env: dict[str, str] | None = None,
     ) -> TrainingProcess:
-        """Write the preset file and start the child. ``command(preset, runs_dir, name)``
-        replaces the default ``python -m attnlab train ...`` argv (tests start a child that dies)."""
+        """Write the preset file and start the child.
+
+        ``command(preset, runs_dir, name)`` replaces the default
+        ``python -m attnlab train ...`` argv (tests start a child that dies).
+        """
         runs_dir = Path(runs_dir)
         runs_dir.mkdir(parents=True, exist_ok=True)
         name = run_name or run_name_for(config, runs_dir)

@@ -2,8 +2,9 @@
 
 Target tokens are rows, source tokens are columns. Column labels are whole tokens written
 horizontally and staggered over a few header rows so that they never overlap (or, when even
-that does not fit, the columns are numbered and a legend maps numbers to tokens); each cell is coloured on a sequential (viridis-like) scale from 0 to the matrix maximum,
-with a legend below. ``half_block`` packs two target rows into one text row with ``▀``
+that does not fit, the columns are numbered and a legend maps numbers to tokens); each
+cell is coloured on a sequential (viridis-like) scale from 0 to the matrix maximum, with a
+legend below. ``half_block`` packs two target rows into one text row with ``▀``
 (foreground = upper row, background = lower row) for an overview of large matrices.
 
 No textual and no torch import here: the CLI prints these, the tests snapshot them, and

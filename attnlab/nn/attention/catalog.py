@@ -69,7 +69,8 @@ def variants_markdown() -> str:
             out.append(f"- {_cell(_hparam(h))}")
         if s.max_length_param:
             out.append(
-                f"- length limit: sources longer than `{s.max_length_param}` are refused at config time (toy tasks)"
+                f"- length limit: sources longer than `{s.max_length_param}` "
+                "are refused at config time (toy tasks)"
             )
     return "\n".join(out) + "\n"
 

@@ -276,7 +276,10 @@ class PerformerAttention(KernelAttention):
 
 @register_attention
 class LinearAttention(KernelAttention):
-    """sim(q, k) = φ(q)·φ(k), φ(x) = elu(x) + 1; Katharopoulos et al. 2020 ("Transformers are RNNs")."""
+    """sim(q, k) = φ(q)·φ(k), φ(x) = elu(x) + 1.
+
+    Katharopoulos et al. 2020 ("Transformers are RNNs").
+    """
 
     spec = AttentionSpec(
         name="linear",

@@ -320,7 +320,9 @@ class GatedAttention(MultiHeadBase):
         roles=TRANSFORMER_ROLES,
         formula="o_h = σ(W_g^h x) ⊙ softmax(Q_h K_hᵀ/√d_h) V_h",
         complexity="O(Tq·Tk·d), like scaled-dot",
-        known_for="A query-dependent sigmoid gate lets a head switch itself off (no attention sink).",
+        known_for=(
+            "A query-dependent sigmoid gate lets a head switch itself off (no attention sink)."
+        ),
         paper="Qiu et al. 2025, Gated Attention for LLMs",
     )
 

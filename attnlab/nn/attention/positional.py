@@ -34,12 +34,17 @@ def relative_distance(tq: int, tk: int, device: torch.device | None = None) -> T
 
 @register_attention
 class RelativeAttention(MultiHeadBase):
-    """e_ij = q_i·(k_j + a^K_clip(j-i)) / √d_h, z_i = Σ_j α_ij (v_j + a^V_clip(j-i)); Shaw et al. 2018."""
+    """e_ij = q_i·(k_j + a^K_clip(j-i)) / √d_h, z_i = Σ_j α_ij (v_j + a^V_clip(j-i)).
+
+    Shaw et al. 2018.
+    """
 
     spec = AttentionSpec(
         name="relative",
         roles=SELF_ROLES,
-        formula="e_ij = q_i·(k_j + a^K_{clip(j−i,k)})/√d_h;  z_i = Σ α_ij (v_j + a^V_{clip(j−i,k)})",
+        formula=(
+            "e_ij = q_i·(k_j + a^K_{clip(j−i,k)})/√d_h;  z_i = Σ α_ij (v_j + a^V_{clip(j−i,k)})"
+        ),
         complexity="O(T²·d) time, O(T²) memory",
         known_for="Learned embeddings of clipped relative distance; no absolute positions needed.",
         paper="Shaw, Uszkoreit & Vaswani 2018",

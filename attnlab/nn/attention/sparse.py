@@ -142,14 +142,19 @@ class SlidingWindowAttention(MultiHeadBase):
 
 @register_attention
 class DilatedAttention(SlidingWindowAttention):
-    """score_ij = q_i·k_j / √d_h for j = i + d·r, |r| ≤ w; Child et al. 2019 (Sparse Transformer, strided)."""
+    """score_ij = q_i·k_j / √d_h for j = i + d·r, |r| ≤ w.
+
+    Child et al. 2019 (Sparse Transformer, strided).
+    """
 
     spec = AttentionSpec(
         name="dilated",
         roles=SELF_ROLES,
         formula="softmax over j = i + d·r, |r| ≤ w (half the heads d = 1: local + strided)",
         complexity="O(T·w·d) time and memory (banded per residue class)",
-        known_for="Strided heads reach w·d tokens away at the cost of w; local heads fill the gaps.",
+        known_for=(
+            "Strided heads reach w·d tokens away at the cost of w; local heads fill the gaps."
+        ),
         paper="Child et al. 2019 (Sparse Transformer); Beltagy et al. 2020",
         hparams=(
             HParam("window", 16, "window half-width w (keys |i−j| ≤ w)", 1, 100000),

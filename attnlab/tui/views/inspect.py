@@ -371,7 +371,8 @@ class InspectView(Horizontal):
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         self.query_one("#insp-title", Static).update(
             f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
-            f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} · step {r.step}{acc}{ref}"
+            f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} "
+            f"· step {r.step}{acc}{ref}"
         )
         self.step_row = None
         self.redraw()
@@ -474,7 +475,8 @@ class InspectView(Horizontal):
         lines = [
             f"[b]{KIND_LABELS.get(kind, kind)}[/] {matrix.shape[0]}×{matrix.shape[1]} "
             f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
-            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats ({d.entropy_ratio:.0%})",
+            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats "
+            f"({d.entropy_ratio:.0%})",
         ]
         if d.eos_mass is not None:
             lines.append(f"mass on </s> {d.eos_mass:.0%}")
@@ -528,7 +530,8 @@ class InspectView(Horizontal):
     def _cursor(self, message: AttentionHeatmap.CursorMoved) -> None:
         cell = message.cell
         self.query_one("#insp-cell", Static).update(
-            f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  weight [b]{cell.weight:.4f}[/]"
+            f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  "
+            f"weight [b]{cell.weight:.4f}[/]"
             f"  (row {cell.row}, col {cell.col})"
         )
         current = self.current_matrix()

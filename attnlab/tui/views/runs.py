@@ -212,7 +212,10 @@ class RunsView(Vertical):
         return fit_columns(width - 2, longest)  # 2: the vertical scrollbar
 
     def _fill_table(self) -> None:
-        """(Re)build the table for the current width: chosen columns, run names cut in the middle."""
+        """(Re)build the table for the current width.
+
+        Chosen columns, run names cut in the middle.
+        """
         table = self.query_one("#runs-table", DataTable)
         layout = self._fit()
         row = table.cursor_row

@@ -2,9 +2,9 @@
 
 Every menu is generated from the registries (``attnlab.tui.menus.Menus``): the
 architecture's own fields and attention slots come from its ``ArchSpec``; each chosen
-variant's hyper-parameters become inputs with that variant's ranges and defaults. Every change re-validates the
-whole experiment through ``attnlab.config``; invalid fields are marked and Train is blocked
-with the one-line reason.
+variant's hyper-parameters become inputs with that variant's ranges and defaults. Every
+change re-validates the whole experiment through ``attnlab.config``; invalid fields are
+marked and Train is blocked with the one-line reason.
 """
 
 from __future__ import annotations

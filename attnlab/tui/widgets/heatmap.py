@@ -4,9 +4,10 @@ A Line-API ``ScrollView``: only the visible lines are rendered, so long sentence
 (row labels and column headers stay in place). Column labels are whole tokens, staggered over
 a few header rows by the CLI's layout (``attnlab.viz.text.column_header``); when they would
 need too many rows the columns are numbered and a legend follows the grid. The row-label
-width is fixed per map (from all its row labels), so stepping through a map never shifts it. The cursor (keys or mouse) reports the exact
-weight and the two tokens. Half-block mode packs two matrix rows into one text row with
-``▀`` (foreground = upper row, background = lower row) for an overview of large matrices.
+width is fixed per map (from all its row labels), so stepping through a map never shifts
+it. The cursor (keys or mouse) reports the exact weight and the two tokens. Half-block mode
+packs two matrix rows into one text row with ``▀`` (foreground = upper row, background =
+lower row) for an overview of large matrices.
 """
 
 from __future__ import annotations
