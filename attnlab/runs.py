@@ -63,7 +63,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -518,7 +518,9 @@ def save_checkpoint(
     root = final.parent
     stamp = {"attnlab.step": str(int(step))}
     weights = dict(model.state_dict())
-    files: list[tuple[str, Any]] = [(MODEL_FILE, lambda: _tensor_bytes(weights, stamp))]
+    files: list[tuple[str, Callable[[], bytes]]] = [
+        (MODEL_FILE, lambda: _tensor_bytes(weights, stamp))
+    ]
     if trainer_state is not None:
         tensors, scalars = trainer_state
         files.append((STATE_TENSORS, lambda: _tensor_bytes(tensors, stamp)))
@@ -533,10 +535,26 @@ def save_checkpoint(
         "params": int(params),
     }
     files.append((META_FILE, lambda: _json_text(meta).encode("utf-8")))
-    target = final
     try:
         root.mkdir(parents=True, exist_ok=True)
         prepare_checkpoints(Path(run_dir))
+    except OSError as err:
+        raise _write_error(final, err) from None
+    return _write_checkpoint_dir(root, tag, files, pause=_fault_pause)
+
+
+def _write_checkpoint_dir(
+    root: Path,
+    tag: str,
+    files: list[tuple[str, Callable[[], bytes]]],
+    pause: Callable[[], None] = lambda: None,
+) -> Path:
+    """``root/<tag>/`` as a whole: ``files`` (name, bytes) written in order into a fresh
+    scratch directory, fsynced and swapped in (see the module docstring). A failed write
+    removes the scratch directory and leaves the previous ``<tag>/`` in place."""
+    final = root / tag
+    target = final
+    try:
         new = root / f".{tag}{_TMP}{_scratch_suffix()}"
         os.mkdir(new, 0o777)  # the umask applies
     except OSError as err:
@@ -545,7 +563,7 @@ def save_checkpoint(
         for name, render in files:
             target = final / name
             _write_new_file(new / name, render())
-            _fault_pause()
+            pause()
         target = final
         _fsync_dir(new)
         _swap_in(root, tag, new)
@@ -579,22 +597,10 @@ def keep_step_checkpoint(run_dir: Path, step: int, keep_last: int) -> Path | Non
     root = Path(run_dir) / CHECKPOINTS
     source = checkpoint_dir(run_dir, "last")
     tag = f"{STEP_PREFIX}{int(step)}"
-    target = root / tag
-    try:
-        new = root / f".{tag}{_TMP}{_scratch_suffix()}"
-        os.mkdir(new, 0o777)
-    except OSError as err:
-        raise _write_error(target, err) from None
-    try:
-        for name in (MODEL_FILE, META_FILE):  # meta last, as in a save
-            _write_new_file(new / name, (source / name).read_bytes())
-        _fsync_dir(new)
-        _swap_in(root, tag, new)
-    except BaseException as err:
-        shutil.rmtree(new, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise _write_error(target, err) from None
-        raise
+    files = [  # meta last, as in a save
+        (name, lambda name=name: (source / name).read_bytes()) for name in (MODEL_FILE, META_FILE)
+    ]
+    target = _write_checkpoint_dir(root, tag, files)
     for _step, directory in step_checkpoints(run_dir)[:-keep_last]:
         _retire(root, directory)
     return target
