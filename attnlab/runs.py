@@ -1026,10 +1026,15 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     return state
 
 
+def _resumable_dir(run_dir: Path) -> Path | None:
+    """``RUN/checkpoints/last`` (or its mid-swap fallback) when it holds trainer state."""
+    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
+    return directory if directory is not None and (directory / STATE_JSON).is_file() else None
+
+
 def has_resumable_checkpoint(run_dir: Path) -> bool:
     """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from."""
-    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
-    return directory is not None and (directory / STATE_JSON).is_file()
+    return _resumable_dir(run_dir) is not None
 
 
 def read_trainer_state(
@@ -1037,8 +1042,8 @@ def read_trainer_state(
 ) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Tensor]]:
     """(model weights, trainer scalars, trainer tensors) of ``RUN/checkpoints/last``; every
     file must carry the same step."""
-    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
-    if directory is None or not (directory / STATE_JSON).is_file():
+    directory = _resumable_dir(run_dir)
+    if directory is None:
         raise AttnlabError(
             f"{run_dir}: no resumable checkpoint (checkpoints/last with trainer state)"
         )
