@@ -10,7 +10,7 @@ from attnlab.decode.beam import beam_search
 from attnlab.decode.greedy import greedy_decode, max_lengths
 from attnlab.decode.hypothesis import Hypothesis
 from attnlab.decode.sampling import sample_decode
-from attnlab.decode.search import DECODERS, check_decode, check_decode_config, decode_batch
+from attnlab.decode.search import DECODERS, check_decode, decode_batch
 from attnlab.decode.strategy import DecoderSpec, DecodingStrategy, register_decoder
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "Hypothesis",
     "beam_search",
     "check_decode",
-    "check_decode_config",
     "decode_batch",
     "greedy_decode",
     "max_lengths",

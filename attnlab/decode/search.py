@@ -28,14 +28,11 @@ from attnlab.nn.seq2seq import PAD_ID, Seq2Seq
 __all__ = [
     "DECODERS",
     "check_decode",
-    "check_decode_config",
     "decode_batch",
     "decode_sorted",
     "sentences_per_batch",
     "sorted_batches",
 ]
-
-check_decode_config = check_decode  # the name before the registry
 
 
 def decode_batch(
