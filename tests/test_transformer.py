@@ -94,6 +94,34 @@ def test_cached_step_decoding_equals_full_forward(case, device):
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-5)
 
 
+def _decoder_variant_cases():
+    """Every registered variant in each decoder role it declares (causal self / cross)."""
+    for entry in ATTENTION.entries():
+        for role, key in (
+            (ROLE_CAUSAL_SELF, "decoder_self_attention"),
+            (ROLE_CROSS, "cross_attention"),
+        ):
+            if role in entry.meta.roles:
+                yield pytest.param({key: entry.name}, id=f"{key}={entry.name}")
+
+
+@pytest.mark.parametrize("case", list(_decoder_variant_cases()))
+def test_every_decoder_variant_decodes_with_its_cache_as_the_full_pass(case):
+    """The KV cache (or whatever a variant keeps between steps) gives the full pass's logits,
+    with need_weights off and on, and the stepped cross weights equal the full pass's."""
+    model = make_model(**case)
+    src, src_mask, tgt_in = random_batch()
+    with torch.no_grad():
+        full = model(src, src_mask, tgt_in, need_weights=True)
+        cached, _ = decode_with_cache(model, src, src_mask, tgt_in)
+        cached_w, cross = decode_with_cache(model, src, src_mask, tgt_in, need_weights=True)
+    torch.testing.assert_close(cached, full.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_w, full.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.stack(cross, dim=3), full.attentions["cross"], atol=1e-5, rtol=1e-5
+    )
+
+
 def ragged_batch(empty_source: bool = False):
     """Padding on both sides: sources of 7/4/2/7 tokens, targets of 6/4/2/5 positions."""
     src, src_mask, tgt_in = random_batch(b=4, s=7, t=6, seed=1)

@@ -8,6 +8,11 @@ config validation and the parametrised tests.
 from attnlab.nn.attention.base import (  # noqa: I001  (variant import order = menu order)
     ALL_ROLES,
     ATTENTION,
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    NORMALISATIONS,
     ROLE_CAUSAL_SELF,
     ROLE_CROSS,
     ROLE_RNN_CROSS,
@@ -29,10 +34,20 @@ from attnlab.nn.attention import multihead  # noqa: E402,F401  scaled-dot, multi
 from attnlab.nn.attention import positional  # noqa: E402,F401  relative, alibi
 from attnlab.nn.attention import sparse  # noqa: E402,F401  sliding-window, dilated
 from attnlab.nn.attention import kernel  # noqa: E402,F401  linformer, performer, linear
+from attnlab.nn.attention import grouped  # noqa: E402,F401  gqa, mla
+from attnlab.nn.attention import reweighted  # noqa: E402,F401  differential, sigmoid, sinks, qk-norm
+from attnlab.nn.attention import recurrent  # noqa: E402,F401  stick-breaking, decayed-linear
+from attnlab.nn.attention import nsa  # noqa: E402,F401  nsa
+from attnlab.nn.attention import sparsemax  # noqa: E402,F401  sparsemax, entmax
 
 __all__ = [
     "ALL_ROLES",
     "ATTENTION",
+    "NORM_SIGNED",
+    "NORM_SOFTMAX",
+    "NORM_SPARSE",
+    "NORM_SUB_STOCHASTIC",
+    "NORMALISATIONS",
     "ROLE_CAUSAL_SELF",
     "ROLE_CROSS",
     "ROLE_RNN_CROSS",

@@ -33,6 +33,14 @@ ROLE_CAUSAL_SELF = "causal-self"
 ROLE_CROSS = "cross"
 ALL_ROLES = (ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS)
 
+# How a variant's weight rows are normalised: what tests, diagnostics, the coverage penalty and
+# the views may assume of them.
+NORM_SOFTMAX = "softmax"  # rows >= 0 summing to 1 over the unmasked keys
+NORM_SPARSE = "sparse"  # rows >= 0 summing to 1, with exact zeros (sparsemax, entmax, NSA)
+NORM_SUB_STOCHASTIC = "sub-stochastic"  # rows >= 0 summing to <= 1; the rest went nowhere
+NORM_SIGNED = "signed"  # rows may be negative (differential attention)
+NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED)
+
 
 @dataclass(frozen=True)
 class HParam:
@@ -91,6 +99,14 @@ class AttentionSpec:
     # A variant that sees at most N source positions names the hyper-parameter holding N
     # (e.g. linformer's "max_len"); architectures refuse data longer than it at config time.
     max_length_param: str = ""
+    # How the weight rows are normalised (one of NORMALISATIONS).
+    normalisation: str = NORM_SOFTMAX
+
+    def __post_init__(self) -> None:
+        if self.normalisation not in NORMALISATIONS:
+            raise ValueError(
+                f"{self.name}: normalisation {self.normalisation!r} is not one of {NORMALISATIONS}"
+            )
 
     def hparam(self, name: str) -> HParam | None:
         return next((h for h in self.hparams if h.name == name), None)

@@ -1,0 +1,1 @@
+"""Native sparse attention: compressed, selected and sliding-window branches, gated."""

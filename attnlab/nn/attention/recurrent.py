@@ -1,0 +1,1 @@
+"""Attention as a recurrence over positions: stick-breaking and decayed-linear."""

@@ -1,0 +1,1 @@
+"""Softmax reweighted or replaced: differential, sigmoid, sinks, qk-norm."""

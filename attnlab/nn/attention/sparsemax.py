@@ -1,0 +1,1 @@
+"""Sparse normalisers with exact zeros: sparsemax and entmax (alpha = 1.5)."""
