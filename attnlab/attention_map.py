@@ -9,6 +9,12 @@ and nowhere else:
 - **"a ``</s>`` row label for a finished hypothesis"** — :func:`target_rows` (and
   :meth:`AttentionMap.for_target`).
 
+A map also carries how its rows are normalised (``normalisation``: the producing variant's
+``AttentionSpec.normalisation``, looked up per role by ``attnlab.nn.archs.normalisation_of``):
+softmax rows sum to 1; sparse rows too, with exact zeros; sub-stochastic rows sum to at most 1
+(:func:`unattended_mass` is the rest, the weight that went nowhere); signed rows may be
+negative. The views and diagnostics read it.
+
 It sits on the ground floor (torch only), so decode, evaluate, interpret, viz and the front
 ends all import it (torch is imported only when a map is built, so importing this module
 stays cheap). The batched helpers take tensors with leading batch dimensions and also
@@ -41,6 +47,28 @@ MODEL_KEYS = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"} 
 LAST_LAYER_MEAN = "last layer, head average"
 SAMPLE_DECIMALS = 4  # what ``sample`` events keep of each weight
 _HALF = ("torch.float16", "torch.bfloat16")  # averaged in float32
+
+# How a variant's weight rows are normalised (AttentionSpec.normalisation; re-exported by
+# attnlab.nn.attention.base): what tests, diagnostics, the coverage penalty and views assume.
+NORM_SOFTMAX = "softmax"  # rows >= 0 summing to 1 over the unmasked keys
+NORM_SPARSE = "sparse"  # rows >= 0 summing to 1, with exact zeros (sparsemax, entmax, NSA)
+NORM_SUB_STOCHASTIC = "sub-stochastic"  # rows >= 0 summing to <= 1; the rest went nowhere
+NORM_SIGNED = "signed"  # rows may be negative (differential attention)
+NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED)
+UNATTENDED_LABEL = "∅"  # the column of a sub-stochastic map's unattended mass
+
+
+def check_normalisation(kind: str) -> str:
+    if kind not in NORMALISATIONS:
+        raise ValueError(f"normalisation {kind!r} is not one of {', '.join(NORMALISATIONS)}")
+    return kind
+
+
+def unattended_mass(weights: Any) -> Any:
+    """1 − row sum of a sub-stochastic map (tensor or numpy, rows on the last axis), clamped
+    at 0 so float round-off of a full row never reads as negative mass."""
+    rest = 1.0 - weights.sum(-1)
+    return rest.clip(0.0, None) if hasattr(rest, "clip") else max(rest, 0.0)
 
 
 def role_of(name: str) -> str:
@@ -95,8 +123,10 @@ class AttentionMap:
     cols: list[str]  # S labels (keys)
     role: str = "cross"  # cross | enc-self | dec-self
     reduction: str = "none"  # how the weights were reduced, in words (for titles)
+    normalisation: str = NORM_SOFTMAX  # one of NORMALISATIONS: the producing variant's
 
     def __post_init__(self) -> None:
+        check_normalisation(self.normalisation)
         weights = _as_tensor(self.weights)
         if weights.ndim == 2:  # one [T, S] matrix: a single layer and head
             weights = weights[None, None]
@@ -119,24 +149,34 @@ class AttentionMap:
         role: str = "cross",
         unfinished: str | None = None,
         reduction: str = "none",
+        normalisation: str = NORM_SOFTMAX,
     ) -> AttentionMap:
         """A map whose rows are a hypothesis's target tokens (+ ``</s>`` when finished)."""
-        return cls(weights, target_rows(tokens, finished, unfinished), list(cols), role, reduction)
+        rows = target_rows(tokens, finished, unfinished)
+        return cls(weights, rows, list(cols), role, reduction, normalisation)
 
     def with_eos_row(self, finished: bool = True) -> AttentionMap:
         """The same map with ``</s>`` appended to the row labels when ``finished``."""
         return replace(self, rows=target_rows(self.rows, finished))
 
     @classmethod
-    def from_json(cls, matrix: Any, rows: Sequence[str], cols: Sequence[str]) -> AttentionMap:
-        """A ``sample`` event's ``attention`` (hyp_len × src_len, last-layer head mean)."""
+    def from_json(
+        cls,
+        matrix: Any,
+        rows: Sequence[str],
+        cols: Sequence[str],
+        normalisation: str | None = None,
+    ) -> AttentionMap:
+        """A ``sample`` event's ``attention`` (hyp_len × src_len, last-layer head mean) and its
+        ``normalisation`` (absent in older events: softmax)."""
         import torch
 
         if not matrix:  # a sample without attention
             weights = torch.zeros(0, 0, dtype=torch.float64)
         else:
             weights = torch.as_tensor(matrix, dtype=torch.float64)
-        return cls(weights, rows, cols, "cross", LAST_LAYER_MEAN)
+        kind = normalisation or NORM_SOFTMAX
+        return cls(weights, rows, cols, "cross", LAST_LAYER_MEAN, kind)
 
     # -- shape ----------------------------------------------------------------------------
 
@@ -212,6 +252,17 @@ class AttentionMap:
     @property
     def axes(self) -> str:
         return axes_text(self.role)
+
+    @property
+    def unattended(self) -> Tensor | None:
+        """[L, H, T] weight each row gave to nothing (sub-stochastic maps; None otherwise)."""
+        if self.normalisation != NORM_SUB_STOCHASTIC:
+            return None
+        return unattended_mass(self.weights)
+
+    def exact_zeros(self) -> int:
+        """How many weights are exactly 0 (what a sparse map's view reports)."""
+        return int((self.weights == 0).sum())
 
     def title(self) -> str:
         """e.g. ``cross-attention (target × source), layer 1/2, head average``."""

@@ -715,6 +715,7 @@ def eval_command(
     from attnlab.data.dataset import load_dataset
     from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
     from attnlab.experiment import apply_overrides
+    from attnlab.nn.archs import normalisations_of
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
@@ -726,6 +727,7 @@ def eval_command(
         config.decode,
         device=torch_device,
         max_sentences=max_sentences,
+        normalisations=normalisations_of(config),
     )
     result.pop("samples", None)
     result["checkpoint"] = str(loaded.path)
@@ -961,10 +963,10 @@ def _print_maps(
         chosen = _chosen_map(loaded, source_tokens, hyp, tokens, choice, device)
         if chosen is None:
             continue
-        matrix, rows, cols, title = chosen
+        matrix, rows, cols, title, kind = chosen
         title = title if not detailed else f"hypothesis {rank}: {title}"
         if show_attention:
-            _print_heatmap(console, matrix, rows, cols, title)
+            _print_heatmap(console, matrix, rows, cols, title, kind)
         if show_alignment:
             table = alignment_rows(matrix, rows, cols)
             console.print(alignment_renderable(table, f"alignment from {title}"))
@@ -977,14 +979,20 @@ def _chosen_map(
     tokens: list[str],
     choice: MapChoice,
     device: Any,
-) -> tuple[Any, list[str], list[str], str] | None:
-    """(matrix, row tokens, column tokens, title) of ``choice`` for one hypothesis."""
+) -> tuple[Any, list[str], list[str], str, str] | None:
+    """(matrix, row tokens, column tokens, title, normalisation) of ``choice`` for one
+    hypothesis; attribution maps (--method) count as softmax-like scores."""
     if choice.method == "raw":
+        from attnlab.nn.archs import normalisation_of
+
         maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
         if maps is None:
             return None
-        chosen = _map_of(maps, tokens, source_tokens, hyp, choice.role, choice.layer, choice.head)
-        return chosen.matrix, chosen.rows, chosen.cols, chosen.title()
+        kind = normalisation_of(loaded.config, choice.role)
+        chosen = _map_of(
+            maps, tokens, source_tokens, hyp, choice.role, choice.layer, choice.head, kind
+        )
+        return chosen.matrix, chosen.rows, chosen.cols, chosen.title(), chosen.normalisation
     from attnlab.cli_inspect import method_map
 
     cross = hyp.attention_layers
@@ -1001,7 +1009,7 @@ def _chosen_map(
         which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
         where = f"layer {layer}/{n_layers}, {which}"
     title = f"{choice.method} ({axes_text('cross')}), {where}"
-    return matrix[: len(rows), : len(cols)], rows, cols, title
+    return matrix[: len(rows), : len(cols)], rows, cols, title, "softmax"
 
 
 def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
@@ -1031,6 +1039,7 @@ def _map_of(
     role: str,
     layer: int | None,
     head: int | None,
+    normalisation: str = "softmax",
 ) -> AttentionMap:
     """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]."""
     n_layers, n_heads = maps.shape[:2]
@@ -1041,27 +1050,38 @@ def _map_of(
                 f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}"
             )
     if role == "cross":
-        labelled = AttentionMap.for_target(maps, tokens, hyp.finished, source_tokens, role)
+        labelled = AttentionMap.for_target(
+            maps, tokens, hyp.finished, source_tokens, role, normalisation=normalisation
+        )
     elif role == "enc-self":
-        labelled = AttentionMap(maps, source_tokens, source_tokens, role)
+        labelled = AttentionMap(maps, source_tokens, source_tokens, role, "none", normalisation)
     else:  # dec-self: the decoder's inputs attend to each other
         inputs = [BOS_LABEL, *tokens]
-        labelled = AttentionMap(maps, inputs, inputs, role)
+        labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation)
     return labelled.select(layer, head).fitted()
 
 
-def _print_heatmap(console: Any, matrix: Any, rows: list[str], cols: list[str], title: str) -> None:
+def _print_heatmap(
+    console: Any,
+    matrix: Any,
+    rows: list[str],
+    cols: list[str],
+    title: str,
+    normalisation: str = "softmax",
+) -> None:
     from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
 
+    kind = {"normalisation": normalisation}
     recording = getattr(console, "recording", None)  # --export: a TeeConsole
     if recording is not None:  # the file shows what a colour terminal shows
-        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=recording.width))
+        width = recording.width
+        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=width, **kind))
         console = console.console
     # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
     if not console.is_terminal or console.no_color:
-        click.echo(render_plain_heatmap(matrix, rows, cols, title=title))
+        click.echo(render_plain_heatmap(matrix, rows, cols, title=title, **kind))
         return
-    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width))
+    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width, **kind))
 
 
 # -- registries and runs ------------------------------------------------------------------------

@@ -17,12 +17,16 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
   sentences, one teacher-forced pass with the weights): ``attention_entropy`` =
   {role: [[mean row entropy in nats per head] per layer]} for enc_self / dec_self / cross,
   and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer).
+  Entropy reads the role's normalisation (``normalisations``, from
+  ``attnlab.nn.archs.normalisations_of``): a sub-stochastic row's unattended mass counts as
+  one more outcome, a sparse row's exact zeros add nothing, and a signed role has no entropy
+  (left out; ``attention_normalisation`` names every role that is not softmax).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -30,7 +34,15 @@ import torch.nn.functional as F
 from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor
 
-from attnlab.attention_map import LAST_LAYER_MEAN, AttentionMap, last_layer_head_mean
+from attnlab.attention_map import (
+    LAST_LAYER_MEAN,
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SUB_STOCHASTIC,
+    AttentionMap,
+    last_layer_head_mean,
+    unattended_mass,
+)
 from attnlab.config import DecodeConfig
 from attnlab.data.batching import Batch, make_batch
 from attnlab.data.example import Example
@@ -136,15 +148,24 @@ def gold_alignment(examples: Sequence[Example], width: int) -> Tensor | None:
 # carries it and interpret.reports imports this module (one direction of imports).
 
 
-def row_entropy(weights: Tensor) -> Tensor:
-    """[..., Tk] -> [...] entropy in nats (0 ln 0 = 0)."""
+def row_entropy(weights: Tensor, normalisation: str = NORM_SOFTMAX) -> Tensor:
+    """[..., Tk] -> [...] entropy in nats (0 ln 0 = 0: a sparse row's exact zeros add nothing).
+
+    Sub-stochastic rows: the unattended mass 1 − Σ w is one more outcome (the row plus it is a
+    distribution). Signed rows have no entropy: NaN (callers leave them out and say why)."""
     w = weights.to(torch.float64)
+    if normalisation == NORM_SIGNED:
+        return torch.full(w.shape[:-1], float("nan"), dtype=torch.float64, device=w.device)
+    if normalisation == NORM_SUB_STOCHASTIC:
+        w = torch.cat([w, unattended_mass(w).unsqueeze(-1)], dim=-1)
     return -torch.where(w > 0, w * torch.log(w.clamp_min(1e-300)), 0.0).sum(dim=-1)
 
 
-def entropy_sums(maps: Tensor, query_mask: Tensor) -> tuple[Tensor, int]:
+def entropy_sums(
+    maps: Tensor, query_mask: Tensor, normalisation: str = NORM_SOFTMAX
+) -> tuple[Tensor, int]:
     """maps [B, L, H, Tq, Tk], query_mask [B, Tq] -> (Σ entropy [L, H], rows counted)."""
-    entropy = row_entropy(maps)  # [B, L, H, Tq]
+    entropy = row_entropy(maps, normalisation)  # [B, L, H, Tq]
     mask = query_mask[:, None, None, :].to(entropy.dtype)
     return (entropy * mask).sum(dim=(0, 3)), int(query_mask.sum())
 
@@ -232,6 +253,7 @@ def evaluate_split(
     max_sentences: int = 0,
     samples: int = 0,
     batch_size: int = 0,
+    normalisations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
 
@@ -239,7 +261,10 @@ def evaluate_split(
     exact_match, alignment_accuracy (None without gold alignments), bleu_by_length,
     bleu_signature, chrf_signature`` and ``samples``: the
     first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
+    ``normalisations`` (model key -> kind, ``attnlab.nn.archs.normalisations_of``; default
+    all softmax) shape the entropy statistics and tag the samples' maps.
     """
+    kinds = dict(normalisations or {})
     cfg = decode_cfg or DecodeConfig()
     examples = list(dataset.splits.split(split))
     if max_sentences > 0:
@@ -314,9 +339,11 @@ def evaluate_split(
         else [],
     }
     stats = examples[:ATTENTION_STATS_SENTENCES]
-    result.update(attention_statistics(model, dataset, stats, device, with_alignment))
+    result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
     result["samples"] = (
-        sample_translations(model, dataset, examples[:samples], cfg, device) if samples else []
+        sample_translations(model, dataset, examples[:samples], cfg, device, kinds.get("cross"))
+        if samples
+        else []
     )
     model.train(was_training)
     return result
@@ -328,10 +355,16 @@ def attention_statistics(
     examples: Sequence[Example],
     device: torch.device,
     with_alignment: bool,
+    normalisations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Mean attention entropy per role × layer × head and, with gold alignments, alignment
-    accuracy per layer, from one teacher-forced pass over ``examples`` with the weights."""
+    accuracy per layer, from one teacher-forced pass over ``examples`` with the weights.
+    A signed role gets no entropy; ``attention_normalisation`` lists the roles that are not
+    softmax (absent when all are)."""
+    kinds = {k: v for k, v in (normalisations or {}).items() if v != NORM_SOFTMAX}
     out: dict[str, Any] = {"attention_entropy": {}}
+    if kinds:
+        out["attention_normalisation"] = kinds
     if with_alignment:
         out["alignment_accuracy_by_layer"] = None
     if not examples:
@@ -340,8 +373,11 @@ def attention_statistics(
     attentions = model(batch.src, batch.src_mask, batch.tgt_in, need_weights=True).attentions
     target_rows = batch.tgt_out != PAD_ID
     for role, maps in attentions.items():
+        kind = kinds.get(role, NORM_SOFTMAX)
+        if kind == NORM_SIGNED:
+            continue  # entropy is undefined for signed weights
         rows = batch.src_mask if role == "enc_self" else target_rows
-        total, count = entropy_sums(maps.float(), rows)
+        total, count = entropy_sums(maps.float(), rows, kind)
         out["attention_entropy"][role] = [
             [round(float(x), 5) for x in layer] for layer in (total / max(count, 1)).tolist()
         ]
@@ -356,9 +392,16 @@ def attention_statistics(
 
 
 def sample_translations(
-    model: Any, dataset: Any, examples: Sequence[Example], cfg: DecodeConfig, device: torch.device
+    model: Any,
+    dataset: Any,
+    examples: Sequence[Example],
+    cfg: DecodeConfig,
+    device: torch.device,
+    normalisation: str | None = None,
 ) -> list[dict[str, Any]]:
-    """A few translations with their attention (rows = hypothesis tokens, columns = source)."""
+    """A few translations with their attention (rows = hypothesis tokens, columns = source);
+    a cross-attention that is not softmax names its ``normalisation``."""
+    kind = normalisation or NORM_SOFTMAX
     if not examples:
         return []
     batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
@@ -368,15 +411,18 @@ def sample_translations(
         tokens = dataset.tgt_vocab.decode(hyp.tokens)
         attention: list[list[float]] = []
         if hyp.attention is not None:  # rows = the decoded tokens (no </s>), columns = source
-            kept = AttentionMap(hyp.attention, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN)
+            kept = AttentionMap(
+                hyp.attention, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN, kind
+            )
             attention = kept.fitted().to_json()
-        out.append(
-            {
-                "index": i,
-                "src": list(example.src_tokens),
-                "ref": list(example.tgt_tokens),
-                "hyp": tokens,
-                "attention": attention,
-            }
-        )
+        sample = {
+            "index": i,
+            "src": list(example.src_tokens),
+            "ref": list(example.tgt_tokens),
+            "hyp": tokens,
+            "attention": attention,
+        }
+        if kind != NORM_SOFTMAX:  # absent: softmax (and every event written before)
+            sample["normalisation"] = kind
+        out.append(sample)
     return out

@@ -21,7 +21,8 @@ mapping from a done reason to a run's status.
 | eval   Eval        | split, n, loss, ppl, bleu, chrf, bleu_signature, chrf_signature,        |
 |                    | bleu_lc, bleu_lc_signature, exact_match, alignment_accuracy (null if    |
 |                    | no gold), bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s    |
-| sample Sample      | index, src, ref, hyp (tokens), attention (hyp_len x src_len floats)     |
+| sample Sample      | index, src, ref, hyp (tokens), attention (hyp_len x src_len floats),    |
+|                    | normalisation (optional; absent = softmax)                              |
 | checkpoint         | tag ("best" | "last"), path                                             |
 |   Checkpoint       |                                                                         |
 | error  Error       | message, kind ("nan" | "exception" | "oom" | "io")                      |
@@ -247,6 +248,7 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
             _number,
         ),
         "attention_entropy": _role_grids,
+        "attention_normalisation": _names,
         "alignment_accuracy_by_layer": _numbers,
     },
     "sample": {
@@ -255,6 +257,7 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "ref": _tokens,
         "hyp": _tokens,
         "attention": _matrix,
+        "normalisation": _text,
     },
     "checkpoint": {"tag": _text, "path": _text},
     "error": {"message": _text, "kind": _text},
@@ -675,6 +678,8 @@ class Eval(Event):
         default=None, metadata=OPTIONAL
     )
     alignment_accuracy_by_layer: list[float | None] | None = field(default=None, metadata=OPTIONAL)
+    # role -> normalisation of each role that is not softmax (a signed role has no entropy)
+    attention_normalisation: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
     best: bool = False
     elapsed_s: float | None = None
 
@@ -694,6 +699,8 @@ class Sample(Event):
     ref: list[str] = field(default_factory=list)
     hyp: list[str] = field(default_factory=list)
     attention: list[list[float]] | None = None  # hyp_len x src_len
+    # How the map's rows are normalised when not softmax (attnlab.attention_map.NORMALISATIONS)
+    normalisation: str | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass

@@ -32,9 +32,9 @@ from attnlab.config import (
     to_dict,
 )
 from attnlab.data.tasks import TASKS
-from attnlab.decode.resolve import check_decode
+from attnlab.decode.resolve import check_coverage, check_decode
 from attnlab.errors import AttnlabError, did_you_mean, unknown_choice
-from attnlab.nn.archs import ARCHITECTURES
+from attnlab.nn.archs import ARCHITECTURES, normalisation_of, variant_of
 from attnlab.nn.attention import ATTENTION  # importing the package registers the variants
 
 
@@ -198,6 +198,7 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
             if hp is not None:
                 hp.validate(value)
     check_decode(dec)  # the decoder registry: its name, flag conflicts, its own options
+    check_coverage(dec, variant_of(config, "cross"), normalisation_of(config, "cross"))
     return config
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attnlab.decode.mbr  # noqa: F401  (registers mbr)
 import attnlab.decode.strategies  # noqa: F401  (registers greedy, beam, diverse-beam, sampling)
+from attnlab.attention_map import NORM_SIGNED
 from attnlab.config import DecodeConfig
 from attnlab.decode.penalties import LENGTH_NORMS
 from attnlab.decode.strategy import DECODERS, DecodingStrategy, derived_decoder
@@ -36,6 +37,17 @@ def resolve_decoder(cfg: DecodeConfig) -> DecodingStrategy:
 def check_decode(cfg: DecodeConfig) -> None:
     """Every check of the decoding options (config validation and each search run it)."""
     resolve_decoder(cfg)
+
+
+def check_coverage(cfg: DecodeConfig, variant: str | None, normalisation: str) -> None:
+    """The coverage penalty (decode.beta) against the cross-attention it sums: log(min(Σ_t a,
+    1)) needs non-negative weights. Sparse and sub-stochastic rows are fine (exact zeros hit
+    the floor, COVERAGE_FLOOR); signed rows (differential attention) are refused."""
+    if cfg.beta != 0.0 and normalisation == NORM_SIGNED:
+        raise AttnlabError(
+            f"decode.beta={cfg.beta}: the coverage penalty needs non-negative attention; "
+            f"{variant or 'the cross-attention'}'s weights are signed (set decode.beta=0)"
+        )
 
 
 def _check_common(cfg: DecodeConfig) -> None:

@@ -154,6 +154,48 @@ def arch_spec(arch: str) -> ArchSpec | None:
     return ARCHITECTURES.get(arch).meta if arch in ARCHITECTURES else None
 
 
+def _model_of(config: Any) -> Any:
+    """An ExperimentConfig's model section; a ModelConfig as given."""
+    return getattr(config, "model", config)
+
+
+def variant_of(config: Any, role: str) -> str | None:
+    """The variant the engine builds for map ``role`` (``cross`` / ``enc-self`` / ``dec-self``,
+    or the model's keys ``enc_self`` …) of ``config`` (an ExperimentConfig or a ModelConfig);
+    None when the architecture has no such role (an RNN's self-attention). The RNN's
+    cross-attention is ``model.attention``."""
+    from attnlab.attention_map import MODEL_KEYS, role_of
+
+    model = _model_of(config)
+    spec = arch_spec(model.arch)
+    if spec is None:
+        return None
+    key = MODEL_KEYS[role_of(role)]
+    slot = next((s for s in spec.slots if s.name == key), None)
+    return None if slot is None else spec.resolve(model)[slot.key]
+
+
+def normalisation_of(config: Any, role: str) -> str:
+    """THE lookup of how the weights of map ``role`` are normalised: the registered variant's
+    ``AttentionSpec.normalisation`` (softmax / sparse / sub-stochastic / signed). A role the
+    architecture lacks, or a variant the registry does not know, reads as softmax."""
+    from attnlab.attention_map import NORM_SOFTMAX
+    from attnlab.nn.attention import ATTENTION  # imports torch and registers the variants
+
+    name = variant_of(config, role)
+    if not name or name not in ATTENTION:
+        return NORM_SOFTMAX
+    return str(ATTENTION.get(name).meta.normalisation)
+
+
+def normalisations_of(config: Any) -> dict[str, str]:
+    """Model key (``cross``, ``enc_self``, ``dec_self``: ``ModelOutput.attentions``' keys) ->
+    normalisation, for every attention slot of the config's architecture."""
+    spec = arch_spec(_model_of(config).arch)
+    slots = spec.slots if spec is not None else ()
+    return {s.name: normalisation_of(config, s.name) for s in slots}
+
+
 def _lazy(target: str) -> Callable[..., Any]:
     """``module:function`` imported on the first call (the model modules import torch)."""
     module, name = target.split(":")

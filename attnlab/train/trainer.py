@@ -61,6 +61,7 @@ from attnlab.events import (
 )
 from attnlab.interpret.average import keep_step_copy
 from attnlab.naming import attention_roles
+from attnlab.nn.archs import normalisations_of
 from attnlab.runs import (
     CONTROL_FILE,
     WriteError,
@@ -569,6 +570,7 @@ class Trainer:
                 device=self.device,
                 max_sentences=cfg.eval_sentences,
                 samples=cfg.samples,
+                normalisations=normalisations_of(self.config),
             )
         self.model.train()
         samples = result.pop("samples", [])

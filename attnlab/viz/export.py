@@ -45,12 +45,16 @@ def export_heatmap(
     title: str,
     stem: Path,
     width: int = 120,
+    normalisation: str = "softmax",
 ) -> list[Path]:
     """``stem``.svg and ``stem``.html of one map, drawn by attnlab.viz.heatmap.render_heatmap
-    (the renderer of ``attnlab translate --show-attention``)."""
+    (the renderer of ``attnlab translate --show-attention``), as its ``normalisation`` asks."""
     from attnlab.viz.heatmap import render_heatmap
 
     console = recording_console(width)
-    console.print(render_heatmap(matrix, list(rows), list(cols), title=title, max_width=width))
+    drawn = render_heatmap(
+        matrix, list(rows), list(cols), title=title, max_width=width, normalisation=normalisation
+    )
+    console.print(drawn)
     stem = Path(stem)
     return [save_recording(console, stem.with_name(stem.name + s), title) for s in EXPORT_SUFFIXES]

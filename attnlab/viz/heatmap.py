@@ -11,6 +11,12 @@ No textual and no torch import here: the CLI prints these, the tests snapshot th
 the TUI reuses ``heatmap_cell_style`` / ``heatmap_rgb`` and the header layout of
 :mod:`attnlab.viz.text` for its own widget. :func:`render_plain_heatmap` is the colourless form
 (weights x 100 as aligned integers) for piped output.
+
+Both read the map's ``normalisation`` (attnlab.attention_map): softmax maps are drawn as
+above; **signed** maps (differential attention) on the diverging blue-white-red scale of
+:mod:`attnlab.viz.diverging`, symmetric ±max |w| and centred on 0; **sub-stochastic** maps get
+one more column, ``∅``, the weight each row gave to nothing (1 − row sum); **sparse** maps
+draw an exactly-zero weight as ``·`` without colour and count them in the legend.
 """
 
 from __future__ import annotations
@@ -24,6 +30,15 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
+from attnlab.attention_map import (
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    UNATTENDED_LABEL,
+    check_normalisation,
+)
+from attnlab.viz.diverging import diverging_rgb
 from attnlab.viz.text import column_header, column_legend, header_rows, middle_ellipsis
 
 # viridis stops (position, RGB): perceptually ordered, readable on dark and light themes
@@ -41,6 +56,7 @@ MAX_HEADER_ROWS = 4  # staggered label rows before the columns are numbered inst
 MAX_CELL = 4  # cells widen up to this (from 2, or 3 with values) when the width allows
 LEGEND_WIDTH = 20
 HALF_BLOCK = "▀"
+ZERO_MARK = "·"  # a sparse map's exact zero
 
 
 def _interpolate(position: float) -> tuple[int, int, int]:
@@ -83,6 +99,40 @@ def heatmap_cell_style(value: float, vmax: float = 1.0) -> Style:
     return Style(bgcolor=_hex(rgb), color=_text_colour(rgb))
 
 
+def diverging_cell_style(value: float, vmax: float) -> Style:
+    """A signed weight's cell: blue (< 0) … white (0) … red (> 0) on ±vmax; dark text."""
+    return Style(bgcolor=_hex(diverging_rgb(value, vmax)), color="#000000")
+
+
+def signed_vmax(rows: Iterable[Iterable[float]]) -> float:
+    """max |w| of a signed map (1.0 for an all-zero one): the symmetric scale's end."""
+    peak = max((abs(v) for row in rows for v in row if v == v), default=0.0)
+    return peak if peak > 0 else 1.0
+
+
+def with_unattended(rows: list[list[float]]) -> list[list[float]]:
+    """Each row followed by its unattended mass, max(1 − row sum, 0) (sub-stochastic maps)."""
+    return [[*row, max(1.0 - sum(row), 0.0)] for row in rows]
+
+
+def count_zeros(rows: Iterable[Iterable[float]]) -> tuple[int, int]:
+    """(weights exactly 0, weights) of a matrix."""
+    values = [v for row in rows for v in row]
+    return sum(1 for v in values if v == 0.0), len(values)
+
+
+def normalisation_note(normalisation: str, rows: list[list[float]]) -> str:
+    """What a map's legend adds for its kind ("" for softmax); ``rows`` as drawn."""
+    if normalisation == NORM_SIGNED:
+        return "signed weights: blue < 0 < red, centred on 0"
+    if normalisation == NORM_SUB_STOCHASTIC:
+        return f"{UNATTENDED_LABEL} = unattended mass (1 − row sum)"
+    if normalisation == NORM_SPARSE:
+        zeros, total = count_zeros(rows)
+        return f"{ZERO_MARK} = exactly 0 ({zeros} of {total} weights)"
+    return ""
+
+
 def _as_rows(matrix: Any) -> list[list[float]]:
     if hasattr(matrix, "detach"):  # a torch tensor, without importing torch
         matrix = matrix.detach().float().cpu()
@@ -109,7 +159,12 @@ class Heatmap:
         half_block: bool,
         show_values: bool,
         vmax: float | None,
+        normalisation: str = NORM_SOFTMAX,
     ) -> None:
+        self.normalisation = check_normalisation(normalisation)
+        self.note = normalisation_note(normalisation, rows)
+        if normalisation == NORM_SUB_STOCHASTIC:  # one more column: the unattended mass
+            rows, col_labels = with_unattended(rows), [*col_labels, UNATTENDED_LABEL]
         self.rows = rows
         self.row_labels = row_labels
         self.col_labels = col_labels
@@ -117,8 +172,25 @@ class Heatmap:
         self.max_width = max_width
         self.half_block = half_block
         self.show_values = show_values
+        if normalisation == NORM_SIGNED:  # symmetric: ±max |w|
+            self.vmax = float(vmax) if vmax is not None else signed_vmax(rows)
+            return
         peak = max((v for row in rows for v in row if v == v), default=0.0)
         self.vmax = float(vmax) if vmax is not None else (peak if peak > 0 else 1.0)
+
+    def _style(self, value: float) -> Style:
+        if self.normalisation == NORM_SIGNED:
+            return diverging_cell_style(value, self.vmax)
+        return heatmap_cell_style(value, self.vmax)
+
+    def _rgb(self, value: float) -> tuple[int, int, int]:
+        if self.normalisation == NORM_SIGNED:
+            return diverging_rgb(value, self.vmax)
+        return heatmap_rgb(value, self.vmax)
+
+    def _blank(self, value: float) -> bool:
+        """A sparse map's exact zero: drawn as ``·`` without colour."""
+        return self.normalisation == NORM_SPARSE and value == 0.0
 
     # -- layout ----------------------------------------------------------------------------
     @property
@@ -219,7 +291,10 @@ class Heatmap:
             text.append(_fit(label, label_width).rjust(label_width), style="bold")
             text.append(" ")
             for value in row[:shown]:
-                style = heatmap_cell_style(value, self.vmax)
+                if self._blank(value):
+                    text.append(ZERO_MARK.rjust(cell), Style(dim=True))
+                    continue
+                style = self._style(value)
                 if self.show_values and cell >= 2:
                     shown_value = f"{round(100 * value):d}" if value == value else "?"
                     text.append(shown_value.rjust(cell)[-cell:], style)
@@ -239,19 +314,33 @@ class Heatmap:
             upper = self.rows[i]
             lower = self.rows[i + 1] if i + 1 < self.n_rows else None
             for j in range(shown):
-                fg = _hex(heatmap_rgb(upper[j], self.vmax))
-                bg = _hex(heatmap_rgb(lower[j], self.vmax)) if lower is not None else None
+                fg = _hex(self._rgb(upper[j]))
+                bg = _hex(self._rgb(lower[j])) if lower is not None else None
                 text.append(HALF_BLOCK, Style(color=fg, bgcolor=bg))
             text.append(self._more(shown), style="dim")
             lines.append(text)
         return lines
 
     def _legend_text(self) -> Text:
+        if self.normalisation == NORM_SIGNED:
+            return self._signed_legend()
         text = Text("0 ")
         for k in range(LEGEND_WIDTH):
             level = round(k * (LEVELS - 1) / (LEGEND_WIDTH - 1))
             text.append(" ", Style(bgcolor=_hex(PALETTE[level])))
         text.append(f" {self.vmax:.2f}")
+        if self.note:
+            text.append(f"  {self.note}", style="dim")
+        return text
+
+    def _signed_legend(self) -> Text:
+        """``−0.42 ░░░ +0.42  signed weights: …``: the diverging scale, centred on 0."""
+        text = Text(f"−{self.vmax:.2f} ")
+        for k in range(LEGEND_WIDTH):
+            value = (2 * k / (LEGEND_WIDTH - 1) - 1) * self.vmax
+            text.append(" ", Style(bgcolor=_hex(diverging_rgb(value, self.vmax))))
+        text.append(f" +{self.vmax:.2f}")
+        text.append(f"  {self.note}", style="dim")
         return text
 
 
@@ -264,6 +353,7 @@ def render_heatmap(
     half_block: bool = False,
     show_values: bool = False,
     vmax: float | None = None,
+    normalisation: str = NORM_SOFTMAX,
 ) -> Heatmap:
     """A renderable heatmap of matrix[T, S] (list of rows or a tensor / array).
 
@@ -271,7 +361,8 @@ def render_heatmap(
     from 0 to ``vmax`` (default: the matrix maximum, so the largest weight gets the top
     colour). ``show_values`` prints each weight in percent inside its cell. When the columns
     do not fit in ``max_width`` (or the console), cells narrow to one character and then the
-    right-most columns are cut with a "+k" marker.
+    right-most columns are cut with a "+k" marker. ``normalisation`` (the map's kind) picks
+    the signed scale, the unattended column or the marked zeros (see the module docstring).
     """
     rows = _as_rows(matrix)
     row_labels, col_labels = [str(x) for x in row_labels], [str(x) for x in col_labels]
@@ -282,7 +373,9 @@ def render_heatmap(
             raise ValueError(
                 f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels"
             )
-    return Heatmap(rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax)
+    return Heatmap(
+        rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax, normalisation
+    )
 
 
 PLAIN_MAX_LABEL = 11
@@ -293,18 +386,26 @@ def render_plain_heatmap(
     row_labels: Iterable[str],
     col_labels: Iterable[str],
     title: str | None = None,
+    normalisation: str = NORM_SOFTMAX,
 ) -> str:
     """The colourless form for pipes and files: weights x 100 as right-aligned integers.
 
     Every column is as wide as its token (at least 3, for "100") plus a space, so numbers
     never run together; the header names the columns, each row starts with its token, and a
-    last line says how to read the numbers.
+    last line says how to read the numbers (and, by ``normalisation``: a sub-stochastic map's
+    ``∅`` column of unattended mass, a sparse map's exact zeros as ``·``, signed weights).
     """
+    check_normalisation(normalisation)
     rows = _as_rows(matrix)
     rlabels = [middle_ellipsis(str(x), PLAIN_MAX_LABEL) for x in row_labels]
     clabels = [middle_ellipsis(str(x), PLAIN_MAX_LABEL) for x in col_labels]
     if len(rows) != len(rlabels) or any(len(r) != len(clabels) for r in rows):
         raise ValueError(f"matrix is not {len(rlabels)}x{len(clabels)} like its labels")
+    # (no colours here: a signed map's note is the footer itself)
+    note = "" if normalisation == NORM_SIGNED else normalisation_note(normalisation, rows)
+    if normalisation == NORM_SUB_STOCHASTIC:
+        rows, clabels = with_unattended(rows), [*clabels, UNATTENDED_LABEL]
+    blank = normalisation == NORM_SPARSE
     label_w = max((len(x) for x in rlabels), default=0)
     widths = [max(len(c), 3) for c in clabels]
     lines = [title] if title else []
@@ -313,9 +414,22 @@ def render_plain_heatmap(
     )
     for label, row in zip(rlabels, rows, strict=True):
         cells = (
-            " " + (f"{round(100 * v):d}" if v == v else "?").rjust(w)
-            for v, w in zip(row, widths, strict=True)
+            " " + _plain_cell(v, blank).rjust(w) for v, w in zip(row, widths, strict=True)
         )
         lines.append(label.rjust(label_w) + "".join(cells))
-    lines.append("(weights x 100; rows: queries, columns: keys; each row sums to ~100)")
+    lines.append(_PLAIN_FOOTERS[normalisation] + (f"; {note}" if note else "") + ")")
     return "\n".join(lines)
+
+
+_PLAIN_FOOTERS = {
+    NORM_SOFTMAX: "(weights x 100; rows: queries, columns: keys; each row sums to ~100",
+    NORM_SPARSE: "(weights x 100; rows: queries, columns: keys; each row sums to ~100",
+    NORM_SUB_STOCHASTIC: "(weights x 100; rows: queries, columns: keys; rows sum to <= 100",
+    NORM_SIGNED: "(signed weights x 100; rows: queries, columns: keys; rows may be negative",
+}
+
+
+def _plain_cell(value: float, blank: bool) -> str:
+    if blank and value == 0.0:
+        return ZERO_MARK
+    return f"{round(100 * value):d}" if value == value else "?"

@@ -22,6 +22,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from attnlab.attention_map import (  # noqa: F401  (re-exported for the variants)
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    NORMALISATIONS,
+)
 from attnlab.errors import AttnlabError
 from attnlab.registry import Registry
 
@@ -35,11 +42,8 @@ ALL_ROLES = (ROLE_RNN_CROSS, ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS)
 
 # How a variant's weight rows are normalised: what tests, diagnostics, the coverage penalty and
 # the views may assume of them.
-NORM_SOFTMAX = "softmax"  # rows >= 0 summing to 1 over the unmasked keys
-NORM_SPARSE = "sparse"  # rows >= 0 summing to 1, with exact zeros (sparsemax, entmax, NSA)
-NORM_SUB_STOCHASTIC = "sub-stochastic"  # rows >= 0 summing to <= 1; the rest went nowhere
-NORM_SIGNED = "signed"  # rows may be negative (differential attention)
-NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED)
+# The words live on the ground floor (attnlab.attention_map), so maps and views read them
+# without torch; re-exported here for the variants.
 
 
 @dataclass(frozen=True)
