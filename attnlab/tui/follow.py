@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.attention_map import NORM_SOFTMAX, NORMALISATIONS
 from attnlab.events import EventReader
 from attnlab.train import events as ev
 
@@ -40,6 +41,7 @@ class Sample:
     ref: list[str]
     hyp: list[str]
     attention: list[list[float]] | None = None
+    normalisation: str = "softmax"  # how the map's rows are normalised (attnlab.attention_map)
 
     @property
     def correct(self) -> bool:
@@ -62,9 +64,23 @@ class Curves:
     # Mean attention entropy (nats, over layers × heads) per role, one value per eval step
     # (NaN where an eval carries no attention_entropy: runs written before it existed).
     entropy: dict[str, list[float]] = field(default_factory=dict)
+    # role -> normalisation of the roles that are not softmax (the eval's
+    # attention_normalisation): a sub-stochastic role's entropy counts ∅ as an outcome; a
+    # signed role has none
+    entropy_kind: dict[str, str] = field(default_factory=dict)
+
+    def entropy_label(self, role: str) -> str:
+        """The entropy plot's label of ``role``: ``cross (∅ counted)`` when sub-stochastic."""
+        extra = " (∅ counted)" if self.entropy_kind.get(role) == "sub-stochastic" else ""
+        return ENTROPY_LABELS[role] + extra
+
+    def no_entropy(self) -> list[str]:
+        """Roles without an entropy curve because their weights are signed, e.g. ``cross``."""
+        return [ENTROPY_LABELS[r] for r in ENTROPY_ROLES if self.entropy_kind.get(r) == "signed"]
 
 
 ENTROPY_ROLES = ("cross", "enc_self", "dec_self")
+ENTROPY_TITLE = "attention entropy (nats)"
 ENTROPY_LABELS = {"cross": "cross", "enc_self": "enc self", "dec_self": "dec self"}
 
 
@@ -77,6 +93,11 @@ def mean_entropy(layers: Any) -> float:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ]
     return sum(values) / len(values) if values else float("nan")
+
+
+def _kind(value: Any) -> str:
+    """A logged normalisation word; absent or unknown (a newer writer's) reads as softmax."""
+    return value if value in NORMALISATIONS else NORM_SOFTMAX
 
 
 def _num(value: Any, default: float = float("nan")) -> float:
@@ -278,6 +299,8 @@ class RunFollower:
         c.exact_match.append(exact_match_percent(e.exact_match))
         c.bleu_by_length = list(e.bleu_by_length)
         grids = e.attention_entropy or {}
+        kinds = e.attention_normalisation or {}
+        c.entropy_kind.update({r: _kind(k) for r, k in kinds.items() if r in ENTROPY_ROLES})
         for role in ENTROPY_ROLES:
             if role in grids and role not in c.entropy:  # a role first seen: NaN before it
                 c.entropy[role] = [float("nan")] * (len(c.eval_step) - 1)
@@ -300,7 +323,12 @@ class RunFollower:
 
     def _on_sample(self, e: ev.Sample) -> None:
         sample = Sample(
-            index=e.index, src=list(e.src), ref=list(e.ref), hyp=list(e.hyp), attention=e.attention
+            index=e.index,
+            src=list(e.src),
+            ref=list(e.ref),
+            hyp=list(e.hyp),
+            attention=e.attention,
+            normalisation=_kind(e.normalisation),
         )
         # Samples of one eval share its step: a new step starts a new table.
         if e.step != self._samples_step:

@@ -57,6 +57,8 @@ class InspectResult:
     hypotheses: list[HypothesisMaps]
     alignment_accuracy: float | None = None
     notes: list[str] = field(default_factory=list)
+    # model key (cross / enc_self / dec_self) -> how its rows are normalised (softmax if absent)
+    normalisations: dict[str, str] = field(default_factory=dict)
 
 
 _lock = threading.Lock()
@@ -123,6 +125,7 @@ def analyse(request: InspectRequest) -> InspectResult:
     from attnlab.decode.search import decode_batch
     from attnlab.errors import AttnlabError
     from attnlab.evaluate import target_text
+    from attnlab.nn.archs import normalisations_of
     from attnlab.nn.seq2seq import BOS_ID, PAD_ID
 
     path = checkpoint_path(request.run_dir, request.checkpoint)
@@ -189,7 +192,15 @@ def analyse(request: InspectRequest) -> InspectResult:
             if "cross" in ref_maps:
                 accuracy = alignment_accuracy(last_layer_head_mean(ref_maps["cross"]), gold)
     return InspectResult(
-        request, str(path), int(loaded.step), src_tokens, ref, gold, result_hyps, accuracy
+        request,
+        str(path),
+        int(loaded.step),
+        src_tokens,
+        ref,
+        gold,
+        result_hyps,
+        accuracy,
+        normalisations=normalisations_of(loaded.config),
     )
 
 

@@ -19,8 +19,16 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
-from attnlab.attention_map import axes_text, target_rows
-from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.attention_map import (
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    UNATTENDED_LABEL,
+    axes_text,
+    target_rows,
+)
+from attnlab.tui.diagnostics import Diagnostics, alignment_accuracy, diagnose, entropy_note
 from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
@@ -90,6 +98,8 @@ class InspectView(Horizontal):
         self.result: Any = None
         self.maps: dict[str, np.ndarray] = {}  # kind -> [L, H, rows, cols] of the hypothesis shown
         self.labels: dict[str, tuple[list[str], list[str]]] = {}
+        # kind -> how its rows are normalised (attnlab.attention_map); absent = softmax
+        self.normalisations: dict[str, str] = {}
         self.hyp_index = 0
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
@@ -299,6 +309,7 @@ class InspectView(Horizontal):
         result = message.result
         self.result = result
         self.gold = result.gold
+        self.normalisations = dict(result.normalisations)
         options = [
             f"{i + 1}. {' '.join(h.tokens)}  ({h.score:.2f})"
             for i, h in enumerate(result.hypotheses)
@@ -318,6 +329,7 @@ class InspectView(Horizontal):
 
     def _clear_maps(self) -> None:
         self.result, self.gold, self.maps, self.labels = None, None, {}, {}
+        self.normalisations = {}
         self.query_one("#insp-nbest", OptionList).clear_options()
         self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
         for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
@@ -346,6 +358,7 @@ class InspectView(Horizontal):
         rows = target_rows(sample.hyp, finished=weights.shape[0] > len(sample.hyp))
         self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
         self.labels = {"cross": (rows, list(sample.src))}
+        self.normalisations = {"cross": getattr(sample, "normalisation", NORM_SOFTMAX)}
         self.hyp_index = 0
         self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)])
         self._configure_selectors()
@@ -427,6 +440,15 @@ class InspectView(Horizontal):
             return str(value)
         return next(iter(self.maps), None)
 
+    @property
+    def current_normalisation(self) -> str:
+        """How the rows of the map on screen are normalised (attribution maps: softmax-like
+        scores, divided by their maximum)."""
+        kind = self.current_kind
+        if kind is None or is_attribution(kind):
+            return NORM_SOFTMAX
+        return self.normalisations.get(kind, NORM_SOFTMAX)
+
     def current_matrix(self) -> tuple[np.ndarray, list[str], list[str]] | None:
         """The matrix on screen (before step truncation), with its row and column labels;
         attribution maps divided by their maximum."""
@@ -461,7 +483,9 @@ class InspectView(Horizontal):
             return
         matrix, rows, cols = current
         shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
-        heatmap.set_matrix(shown, rows, cols)
+        kind = self.current_normalisation
+        heatmap.set_matrix(shown, rows, cols, kind)
+        self.query_one("#insp-scale", Static).update(colour_scale(12, kind, heatmap.vmax))
         if self.step_row is not None and matrix.shape[1]:
             # Stepping: the cursor goes to where the new token looks most (its row's arg-max).
             heatmap.cursor = (self.step_row, int(np.argmax(matrix[self.step_row])))
@@ -469,14 +493,13 @@ class InspectView(Horizontal):
         self._draw_bars(matrix, cols)
 
     def _draw_diagnostics(self, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
-        d = diagnose(matrix, cols)
+        d = diagnose(matrix, cols, self.current_normalisation)
         kind = self.current_kind or ""
         scale = " · ÷ its max" if is_attribution(kind) else ""
         lines = [
             f"[b]{KIND_LABELS.get(kind, kind)}[/] {matrix.shape[0]}×{matrix.shape[1]} "
             f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
-            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats "
-            f"({d.entropy_ratio:.0%})",
+            *normalisation_lines(d),
         ]
         if d.eos_mass is not None:
             lines.append(f"mass on </s> {d.eos_mass:.0%}")
@@ -529,10 +552,14 @@ class InspectView(Horizontal):
     @on(AttentionHeatmap.CursorMoved)
     def _cursor(self, message: AttentionHeatmap.CursorMoved) -> None:
         cell = message.cell
+        unattended = message.heatmap.normalisation == NORM_SUB_STOCHASTIC and (
+            cell.col == message.heatmap.shape[1] - 1 and cell.col_label == UNATTENDED_LABEL
+        )
+        where = "unattended mass" if unattended else f"col {cell.col}"
         self.query_one("#insp-cell", Static).update(
             f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  "
             f"weight [b]{cell.weight:.4f}[/]"
-            f"  (row {cell.row}, col {cell.col})"
+            f"  (row {cell.row}, {where})"
         )
         current = self.current_matrix()
         if current is not None and self.step_row is None:
@@ -602,18 +629,25 @@ class InspectView(Horizontal):
         matrix, rows, cols = current
         if self.step_row is not None:  # what is shown: the rows stepped through so far
             matrix, rows = matrix[: self.step_row + 1], rows[: self.step_row + 1]
-        self.write_export(matrix, rows[: matrix.shape[0]], cols[: matrix.shape[1]], *target)
+        rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
+        self.write_export(matrix, rows, cols, *target, self.current_normalisation)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
     def write_export(
-        self, matrix: np.ndarray, rows: list[str], cols: list[str], stem: Path, title: str
+        self,
+        matrix: np.ndarray,
+        rows: list[str],
+        cols: list[str],
+        stem: Path,
+        title: str,
+        normalisation: str = NORM_SOFTMAX,
     ) -> None:
         from attnlab.errors import AttnlabError
         from attnlab.viz.export import export_heatmap
 
         try:
             stem.parent.mkdir(parents=True, exist_ok=True)
-            paths = export_heatmap(matrix, rows, cols, title, stem)
+            paths = export_heatmap(matrix, rows, cols, title, stem, normalisation=normalisation)
         except (AttnlabError, OSError) as err:
             self.post_message(MapExported([], str(err)))
             return
@@ -680,6 +714,26 @@ class InspectView(Horizontal):
         if self.result is not None and self.result.hypotheses:
             self.show_hypothesis(self.hyp_index + delta)
             self.query_one("#insp-nbest", OptionList).highlighted = self.hyp_index
+
+
+def normalisation_lines(d: Diagnostics) -> list[str]:
+    """The entropy line (read by the map's kind) and what the kind adds: the unattended mass
+    of sub-stochastic rows, the exact zeros of sparse ones, the negative weights of signed."""
+    note = entropy_note(d.normalisation)
+    if d.mean_entropy is None:  # signed: no distribution, no entropy
+        lines = [f"row entropy — ({note})"]
+    else:
+        lines = [
+            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats "
+            f"({d.entropy_ratio:.0%})" + (f" · {note}" if note else "")
+        ]
+    if d.normalisation == NORM_SUB_STOCHASTIC and d.unattended is not None:
+        lines.append(f"unattended mass ({UNATTENDED_LABEL}) {d.unattended:.0%} per row on average")
+    elif d.normalisation == NORM_SPARSE:
+        lines.append(f"exact zeros {d.zeros} of {d.size} weights ({d.zeros / max(d.size, 1):.0%})")
+    elif d.normalisation == NORM_SIGNED:
+        lines.append(f"signed weights: {d.negatives} of {d.size} negative")
+    return lines
 
 
 def _escape(text: str) -> str:

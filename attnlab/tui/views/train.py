@@ -23,8 +23,8 @@ from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Stat
 from attnlab.config import ExperimentConfig
 from attnlab.events import ControlCommand
 from attnlab.tui.follow import (
-    ENTROPY_LABELS,
     ENTROPY_ROLES,
+    ENTROPY_TITLE,
     FAILED,
     PAUSED,
     STARTING,
@@ -95,7 +95,7 @@ class TrainView(Vertical):
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
             yield MetricPlot("dev metrics (0-100)", id="metric-plot")
-            yield MetricPlot("attention entropy (nats)", id="entropy-plot")
+            yield MetricPlot(ENTROPY_TITLE, id="entropy-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
             yield table
@@ -249,9 +249,13 @@ class TrainView(Vertical):
                     ]
                 )
                 entropy = self.query_one("#entropy-plot", MetricPlot)
+                signed = c.no_entropy()  # signed weights have no entropy: say which are missing
+                entropy.title = ENTROPY_TITLE + (
+                    f" · {', '.join(signed)}: signed, none" if signed else ""
+                )
                 entropy.set_series(
                     [
-                        (ENTROPY_LABELS[role], c.eval_step, c.entropy[role])
+                        (c.entropy_label(role), c.eval_step, c.entropy[role])
                         for role in ENTROPY_ROLES
                         if role in c.entropy
                     ]

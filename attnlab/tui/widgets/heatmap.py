@@ -8,6 +8,11 @@ width is fixed per map (from all its row labels), so stepping through a map neve
 it. The cursor (keys or mouse) reports the exact weight and the two tokens. Half-block mode
 packs two matrix rows into one text row with ``▀`` (foreground = upper row, background =
 lower row) for an overview of large matrices.
+
+The map's ``normalisation`` (attnlab.attention_map) changes the drawing as in the CLI's
+renderer: signed maps on the diverging blue-white-red scale (±max |w|, centred on 0), a
+sub-stochastic map's unattended mass (1 − row sum) as one more column, ``∅``, and a sparse
+map's exact zeros as ``·`` without colour. Softmax maps are drawn as always.
 """
 
 from __future__ import annotations
@@ -27,7 +32,22 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from attnlab.viz.heatmap import LEVELS, heatmap_cell_style, heatmap_level
+from attnlab.attention_map import (
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    UNATTENDED_LABEL,
+    check_normalisation,
+    unattended_mass,
+)
+from attnlab.viz.heatmap import (
+    LEVELS,
+    ZERO_MARK,
+    diverging_cell_style,
+    heatmap_cell_style,
+    heatmap_level,
+)
 from attnlab.viz.text import Placement, column_header, column_legend, middle_ellipsis
 
 # The colour scale is the CLI's (attnlab.viz.heatmap, viridis-like, readable on dark and
@@ -46,8 +66,16 @@ def cell_style(weight: float, bold: bool = False) -> Style:
     return style + Style(bold=True) if bold else style
 
 
-def colour_scale(width: int = 20) -> Text:
-    """``0 ███…███ 1`` legend of the colour scale."""
+def colour_scale(width: int = 20, normalisation: str = NORM_SOFTMAX, vmax: float = 1.0) -> Text:
+    """``0 ███…███ 1`` legend of the colour scale; a signed map's ``−v ███ +v`` diverging one
+    (blue below 0, red above), symmetric around 0."""
+    if normalisation == NORM_SIGNED:
+        text = Text(f"−{vmax:.2f} ")
+        for k in range(width):
+            value = (2 * k / max(width - 1, 1) - 1) * vmax
+            text.append(" ", Style(bgcolor=diverging_cell_style(value, vmax).bgcolor))
+        text.append(f" +{vmax:.2f} signed")
+        return text
     text = Text("0 ")
     for k in range(width):
         text.append(" ", Style(bgcolor=_PALETTE[round(k * 100 / max(width - 1, 1))]))
@@ -116,6 +144,8 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         self._header_h = 0
         self._legend: list[str] = []
         self._cell = self.CELL_WIDTH
+        self.normalisation = NORM_SOFTMAX
+        self.vmax = 1.0  # a signed map's scale end, max |w|
 
     # -- data --------------------------------------------------------------------------------
 
@@ -129,10 +159,19 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         weights: np.ndarray | Sequence[Sequence[float]],
         rows: Sequence[str],
         cols: Sequence[str],
+        normalisation: str = NORM_SOFTMAX,
     ) -> None:
+        """Show ``weights`` [T, S]; a sub-stochastic map gets its ``∅`` column here."""
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 2:
             raise ValueError(f"attention matrix must be 2-D, got shape {w.shape}")
+        self.normalisation = check_normalisation(normalisation)
+        if normalisation == NORM_SUB_STOCHASTIC and w.size:
+            keys = [str(t) for t in cols][: w.shape[1]]
+            cols = [*keys, *[""] * (w.shape[1] - len(keys)), UNATTENDED_LABEL]
+            w = np.concatenate([w, unattended_mass(w)[:, None]], axis=1)
+        peak = float(np.abs(w).max()) if w.size else 0.0
+        self.vmax = peak if peak > 0 else 1.0
         self.weights = w
         # Width from every row label given (also rows not shown yet while stepping).
         longest = max((len(str(t)) for t in rows), default=0)
@@ -151,6 +190,21 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         self._update_virtual_size()
         self.refresh()
         self._announce()
+
+    def _style(self, weight: float, bold: bool = False) -> Style | None:
+        """A cell's style by the map's kind; None for a sparse map's exact zero (``·``)."""
+        if self.normalisation == NORM_SPARSE and weight == 0.0:
+            return None
+        if self.normalisation == NORM_SIGNED:
+            style = diverging_cell_style(weight, self.vmax)
+            return style + Style(bold=True) if bold else style
+        return cell_style(weight, bold)
+
+    def _colour(self, weight: float) -> object:
+        """A half-block's colour (a sparse zero: the lowest colour; no room for ``·``)."""
+        if self.normalisation == NORM_SIGNED:
+            return diverging_cell_style(weight, self.vmax).bgcolor
+        return _PALETTE[weight_index(weight)]
 
     def cell(self, row: int, col: int) -> CellInfo:
         return CellInfo(
@@ -273,15 +327,22 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         cursor_row, cursor_col = self.cursor
         segments = []
         values = self.weights[row]
+        cw = self.cell_width
         for col, weight in enumerate(values):
-            if row == cursor_row and col == cursor_col:
+            cursor = row == cursor_row and col == cursor_col
+            style = self._style(weight, bold=cursor)
+            if style is None:  # a sparse map's exact zero: no colour, a dot
+                dot = base + Style(dim=not cursor, bold=cursor, reverse=cursor)
+                segments.append(Segment(ZERO_MARK.rjust(cw), dot))
+            elif cursor and self.normalisation == NORM_SIGNED:
+                segments.append(Segment(f"{round(100 * weight):>{cw}}"[-cw:], style))
+            elif cursor:
                 # The cursor cell shows the weight in percent on its own colour.
                 # (2-character cells show 99 for 100; the cursor line has the exact weight)
-                cw = self.cell_width
                 percent = min(weight_index(weight), 10**cw - 1)
-                segments.append(Segment(f"{percent:>{cw}}", cell_style(weight, bold=True)))
+                segments.append(Segment(f"{percent:>{cw}}", style))
             else:
-                segments.append(Segment(" " * self.cell_width, cell_style(weight)))
+                segments.append(Segment(" " * cw, style))
         return Strip(segments)
 
     def _half_block_line(self, line: int, scroll_x: int, width: int, base: Style) -> Strip:
@@ -291,10 +352,8 @@ class AttentionHeatmap(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         segments = []
         for col in range(scroll_x, min(cols, scroll_x + width)):
-            top = _PALETTE[weight_index(self.weights[upper, col])]
-            bottom = (
-                _PALETTE[weight_index(self.weights[lower, col])] if lower < rows else base.bgcolor
-            )
+            top = self._colour(self.weights[upper, col])
+            bottom = self._colour(self.weights[lower, col]) if lower < rows else base.bgcolor
             segments.append(Segment("▀", Style(color=top, bgcolor=bottom)))
         return Strip(segments).extend_cell_length(width, base)
 
