@@ -473,6 +473,12 @@ def check_transformer(config: ExperimentConfig) -> None:
         else:
             _check_role(slot.key, resolved[slot.key], slot.role)
     dec_name = resolved["model.decoder_self_attention"]
+    used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
+    for name in dict.fromkeys(used):  # hyper-parameters that must fit model.heads
+        entry = ATTENTION.get(name)
+        if issubclass(entry.factory, MultiHeadBase):
+            values = {**entry.meta.defaults(), **m.params_for(name)}
+            entry.factory.check_hparams(m.heads, values)
     if m.positions == "rotary":
         if (m.d_model // m.heads) % 2:
             raise AttnlabError(
@@ -487,7 +493,6 @@ def check_transformer(config: ExperimentConfig) -> None:
                 )
     if d.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(d.max_len, d.test_max_len)
-        used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
         for name in dict.fromkeys(used):
             ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
 

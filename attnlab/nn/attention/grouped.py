@@ -15,6 +15,8 @@ bandwidth per generated token:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,15 +74,20 @@ class GroupedQueryAttention(MultiHeadBase):
         kv_heads: int = 2,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
+        self.check_hparams(heads, {"kv_heads": kv_heads})
+        self.kv_heads = kv_heads
+        self.k_proj = nn.Linear(key_dim, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(key_dim, kv_heads * self.head_dim)
+
+    @classmethod
+    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+        kv_heads = values["kv_heads"]
         if kv_heads < 1 or heads % kv_heads:
             valid = ", ".join(str(g) for g in range(1, heads + 1) if heads % g == 0)
             raise AttnlabError(
                 f"model.kv_heads (model.gqa.kv_heads)={kv_heads} must divide "
                 f"model.heads={heads}; valid: {valid}"
             )
-        self.kv_heads = kv_heads
-        self.k_proj = nn.Linear(key_dim, kv_heads * self.head_dim)
-        self.v_proj = nn.Linear(key_dim, kv_heads * self.head_dim)
 
     def _attend_fast(
         self,
@@ -165,11 +172,7 @@ class MultiHeadLatentAttention(MultiHeadBase):
         rope_dim: int = 16,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
-        if rope_dim % 2:
-            raise AttnlabError(
-                f"model.rope_dim (model.mla.rope_dim)={rope_dim} must be even "
-                "(rotary positions turn pairs of channels)"
-            )
+        self.check_hparams(heads, {"kv_rank": kv_rank, "rope_dim": rope_dim})
         del self.k_proj, self.v_proj  # keys and values come from the latent
         self.kv_rank, self.rope_dim = kv_rank, rope_dim
         # The paper's matrices carry no bias (W_uk could be absorbed into W_q, W_uv into W_o).
@@ -181,6 +184,14 @@ class MultiHeadLatentAttention(MultiHeadBase):
         # The decoupled rotary part: MLA's positions in self-attention (set_positions turns it
         # off in cross-attention, where target queries and source keys share no position axis).
         self.rope: Rotary | None = Rotary(rope_dim)
+
+    @classmethod
+    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+        if values["rope_dim"] % 2:
+            raise AttnlabError(
+                f"model.rope_dim (model.mla.rope_dim)={values['rope_dim']} must be even "
+                "(rotary positions turn pairs of channels)"
+            )
 
     def set_positions(self, role: str, rotary: bool) -> None:
         # Whatever model.positions says: the content part is never rotated (its keys come

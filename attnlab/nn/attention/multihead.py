@@ -107,6 +107,12 @@ class MultiHeadBase(Attention):
         # Set by the Transformer for self-attention when model.positions = rotary.
         self.rotary: Rotary | None = None
 
+    @classmethod
+    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+        """Refuse hyper-parameter values (every one of ``spec.hparams``, defaults filled in)
+        that do not fit ``heads``: one-line AttnlabError naming the key. Called by the
+        constructor and, before anything is built, by the Transformer's config check."""
+
     # -- projections and the key/value cache ------------------------------------------------
 
     def set_positions(self, role: str, rotary: bool) -> None:
