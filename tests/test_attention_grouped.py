@@ -171,9 +171,7 @@ def test_gqa_with_kv_heads_equal_to_heads_is_multi_head_attention_exactly(role, 
 
 def test_a_transformer_with_gqa_kv_heads_equal_to_heads_is_the_mha_transformer_exactly():
     mha = make_model()
-    gqa = make_model(
-        self_attention="gqa", cross_attention="gqa", attn_params={"gqa.kv_heads": 4}
-    )
+    gqa = make_model(self_attention="gqa", cross_attention="gqa", attn_params={"gqa.kv_heads": 4})
     gqa.load_state_dict(mha.state_dict())
     src, src_mask, tgt_in = random_batch()
     assert torch.equal(mha(src, src_mask, tgt_in).logits, gqa(src, src_mask, tgt_in).logits)
