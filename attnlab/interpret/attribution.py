@@ -186,9 +186,11 @@ def _vectors_of(module: nn.Module, values: Tensor) -> Tensor | None:
     if isinstance(module, MultiHeadBase):
         if type(module).gate is not MultiHeadBase.gate:
             return None  # a query-dependent gate between values and output: f depends on i
-        return value_vectors(
-            values, module.v_proj.weight, module.v_proj.bias, module.out_proj.weight, module.heads
-        )
+        # The values each query head sums (grouped or latent ones included), through W_o^h.
+        per_head = module.head_values(values)  # [B,H,Tk,dv]
+        o_weight = module.out_proj.weight
+        heads, dv = per_head.shape[-3], per_head.shape[-1]
+        return per_head @ o_weight.view(o_weight.shape[0], heads, dv).permute(1, 2, 0)
     return value_vectors(values, None, None, None, 1)
 
 

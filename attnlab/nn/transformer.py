@@ -3,8 +3,11 @@
 Encoder self-, decoder self- and cross-attention each take any registered variant that
 declares the role (``model.self_attention``, ``model.decoder_self_attention``,
 ``model.cross_attention``). ``forward(..., need_weights=True)`` returns every layer's and
-head's weights; ``step`` decodes one token with a key/value cache kept in the decoder state
-(batch-first tensors, so beam search can reorder it with ``index_select``).
+head's weights; ``step`` decodes one token with a cache kept in the decoder state: one
+tensor per layer and role whose content each attention class decides
+(``MultiHeadBase.cache_entries``: projected keys / values, grouped ones, or a latent),
+batch-first so beam search can reorder it with ``index_select``, time at dim -2 so a step
+appends to it.
 
 Every layer is written once against a ``Layout`` (attnlab.nn.packing) carried beside its
 activations: padded [B,T,D] (weights, decoding, accelerators, reference mode) or packed [N,D]
@@ -29,7 +32,7 @@ from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.packing import PADDED, Layout, Packing
-from attnlab.nn.positions import AbsolutePositions, Rotary
+from attnlab.nn.positions import AbsolutePositions
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
 
 
@@ -52,6 +55,7 @@ class AttentionBlock(nn.Module):
         hparams: dict[str, Any],
     ):
         super().__init__()
+        self.role = role
         self.attn: Attention = build_attention(  # the variant's own values (qualified or flat)
             name,
             d_model,
@@ -63,7 +67,9 @@ class AttentionBlock(nn.Module):
         )
         out_dim = getattr(self.attn, "out_dim", d_model)
         self.proj = nn.Identity() if out_dim == d_model else nn.Linear(out_dim, d_model)
-        self.cacheable = isinstance(self.attn, MultiHeadBase)  # caches projected keys / values
+        # A multi-head variant keeps its own cache (MultiHeadBase.cache_entries); any other
+        # variant recomputes from the decoder's inputs so far.
+        self.cacheable = isinstance(self.attn, MultiHeadBase)
 
     def forward(
         self,
@@ -177,22 +183,22 @@ class DecoderLayer(nn.Module):
         enc_mask: Tensor,
         need_weights: bool,
         self_keys: Tensor | None = None,
-        self_kv: Any = None,
-        cross_kv: Any = None,
+        self_cache: Tensor | None = None,
+        cross_cache: Any = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x: the target's activations in ``layout``; enc_states the source's in ``enc_layout``.
-        Full pass: keys are this layer's own inputs. Cached step (padded): ``self_kv`` =
-        projected (k, v) of every position so far, or ``self_keys`` = the inputs so far [B,Tk,D]
-        for variants without a projected cache."""
+        Full pass: keys are this layer's own inputs. Cached step (padded): ``self_cache`` =
+        the self-attention's cache of every position so far (time at dim -2), or
+        ``self_keys`` = the inputs so far [B,Tk,D] for variants without a cache of their own."""
         h = self.sub_self.inp(x)
         keys = h if self_keys is None else self_keys
         batch, tk = layout.batch_shape(keys)
-        if self_kv is not None:
-            tk = self_kv[0].shape[2]
+        if self_cache is not None:
+            tk = self_cache.shape[-2]
         # Decoder positions are never padding as keys: causality alone hides what follows.
         self_mask = torch.ones(batch, tk, dtype=torch.bool, device=x.device)
         y, self_weights = self.self_attn(
-            h, layout, keys, layout, self_mask, True, need_weights, precomputed=self_kv
+            h, layout, keys, layout, self_mask, True, need_weights, precomputed=self_cache
         )
         x = self.sub_self.out(x, y)
         y, cross_weights = self.cross_attn(
@@ -203,7 +209,7 @@ class DecoderLayer(nn.Module):
             enc_mask,
             False,
             need_weights,
-            precomputed=cross_kv,
+            precomputed=cross_cache,
         )
         x = self.sub_cross.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
@@ -257,12 +263,15 @@ class TransformerSeq2Seq(Seq2Seq):
         self.output = OutputLayer(m.d_model, tgt_vocab_size)
         if m.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
-        if m.positions == "rotary":
-            head_dim = m.d_model // m.heads
-            for layer in [*self.encoder_layers, *self.decoder_layers]:
-                attn = layer.self_attn.attn
-                if isinstance(attn, MultiHeadBase) and attn.supports_rotary:
-                    attn.rotary = Rotary(head_dim)
+        for block in self._attention_blocks():  # rotary self-attention (and MLA's own)
+            if isinstance(block.attn, MultiHeadBase):
+                block.attn.set_positions(block.role, m.positions == "rotary")
+
+    def _attention_blocks(self) -> list[AttentionBlock]:
+        blocks = [layer.self_attn for layer in self.encoder_layers]
+        for layer in self.decoder_layers:
+            blocks += [layer.self_attn, layer.cross_attn]
+        return blocks
 
     # -- embeddings ---------------------------------------------------------------------------
 
@@ -377,19 +386,19 @@ class TransformerSeq2Seq(Seq2Seq):
     # -- decoder: incremental ---------------------------------------------------------------------
 
     def start_state(self, enc: EncoderOutput) -> DecoderState:
-        """Empty self-attention caches and the projected encoder keys / values per layer."""
+        """Per layer: an empty self-attention cache (``self_cache{i}``, or the inputs so far
+        ``self_x{i}`` for a variant without one) and the cross-attention's cache of the encoder
+        states (``cross_cache{i}``), each in the form its attention class chose."""
         bsz = enc.states.shape[0]
         state: DecoderState = {}
         for i, layer in enumerate(self.decoder_layers):
             self_block, cross_block = layer.self_attn, layer.cross_attn
             if self_block.cacheable:
-                attn = self_block.attn
-                empty = enc.states.new_zeros(bsz, attn.heads, 0, attn.head_dim)
-                state[f"self_k{i}"], state[f"self_v{i}"] = empty, empty.clone()
+                state[f"self_cache{i}"] = self_block.attn.empty_cache(bsz, enc.states)
             else:
                 state[f"self_x{i}"] = enc.states.new_zeros(bsz, 0, self.d_model)
             if cross_block.cacheable:
-                state[f"cross_kv{i}"] = cross_block.attn.precompute(enc.states)  # [B,2,H,S,dh]
+                state[f"cross_cache{i}"] = cross_block.attn.precompute(enc.states)
         return state
 
     def step(
@@ -400,28 +409,35 @@ class TransformerSeq2Seq(Seq2Seq):
         need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         first = self.decoder_layers[0]
-        key = "self_k0" if first.self_attn.cacheable else "self_x0"
+        key = "self_cache0" if first.self_attn.cacheable else "self_x0"
         position = state[key].shape[-2]  # tokens decoded so far
         x = self._embed(self.tgt_embed, prev_tokens[:, None], start=position)  # [B,1,D]
         new_state: DecoderState = {}
         cross_weights = []
         for i, layer in enumerate(self.decoder_layers):
             h = layer.sub_self.inp(x)
+            self_cache = None
             if layer.self_attn.cacheable:
-                k_new, v_new = layer.self_attn.attn.project_kv(h, h, start=position)
-                k = torch.cat([state[f"self_k{i}"], k_new], dim=2)
-                v = torch.cat([state[f"self_v{i}"], v_new], dim=2)
-                new_state[f"self_k{i}"], new_state[f"self_v{i}"] = k, v
-                self_keys, self_kv = h, (k, v)
+                new = layer.self_attn.attn.cache_entries(h, position)
+                self_cache = torch.cat([state[f"self_cache{i}"], new], dim=-2)
+                new_state[f"self_cache{i}"] = self_cache
+                self_keys = h
             else:
                 self_keys = torch.cat([state[f"self_x{i}"], h], dim=1)
                 new_state[f"self_x{i}"] = self_keys
-                self_kv = None
-            cross_kv = state.get(f"cross_kv{i}")
-            if cross_kv is not None:
-                new_state[f"cross_kv{i}"] = cross_kv
+            cross_cache = state.get(f"cross_cache{i}")
+            if cross_cache is not None:
+                new_state[f"cross_cache{i}"] = cross_cache
             x, _, cw = layer(
-                x, PADDED, enc.states, PADDED, enc.mask, need_weights, self_keys, self_kv, cross_kv
+                x,
+                PADDED,
+                enc.states,
+                PADDED,
+                enc.mask,
+                need_weights,
+                self_keys,
+                self_cache,
+                cross_cache,
             )
             cross_weights.append(cw)
         logits = self.output.step_logits(self.decoder_norm(x)[:, 0])
@@ -457,6 +473,12 @@ def check_transformer(config: ExperimentConfig) -> None:
         else:
             _check_role(slot.key, resolved[slot.key], slot.role)
     dec_name = resolved["model.decoder_self_attention"]
+    used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
+    for name in dict.fromkeys(used):  # hyper-parameters that must fit model.heads
+        entry = ATTENTION.get(name)
+        if issubclass(entry.factory, MultiHeadBase):
+            values = {**entry.meta.defaults(), **m.params_for(name)}
+            entry.factory.check_hparams(m.heads, values)
     if m.positions == "rotary":
         if (m.d_model // m.heads) % 2:
             raise AttnlabError(
@@ -471,7 +493,6 @@ def check_transformer(config: ExperimentConfig) -> None:
                 )
     if d.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(d.max_len, d.test_max_len)
-        used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
         for name in dict.fromkeys(used):
             ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
 

@@ -2,10 +2,12 @@
 
 ``MultiHeadBase`` holds what every modern variant shares: query/key/value projections split
 into H heads, an output projection, optional rotary positions, and a key/value cache
-interface (``project_kv``; ``precomputed`` = the stacked projected keys and values). A
-variant overrides ``scores`` (how a query meets a key), ``bias`` (position terms added to
-the scores), ``allowed`` (a sparsity pattern) or the whole ``attend`` step; which of them
-it overrides decides, once per class, whether the fused SDPA kernel may compute it.
+interface: each class decides what its cache holds (``cache_entries`` / ``empty_cache``,
+batch first, time at dim -2) and how keys and values come back from it (``kv_from_cache``);
+by default the stacked projected keys and values [B,2,H_kv,T,dh]. A variant overrides
+``scores`` (how a query meets a key), ``bias`` (position terms added to the scores),
+``allowed`` (a sparsity pattern) or the whole ``attend`` step; which of them it overrides
+decides, once per class, whether the fused SDPA kernel may compute it.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class MultiHeadBase(Attention):
             )
         self.heads = heads
         self.head_dim = query_dim // heads
+        # Key/value heads: = heads here; grouped-query attention shares each among a group.
+        self.kv_heads = heads
         self.out_dim = query_dim
         self.dropout_p = dropout
         self.q_proj = nn.Linear(query_dim, query_dim)
@@ -103,18 +107,50 @@ class MultiHeadBase(Attention):
         # Set by the Transformer for self-attention when model.positions = rotary.
         self.rotary: Rotary | None = None
 
+    @classmethod
+    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+        """Refuse hyper-parameter values (every one of ``spec.hparams``, defaults filled in)
+        that do not fit ``heads``: one-line AttnlabError naming the key. Called by the
+        constructor and, before anything is built, by the Transformer's config check."""
+
     # -- projections and the key/value cache ------------------------------------------------
 
+    def set_positions(self, role: str, rotary: bool) -> None:
+        """Told by the Transformer where this module sits: ``rotary`` (model.positions = rotary)
+        rotates q and k of self-attention; cross-attention has no shared position axis."""
+        if rotary and role != ROLE_CROSS and self.supports_rotary:
+            self.rotary = Rotary(self.head_dim)
+
     def project_kv(self, keys: Tensor, values: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
-        """keys/values [B,Tk,Dk] (padded) at absolute positions start.. -> k, v [B,H,Tk,dh]."""
-        k = split_heads(self.k_proj(keys), self.heads)
+        """keys/values [B,Tk,Dk] (padded) at absolute positions start.. -> k, v [B,H_kv,Tk,dh]."""
+        k = split_heads(self.k_proj(keys), self.kv_heads)
         if self.rotary is not None:
             k = self.rotary(k, start)
-        return k, split_heads(self.v_proj(values), self.heads)
+        return k, split_heads(self.v_proj(values), self.kv_heads)
+
+    def cache_entries(self, x: Tensor, start: int = 0) -> Tensor:
+        """What the cache keeps of the keys (= values) x [B,T,Dk] at absolute positions
+        start..: a batch-first tensor with time at dim -2 (beam search reorders dim 0, the
+        decoder appends along dim -2). Here the projected keys and values, [B,2,H_kv,T,dh]."""
+        return torch.stack(self.project_kv(x, x, start), dim=1)
+
+    def empty_cache(self, batch: int, like: Tensor) -> Tensor:
+        """A cache of no position yet (``like`` gives dtype and device)."""
+        return like.new_zeros(batch, 2, self.kv_heads, 0, self.head_dim)
+
+    def kv_from_cache(self, cache: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v [B,H_kv,T,dh] (as ``_project`` would give them) from ``cache_entries``'s form."""
+        k, v = cache.unbind(1)
+        return k, v
 
     def precompute(self, keys: Tensor) -> Tensor:
-        """Projected encoder keys and values, stacked batch-first: [B,2,H,S,dh]."""
-        return torch.stack(self.project_kv(keys, keys), dim=1)
+        """The cache of the encoder's keys (= values), computed once per source batch."""
+        return self.cache_entries(keys, 0)
+
+    def head_values(self, values: Tensor) -> Tensor:
+        """values [B,Tk,Dk] -> what each query head sums, [B,H,Tk,dv] (attribution)."""
+        v = split_heads(self.v_proj(values), self.kv_heads)
+        return v.repeat_interleave(self.heads // self.kv_heads, dim=1)
 
     def forward(
         self,
@@ -166,21 +202,22 @@ class MultiHeadBase(Attention):
         k_layout: Layout,
         precomputed: Any,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k, v [B,H,T,dh]; k, v from ``precomputed`` (a cache) when given."""
-        heads = self.heads
+        """q [B,H,T,dh], k, v [B,H_kv,T,dh]; k, v from ``precomputed`` (a cache, the form
+        ``cache_entries`` gives) when given."""
+        heads, kv_heads = self.heads, self.kv_heads
         if precomputed is not None:
-            k, v = precomputed.unbind(1) if isinstance(precomputed, Tensor) else precomputed
+            k, v = self.kv_from_cache(precomputed)
             (q,) = q_layout.project_heads(query, (self.q_proj,), heads)
             return q, k, v
-        if keys is query and values is query:  # self-attention: one QKV product (packed)
+        if keys is query and values is query and kv_heads == heads:  # one QKV product (packed)
             q, k, v = q_layout.project_heads(query, (self.q_proj, self.k_proj, self.v_proj), heads)
         else:
             (q,) = q_layout.project_heads(query, (self.q_proj,), heads)
             if values is keys:
-                k, v = k_layout.project_heads(keys, (self.k_proj, self.v_proj), heads)
+                k, v = k_layout.project_heads(keys, (self.k_proj, self.v_proj), kv_heads)
             else:
-                (k,) = k_layout.project_heads(keys, (self.k_proj,), heads)
-                (v,) = k_layout.project_heads(values, (self.v_proj,), heads)
+                (k,) = k_layout.project_heads(keys, (self.k_proj,), kv_heads)
+                (v,) = k_layout.project_heads(values, (self.v_proj,), kv_heads)
         if self.rotary is not None:
             k = self.rotary(k, 0)
         return q, k, v
@@ -214,8 +251,8 @@ class MultiHeadBase(Attention):
         return context
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """q [B,H,Tq,dh], k [B,H,Tk,dh] -> [B,H,Tq,Tk]"""
-        return q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        """q [B,H,Tq,d], k [B,H,Tk,d] -> [B,H,Tq,Tk] (d = q's width, as SDPA scales it)"""
+        return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
 
     def bias(self, tq: int, tk: int, causal: bool, device: torch.device) -> Tensor | None:
         """Additive score terms that depend on positions only, [H,Tq,Tk] (None = none)."""
@@ -243,16 +280,25 @@ class MultiHeadBase(Attention):
 
 
 def sdpa(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout_p: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor,
+    bias: Tensor | None,
+    dropout_p: float,
+    enable_gqa: bool = False,
 ) -> Tensor:
-    """F.scaled_dot_product_attention with a bool mask (+ float bias); rows with no key -> 0."""
+    """F.scaled_dot_product_attention with a bool mask (+ float bias); rows with no key -> 0.
+    ``enable_gqa``: k, v hold fewer heads than q, each shared by a group of query heads."""
     has_key = mask.any(dim=-1, keepdim=True)  # [B,1|H,Tq|1,1]
     # A row with every key masked would be NaN in SDPA: let it see everything, zero it after.
     mask = mask | ~has_key
     attn_mask: Tensor = mask
     if bias is not None:
         attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    context = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa
+    )
     return context * has_key.to(context.dtype)
 
 
