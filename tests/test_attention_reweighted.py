@@ -248,23 +248,48 @@ def test_differential_refuses_an_odd_head_width_and_rotary_halves_with_split_pai
         build_attention("differential", 6, 6, role=ROLE_SELF, heads=2)
     assert "\n" not in str(raised.value)
     attn = build("differential", heads=8, dq=48, dk=48)  # head width 6: halves of 3 channels
-    attn.rotary = Rotary(6)
-    x = torch.randn(1, 3, 48)
-    with pytest.raises(AttnlabError, match="divisible by 4"):
-        attn(x, x, x, torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(AttnlabError, match="divisible by 4") as raised:
+        attn.rotary = Rotary(6)  # what the Transformer does for model.positions=rotary
+    assert "\n" not in str(raised.value)
 
 
-def test_differential_with_rotary_matches_the_reference_on_rotated_heads():
-    """Rotary rotates whole pairs inside each half, so each map stays relative: shifting every
-    position by the same offset (one cached step later) changes nothing."""
+def rotate_by_hand(x, start, base=10000.0):
+    """Rotary on each half of the last dim separately, pair (2i, 2i+1) of a half of width w by
+    angle p·base^(−2i/w), p = start + row; float64 loops."""
+    out = x.clone()
+    width = x.shape[-1] // 2
+    for p in range(x.shape[-2]):
+        for offset in (0, width):
+            for i in range(width // 2):
+                angle = (start + p) * base ** (-2 * i / width)
+                c, s = math.cos(angle), math.sin(angle)
+                even, odd = x[..., p, offset + 2 * i], x[..., p, offset + 2 * i + 1]
+                out[..., p, offset + 2 * i] = even * c - odd * s
+                out[..., p, offset + 2 * i + 1] = even * s + odd * c
+    return out
+
+
+def test_differential_with_rotary_rotates_each_half_as_its_own_head():
+    """As in the paper's code, each half-head (one map) gets rotary of width d_h/2 over the full
+    frequency range; the weights equal the loop reference on the rotated halves, and shifting
+    every position by the same offset (a later cached step) changes nothing."""
     attn = build("differential", role=ROLE_CAUSAL_SELF, heads=2)  # head width 8: halves of 4
     attn.rotary = Rotary(attn.head_dim)
     x, _, key_mask = make_inputs(tq=5, tk=5)
     full = attn(x, x, x, key_mask, causal=True, need_weights=True)
+    q = rotate_by_hand(heads_proj(x.double(), attn.q_proj, 2), 0)
+    k = rotate_by_hand(heads_proj(x.double(), attn.k_proj, 2), 0)
+    for bi in range(2):
+        for hi in range(2):
+            for i in range(5):
+                js = [j for j in range(i + 1) if key_mask[bi, j]]
+                row, _ = row_weights("differential", attn, q, k, bi, hi, i, js)
+                got = full.weights[bi, hi, i, js].double()
+                torch.testing.assert_close(got, torch.tensor(row, dtype=torch.float64))
     k, v = attn.project_kv(x, x, start=3)  # the same keys three positions later
     q = attn.rotary(attn.q_proj(x).view(2, 5, 2, 8).transpose(1, 2), 3)
-    ctx, w = attn.attend(q, k, v, key_mask, True, True)
-    torch.testing.assert_close(w, full.weights, atol=1e-5, rtol=1e-5)
+    _, shifted = attn.attend(q, k, v, key_mask, True, True)
+    torch.testing.assert_close(shifted, full.weights, atol=1e-5, rtol=1e-5)
 
 
 # -- sigmoid ------------------------------------------------------------------------------------

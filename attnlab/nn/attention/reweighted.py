@@ -35,6 +35,7 @@ from attnlab.nn.attention.base import (
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase, key_pattern_mask, sdpa
+from attnlab.nn.positions import Rotary
 
 REWEIGHTED_ROLES = frozenset(ALL_ROLES)
 
@@ -52,6 +53,22 @@ def fused_softmax(
 
 
 # -- differential ------------------------------------------------------------------------------
+
+
+class HalfRotary(Rotary):
+    """Rotary positions applied to each half of a head separately (differential's two maps)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        if (head_dim // 2) % 2:
+            raise AttnlabError(
+                "differential with model.positions=rotary rotates each half-head on its own: "
+                f"model.d_model/model.heads must be divisible by 4, got {head_dim}"
+            )
+        super().__init__(head_dim // 2, base)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat([super().forward(first, start), super().forward(second, start)], -1)
 
 
 @register_attention
@@ -120,14 +137,16 @@ class DifferentialAttention(MultiHeadBase):
             + self.lambda_init
         )
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The Transformer sets ``rotary = Rotary(d_h)`` for model.positions=rotary; rotate each
+        # half as its own head of width d_h/2 instead (as the paper's code does), so each map
+        # sees the full frequency range and stays a function of relative position.
+        if name == "rotary" and isinstance(value, Rotary) and not isinstance(value, HalfRotary):
+            value = HalfRotary(self.head_dim)
+        super().__setattr__(name, value)
+
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         half = self.head_dim // 2
-        if self.rotary is not None and half % 2:
-            # Rotary rotates channel pairs (2i, 2i+1); an odd half would split a pair.
-            raise AttnlabError(
-                "differential with model.positions=rotary needs model.d_model/model.heads "
-                f"divisible by 4 (each half a whole number of rotary pairs), got {self.head_dim}"
-            )
         return x[..., :half], x[..., half:]
 
     def attend(
