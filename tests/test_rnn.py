@@ -12,7 +12,13 @@ from _tiny import batch
 
 from attnlab.config import ExperimentConfig, ModelConfig
 from attnlab.errors import AttnlabError
-from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS
+from attnlab.nn.attention import (
+    ATTENTION,
+    NORM_SOFTMAX,
+    NORM_SPARSE,
+    NORM_SUB_STOCHASTIC,
+    ROLE_RNN_CROSS,
+)
 from attnlab.nn.model import ARCHITECTURES, build_model
 from attnlab.nn.rnn import RNNSeq2Seq, check_rnn_config
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, PAD_ID, select_state
@@ -196,8 +202,11 @@ def test_cross_attention_shape_and_rows(attention):
     assert cross.shape == (3, 1, heads, tgt_in.shape[1], src.shape[1])
     assert out.logits.shape == (3, tgt_in.shape[1], TGT_V)
     assert torch.all(cross.masked_select(~src_mask[:, None, None, None, :]) == 0)
-    if ATTENTION.get(attention).meta.exposes_weights:
+    spec = ATTENTION.get(attention).meta
+    if spec.exposes_weights and spec.normalisation in (NORM_SOFTMAX, NORM_SPARSE):
         torch.testing.assert_close(cross.sum(-1), torch.ones_like(cross[..., 0]), rtol=0, atol=1e-5)
+    elif spec.exposes_weights and spec.normalisation == NORM_SUB_STOCHASTIC:
+        assert torch.all(cross >= 0) and torch.all(cross.sum(-1) <= 1 + 1e-5)
     # Without need_weights nothing is collected.
     assert "cross" not in model(src, src_mask, tgt_in).attentions
 
