@@ -62,8 +62,9 @@ def _sparsemax_forward(x: Tensor) -> Tensor:
     xs = x.sort(dim=-1, descending=True).values
     k = torch.arange(1, x.shape[-1] + 1, device=x.device, dtype=x.dtype)
     cums = xs.cumsum(-1)
-    # The support is the k largest with 1 + k·x_(k) > Σ_{j<=k} x_(j); k >= 1 always holds.
-    size = (1 + k * xs > cums).sum(-1, keepdim=True)
+    # The support is the k largest with 1 + k·x_(k) > Σ_{j<=k} x_(j); k = 1 always holds
+    # (the clamp only keeps a NaN row, e.g. a diverged model, from an index error).
+    size = (1 + k * xs > cums).sum(-1, keepdim=True).clamp_min(1)
     tau = (cums.gather(-1, size - 1) - 1) / size.to(x.dtype)
     return (x - tau).clamp_min(0)
 
