@@ -97,7 +97,7 @@ def loop_stick_breaking(attn, query, keys, key_mask, causal, attend_current):
     return out_proj(weights @ v, attn), weights
 
 
-@pytest.mark.parametrize("attend_current", [False, True])
+@pytest.mark.parametrize("attend_current", [0, 1])
 @pytest.mark.parametrize("causal", [True, False])
 def test_stick_breaking_matches_the_papers_product(causal, attend_current):
     attn = build("stick-breaking", role=ROLE_SELF, attend_current=attend_current)
@@ -112,7 +112,7 @@ def test_stick_breaking_matches_the_papers_product(causal, attend_current):
     assert torch.all(w[1, ..., 5:] == 0), "padded keys take no weight"
     if causal:
         assert torch.all(w.triu(0 if not attend_current else 1) == 0)
-        assert torch.all(w[:, :, 0] == 0) != attend_current  # position 0 sees only itself
+        assert torch.all(w[:, :, 0] == 0) != bool(attend_current)  # position 0 sees only itself
 
 
 def test_stick_breaking_padding_does_not_break_the_stick():

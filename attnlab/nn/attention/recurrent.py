@@ -90,9 +90,11 @@ class StickBreakingAttention(MultiHeadBase):
         hparams=(
             HParam(
                 "attend_current",
-                False,
-                "stick-breaking: the query's own position takes part (breaks the stick first); "
-                "the paper's formula excludes it",
+                0,
+                "stick-breaking: 1 = the query's own position takes part (breaks the stick "
+                "first); 0 = the paper's formula, keys strictly before it",
+                0,
+                1,
             ),
         ),
         normalisation=NORM_SUB_STOCHASTIC,
@@ -104,10 +106,10 @@ class StickBreakingAttention(MultiHeadBase):
         key_dim: int,
         heads: int = 1,
         dropout: float = 0.0,
-        attend_current: bool = False,
+        attend_current: int = 0,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
-        self.attend_current = attend_current
+        self.attend_current = bool(attend_current)
 
     def allowed(self, tq: int, tk: int, causal: bool, device: torch.device) -> Tensor | None:
         pos = query_positions(tq, tk, device)[:, None]
