@@ -81,9 +81,7 @@ def loop_stick_breaking(attn, query, keys, key_mask, causal, attend_current):
                 candidates = [
                     j
                     for j in range(tk)
-                    if key_mask[bi, j]
-                    and (j <= p or not causal)
-                    and (j != p or attend_current)
+                    if key_mask[bi, j] and (j <= p or not causal) and (j != p or attend_current)
                 ]
                 order = sorted(candidates, key=lambda j, p=p: (abs(j - p), j > p))
                 beta = {
