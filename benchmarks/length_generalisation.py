@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 python benchmarks/length_generalisation.py                # 800 steps each
     OMP_NUM_THREADS=2 python benchmarks/length_generalisation.py --steps 2000 --json out.json
-    OMP_NUM_THREADS=1 python benchmarks/length_generalisation.py --quick        # smoke run
+    OMP_NUM_THREADS=1 python benchmarks/length_generalisation.py --quick        # ~2-3 minutes
 
 Every configuration trains the reverse-transformer-sized model (2+2 layers, d_model 128, 4 heads,
 ff 256) on the copy task (``--task reverse`` for reverse) with sources of 3..20 symbols
@@ -115,7 +115,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--task", default="copy", choices=["copy", "reverse"])
-    parser.add_argument("--steps", type=int, default=800, help="training steps per config")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps per config (default 800)"
+    )
     parser.add_argument("--train-max", type=int, default=20, help="longest training source")
     parser.add_argument("--test-max", type=int, default=40, help="longest test source")
     parser.add_argument("--train-size", type=int, default=20000)
@@ -129,7 +131,8 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 30 steps, 2000 training and 50 test sentences per config",
+        help="a couple of minutes: 100 steps (unless --steps), 2000 training and 100 dev/test "
+        "sentences per config",
     )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE"
@@ -140,7 +143,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.train_size, args.eval_size = min(args.steps, 30), 2000, 50
+        args.train_size, args.eval_size = 2000, 100
+    args.steps = args.steps or (100 if args.quick else 800)
 
     torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="attnlab-lengthgen-"))
