@@ -74,7 +74,13 @@ def stick_breaking_weights(logits: Tensor, mask: Tensor) -> Tensor:
 
 @register_attention
 class StickBreakingAttention(MultiHeadBase):
-    """A_ij = β_ij ∏_{j<k<i} (1 − β_ik), β_ij = σ(q_i·k_j/√d_h); Tan et al. 2024."""
+    """A_ij = β_ij ∏_{j<k<i} (1 − β_ik), β_ij = σ(q_i·k_j/√d_h); Tan et al. 2024.
+
+    Roles: causal-self (the paper's), and self, whose rows order the keys by distance from the
+    query (the left one first on a tie). Not cross: target and source share no order.
+    ``attend_current`` = 1 lets the query's own position break the stick first (∏ over
+    j<k≤i); the default 0 is the paper's formula (keys strictly before the query).
+    """
 
     spec = AttentionSpec(
         name="stick-breaking",
@@ -206,7 +212,11 @@ class DecayedLinearAttention(MultiHeadBase):
     """Linear attention with a data-dependent decay per head and step:
     S_i = a_i S_{i−1} + φ(k_i) v_iᵀ, z_i = a_i z_{i−1} + φ(k_i), y_i = φ(q_i)ᵀS_i / φ(q_i)ᵀz_i,
     a_i = σ(w_h·k_i + b_h). A gated linear recurrence as in Mamba-2's SSD (Dao & Gu 2024) and
-    Gated DeltaNet (Yang et al. 2024), with the ``linear`` variant's φ = elu + 1."""
+    Gated DeltaNet (Yang et al. 2024), with the ``linear`` variant's φ = elu + 1.
+
+    Roles: causal-self (chunked, see ``chunked_decayed_attention``), and self with the gates
+    between query and key on either side, exp(−|L_i − L_j|) (the O(T²) implied matrix). Not
+    cross: the decay needs one order. Dropout is not applied (as for ``linear``)."""
 
     supports_rotary = False  # the decay is the position signal; it reads the projected key
     spec = AttentionSpec(
