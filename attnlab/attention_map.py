@@ -54,7 +54,9 @@ NORM_SOFTMAX = "softmax"  # rows >= 0 summing to 1 over the unmasked keys
 NORM_SPARSE = "sparse"  # rows >= 0 summing to 1, with exact zeros (sparsemax, entmax, NSA)
 NORM_SUB_STOCHASTIC = "sub-stochastic"  # rows >= 0 summing to <= 1; the rest went nowhere
 NORM_SIGNED = "signed"  # rows may be negative (differential attention)
-NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED)
+# rows >= 0 with no bound on their sum (sigmoid attention: n·σ(s − log n) can exceed 1)
+NORM_UNNORMALISED = "unnormalised"
+NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED, NORM_UNNORMALISED)
 UNATTENDED_LABEL = "∅"  # the column of a sub-stochastic map's unattended mass
 
 

@@ -39,6 +39,7 @@ from attnlab.attention_map import (
     NORM_SIGNED,
     NORM_SOFTMAX,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     AttentionMap,
     last_layer_head_mean,
     unattended_mass,
@@ -152,12 +153,16 @@ def row_entropy(weights: Tensor, normalisation: str = NORM_SOFTMAX) -> Tensor:
     """[..., Tk] -> [...] entropy in nats (0 ln 0 = 0: a sparse row's exact zeros add nothing).
 
     Sub-stochastic rows: the unattended mass 1 − Σ w is one more outcome (the row plus it is a
-    distribution). Signed rows have no entropy: NaN (callers leave them out and say why)."""
+    distribution); unnormalised rows are scaled to sum 1 first. Signed rows have no entropy:
+    NaN (callers leave them out and say why)."""
     w = weights.to(torch.float64)
     if normalisation == NORM_SIGNED:
         return torch.full(w.shape[:-1], float("nan"), dtype=torch.float64, device=w.device)
     if normalisation == NORM_SUB_STOCHASTIC:
         w = torch.cat([w, unattended_mass(w).unsqueeze(-1)], dim=-1)
+    elif normalisation == NORM_UNNORMALISED:  # the entropy of the row scaled to sum 1
+        total = w.sum(-1, keepdim=True)
+        w = torch.where(total > 0, w / total.clamp_min(1e-300), 0.0)
     return -torch.where(w > 0, w * torch.log(w.clamp_min(1e-300)), 0.0).sum(dim=-1)
 
 

@@ -51,6 +51,8 @@ PEAK_BF16 = (
     ("H100", 989.5e12),
     ("A100", 312e12),
 )
+from flops import model_flops  # noqa: E402  (one home: also throughput.py's fraction of peak)
+
 PRESETS = ("multi30k-gru-none", "multi30k-gru-bahdanau", "multi30k-transformer")
 
 
@@ -62,35 +64,6 @@ def peak_flops(device_name: str, override_tflops: float = 0.0) -> float | None:
         if all(part in device_name for part in key.split()):
             return value
     return None
-
-
-def model_flops(model: Any, src_lens: list[int], tgt_lens: list[int]) -> float:
-    """Training FLOPs of one step of an attnlab Transformer over these sentences (see top)."""
-    import torch
-
-    n_src, n_tgt = sum(src_lens), sum(tgt_lens)
-    dense = 0.0
-    for name, module in model.named_modules():  # a tied output layer is still a module
-        if not isinstance(module, torch.nn.Linear):
-            continue
-        on_source = name.startswith("encoder_layers.") or (
-            ".cross_attn." in name and name.rsplit(".", 1)[-1] in ("k_proj", "v_proj")
-        )
-        dense += 6.0 * module.weight.numel() * (n_src if on_source else n_tgt)
-    names = [name for name, _ in model.named_modules()]
-    enc = sum(
-        1 for n in names if n.startswith("encoder_layers.") and n.endswith("self_attn.attn.q_proj")
-    )
-    dec = sum(
-        1 for n in names if n.startswith("decoder_layers.") and n.endswith("self_attn.attn.q_proj")
-    )
-    d = model.get_submodule(next(n for n in names if n.endswith("q_proj"))).weight.shape[0]
-    attention = 0.0
-    for s, t in zip(src_lens, tgt_lens, strict=True):
-        attention += 12.0 * enc * d * s * s  # encoder self: s queries x s keys
-        attention += 12.0 * dec * d * t * t  # decoder self (the causal half counted whole)
-        attention += 12.0 * dec * d * t * s  # cross: t queries x s keys
-    return dense + attention
 
 
 def run_cuda_tests(timeout_s: int) -> dict[str, Any]:

@@ -11,6 +11,14 @@ median tokens/s and the ratios. Machines here are noisy (~15 %); compare medians
 
     bash ../shared/bench/setup-joey.sh          # once: JoeyNMT venv in /tmp/anchor-venv
     python benchmarks/throughput.py --rounds 3  # about 3 x 4 minutes
+    python benchmarks/throughput.py --peak-only # the fraction of peak alone (~3 minutes)
+
+After the comparison it prints how close training runs to this machine's limit (``--peak``,
+on by default): for reverse-transformer and multi30k-transformer, the achieved model FLOP/s
+of the training loop (``attnlab train``'s tokens/s x the mean model FLOPs per target token
+over the training set, counted as in gpu_check.py) over the FLOP/s of a 2048 x 2048 float32
+matmul on the same 2 threads, measured before and after in the same sitting (the better of
+the two is the peak).
 """
 
 from __future__ import annotations
@@ -121,6 +129,72 @@ def decode_speed(run_dir: Path) -> dict[str, float]:
 
 
 ATTNLAB_SETS: list[str] = []  # extra --set overrides; set by --attnlab-set
+PEAK_PRESETS = ("reverse-transformer", "multi30k-transformer")
+
+
+def train_tokens_per_s(preset: str, steps: int, run_dir: Path, extra: list[str]) -> float:
+    """``attnlab train --preset`` for ``steps`` steps on 2 threads: the training loop's
+    target tokens/s from its ``done`` event (evaluation excluded)."""
+    sets = [
+        f"train.max_steps={steps}",
+        f"train.eval_every={steps}",
+        "train.eval_sentences=20",
+        "train.samples=0",
+        "train.threads=2",
+        *extra,
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "attnlab", "train", "--preset", preset, "--out", str(run_dir)]
+        + ["--run-name", preset, "--quiet", "--device", "cpu"]
+        + [arg for item in sets for arg in ("--set", item)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    events = [json.loads(line) for line in (run_dir / preset / "events.jsonl").open()]
+    return float(next(e for e in events if e["type"] == "done")["tokens_per_s"])
+
+
+def fraction_of_peak(steps: int) -> list[dict[str, float | str]]:
+    """Achieved model FLOP/s of each PEAK_PRESETS training loop over the float32 matmul rate."""
+    import torch
+    from flops import flops_per_target_token, matmul_flops_per_s
+
+    from attnlab.data.dataset import load_dataset
+    from attnlab.runs import load_checkpoint
+
+    peak = matmul_flops_per_s()
+    rows: list[dict[str, float | str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in PEAK_PRESETS:
+            print(f"fraction of peak: training {preset} for {steps} steps", file=sys.stderr)
+            tokens_per_s = train_tokens_per_s(preset, steps, Path(tmp), ATTNLAB_SETS)
+            loaded = load_checkpoint(Path(tmp, preset))
+            torch.set_num_threads(2)
+            train = load_dataset(loaded.config.data).splits.train
+            per_token = flops_per_target_token(loaded.model, train)
+            rows.append(
+                {"preset": preset, "tokens_per_s": tokens_per_s, "flops_per_token": per_token}
+            )
+    peak = max(peak, matmul_flops_per_s())  # the better of before and after
+    for row in rows:
+        achieved = float(row["tokens_per_s"]) * float(row["flops_per_token"])
+        row.update(achieved_gflops=achieved / 1e9, peak_gflops=peak / 1e9, fraction=achieved / peak)
+    return rows
+
+
+def print_fraction_of_peak(rows: list[dict[str, float | str]]) -> None:
+    print(
+        "\nfraction of peak: model FLOP/s of the training loop / float32 matmul FLOP/s (2 threads)"
+    )
+    print("preset                  tok/s   MFLOP/token  achieved GFLOP/s  matmul GFLOP/s  fraction")
+    for r in rows:
+        print(
+            f"{r['preset']:22s} {r['tokens_per_s']:7,.0f} "
+            f"{float(r['flops_per_token']) / 1e6:12.2f} "
+            f"{r['achieved_gflops']:17.1f} {r['peak_gflops']:15.1f} {float(r['fraction']):8.1%}"
+        )
 
 
 def run_attnlab(model: str, updates: int) -> dict[str, float]:
@@ -196,7 +270,19 @@ def main() -> None:
         help="extra override for attnlab's runs, e.g. model.dropout=0.1 to match "
         "JoeyNMT's transformer config (the presets use dropout 0)",
     )
+    parser.add_argument(
+        "--peak",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print the fraction of peak for reverse-transformer and multi30k-transformer",
+    )
+    parser.add_argument("--peak-only", action="store_true", help="only the fraction of peak")
+    parser.add_argument("--peak-steps", type=int, default=150, help="training steps per preset")
     args = parser.parse_args()
+    if args.peak_only:
+        ATTNLAB_SETS.extend(args.attnlab_set)
+        print_fraction_of_peak(fraction_of_peak(args.peak_steps))
+        return
     global DECODE_BATCH
     DECODE_BATCH = args.decode_batch
     ATTNLAB_SETS.extend(args.attnlab_set)
@@ -242,6 +328,8 @@ def main() -> None:
                 f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} "
                 f"{med['beam5']:13,.1f}   {ratio}"
             )
+    if args.peak:
+        print_fraction_of_peak(fraction_of_peak(args.peak_steps))
 
 
 if __name__ == "__main__":

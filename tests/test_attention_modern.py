@@ -15,6 +15,7 @@ from attnlab.nn.attention.base import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     ROLE_CAUSAL_SELF,
     ROLE_CROSS,
     ROLE_RNN_CROSS,
@@ -600,6 +601,8 @@ def test_padded_keys_get_zero_weight_and_rows_are_normalised_as_the_spec_says(na
         torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=1e-5)
     elif spec.normalisation == NORM_SUB_STOCHASTIC:
         assert torch.all(w >= 0) and torch.all(sums <= 1 + 1e-5)
+    elif spec.normalisation == NORM_UNNORMALISED:
+        assert torch.all(w >= 0)
     else:
         assert spec.normalisation == NORM_SIGNED
 

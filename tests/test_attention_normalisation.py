@@ -183,6 +183,13 @@ def test_row_entropy_per_kind_against_hand_values() -> None:
     assert torch.isfinite(got).all() and float(got[0]) == pytest.approx(_h(0.25, 0.75), abs=1e-12)
     signed = torch.tensor([[0.7, -0.2, 0.5]], dtype=torch.float64)
     assert torch.isnan(row_entropy(signed, "signed")).all()
+    # unnormalised (sigmoid): the row scaled to sum 1; a zero row has entropy 0, not NaN
+    loose = torch.tensor([[0.9, 0.9, 0.6], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    got = row_entropy(loose, "unnormalised")
+    assert got.tolist() == pytest.approx([_h(0.375, 0.375, 0.25), 0.0], abs=1e-12)
+    from attnlab.tui.diagnostics import row_entropy as lab_row_entropy
+
+    assert lab_row_entropy(loose.numpy(), "unnormalised").tolist() == pytest.approx(got.tolist())
 
 
 def test_entropy_sums_count_the_unattended_mass_of_real_rows_only() -> None:

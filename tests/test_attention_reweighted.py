@@ -14,8 +14,8 @@ from attnlab.experiment import from_dict, load_preset, validate
 from attnlab.nn.attention import ATTENTION, build_attention
 from attnlab.nn.attention.base import (
     NORM_SIGNED,
-    NORM_SOFTMAX,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     ROLE_CAUSAL_SELF,
     ROLE_CROSS,
     ROLE_RNN_CROSS,
@@ -310,7 +310,7 @@ def test_sigmoid_rows_are_non_negative_but_can_exceed_one():
     torch.testing.assert_close(sums[0], torch.full_like(sums[0], 6.0), atol=1e-4, rtol=0)
     torch.testing.assert_close(sums[1], torch.full_like(sums[1], 4.0), atol=1e-4, rtol=0)
     spec = ATTENTION.get("sigmoid").meta
-    assert spec.normalisation not in (NORM_SOFTMAX, NORM_SUB_STOCHASTIC)
+    assert spec.normalisation == NORM_UNNORMALISED
 
 
 @pytest.mark.parametrize("bias", [0.0, -2.5])

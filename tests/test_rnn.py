@@ -17,6 +17,7 @@ from attnlab.nn.attention import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     ROLE_RNN_CROSS,
 )
 from attnlab.nn.model import ARCHITECTURES, build_model
@@ -207,6 +208,8 @@ def test_cross_attention_shape_and_rows(attention):
         torch.testing.assert_close(cross.sum(-1), torch.ones_like(cross[..., 0]), rtol=0, atol=1e-5)
     elif spec.exposes_weights and spec.normalisation == NORM_SUB_STOCHASTIC:
         assert torch.all(cross >= 0) and torch.all(cross.sum(-1) <= 1 + 1e-5)
+    elif spec.exposes_weights and spec.normalisation == NORM_UNNORMALISED:
+        assert torch.all(cross >= 0)
     # Without need_weights nothing is collected.
     assert "cross" not in model(src, src_mask, tgt_in).attentions
 

@@ -23,6 +23,7 @@ from attnlab.attention_map import (
     NORM_SIGNED,
     NORM_SOFTMAX,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     unattended_mass,
 )
 
@@ -61,13 +62,17 @@ class Diagnostics:
 def row_entropy(weights: np.ndarray, normalisation: str = NORM_SOFTMAX) -> np.ndarray:
     """Entropy (nats) of each row of a [T, S] matrix; 0 * log 0 counts as 0.
 
-    Sub-stochastic rows count their unattended mass as one more outcome; signed rows have no
-    entropy (NaN)."""
+    Sub-stochastic rows count their unattended mass as one more outcome; unnormalised rows are
+    scaled to sum 1 first; signed rows have no entropy (NaN)."""
     w = np.asarray(weights, dtype=np.float64)
     if normalisation == NORM_SIGNED:
         return np.full(w.shape[:-1], np.nan)
     if normalisation == NORM_SUB_STOCHASTIC:
         w = np.concatenate([w, unattended_mass(w)[..., None]], axis=-1)
+    elif normalisation == NORM_UNNORMALISED:  # the entropy of the row scaled to sum 1
+        total = w.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(total > 0, w / np.where(total > 0, total, 1.0), 0.0)
     w = np.clip(w, 0.0, None)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(w > 0, -w * np.log(w), 0.0)
@@ -80,6 +85,8 @@ def entropy_note(normalisation: str) -> str:
         return "∅ counted as an outcome"
     if normalisation == NORM_SIGNED:
         return "undefined for signed weights"
+    if normalisation == NORM_UNNORMALISED:
+        return "of each row scaled to sum 1"
     return ""
 
 

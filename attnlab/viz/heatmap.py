@@ -413,9 +413,7 @@ def render_plain_heatmap(
         " " * label_w + "".join(" " + c.rjust(w) for c, w in zip(clabels, widths, strict=True))
     )
     for label, row in zip(rlabels, rows, strict=True):
-        cells = (
-            " " + _plain_cell(v, blank).rjust(w) for v, w in zip(row, widths, strict=True)
-        )
+        cells = (" " + _plain_cell(v, blank).rjust(w) for v, w in zip(row, widths, strict=True))
         lines.append(label.rjust(label_w) + "".join(cells))
     lines.append(_PLAIN_FOOTERS[normalisation] + (f"; {note}" if note else "") + ")")
     return "\n".join(lines)

@@ -27,6 +27,7 @@ from attnlab.attention_map import (  # noqa: F401  (re-exported for the variants
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     NORMALISATIONS,
 )
 from attnlab.errors import AttnlabError

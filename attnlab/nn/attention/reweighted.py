@@ -29,6 +29,7 @@ from attnlab.nn.attention.base import (
     ALL_ROLES,
     NORM_SIGNED,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     AttentionSpec,
     HParam,
     masked_softmax,
@@ -234,8 +235,8 @@ class SigmoidAttention(MultiHeadBase):
                 100.0,
             ),
         ),
-        # Rows are >= 0 but may sum to more than 1: only "signed" (no promise on sums) is true.
-        normalisation=NORM_SIGNED,
+        # Rows are >= 0 but may sum to more than 1: neither stochastic nor sub-stochastic.
+        normalisation=NORM_UNNORMALISED,
     )
 
     def __init__(
