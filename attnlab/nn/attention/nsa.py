@@ -37,6 +37,7 @@ from attnlab.nn.attention.base import (
 )
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.attention.positional import SELF_ROLES
+from attnlab.nn.attention.sparse import banded_attention
 from attnlab.nn.packing import Layout
 
 BRANCHES = 3  # compressed, selected, window
@@ -151,30 +152,23 @@ class NativeSparseAttention(MultiHeadBase):
 
     def compressed(
         self, q: Tensor, k: Tensor, key_mask: Tensor, seen: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor]:
         """Queries over the block summaries. seen [Tq,nb]: blocks the query may summarise.
-        -> block weights a [B,H,Tq,nb], the token map [B,H,Tq,Tk], key counts [B,nb]."""
-        size = self.block
-        k_mean, counts = block_means(k, key_mask, size)
+        -> block weights a [B,H,Tq,nb], real-key counts [B,nb]."""
+        k_mean, counts = block_means(k, key_mask, self.block)
         k_cmp = torch.einsum("bhnd,hed->bhne", k_mean, self.cmp_weight) + self.cmp_bias[:, None]
         block_ok = seen & (counts > 0)[:, None, None, :]  # [B,1,Tq,nb]
         scores = q @ k_cmp.transpose(-1, -2) / math.sqrt(self.head_dim)
-        a_cmp = masked_softmax(scores, block_ok)
-        # ṽ_b is the mean of the block's real values: a_ib spreads as a_ib / n_b on them
-        token_block = torch.arange(k.shape[2], device=k.device) // size
-        per_token = (a_cmp / counts.clamp_min(1)[:, None, None, :])[..., token_block]
-        return a_cmp, per_token * key_mask[:, None, None, :], counts
+        return masked_softmax(scores, block_ok), counts
 
-    def select(self, a_cmp: Tensor, counts: Tensor, pos: Tensor, causal: bool) -> Tensor:
-        """The own block of each query, then the other visible blocks (causal: started at or
-        before it) with the most compressed weight -> [B,H,Tq,nb] bool."""
+    def selection_scores(self, a_cmp: Tensor, counts: Tensor, pos: Tensor, causal: bool) -> Tensor:
+        """[B,H,Tq,nb]: 2 for the query's own block (always read), its compressed weight for
+        another visible block with real keys (causal: started at or before it), -1 otherwise."""
         index = torch.arange(a_cmp.shape[-1], device=a_cmp.device)
         own = index == pos[:, None] // self.block  # [Tq,nb]
         seen = index * self.block <= pos[:, None] if causal else torch.ones_like(own)
         candidate = seen & (counts > 0)[:, None, None, :]
-        # own block 2 > any weight; non-candidates -1 (dropped by top_blocks_mask)
-        score = torch.where(own, 2.0, torch.where(candidate, a_cmp.detach(), -1.0))
-        return top_blocks_mask(score, self.top_blocks)
+        return torch.where(own, 2.0, torch.where(candidate, a_cmp.detach(), -1.0))
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor, causal: bool, need_weights: bool
@@ -185,21 +179,78 @@ class NativeSparseAttention(MultiHeadBase):
         pos = torch.arange(tq, device=dev) + (tk - tq)  # absolute query positions
         ends = torch.arange(1, -(-tk // self.block) + 1, device=dev) * self.block - 1  # [nb]
         complete = ends <= pos[:, None] if causal else torch.ones_like(ends <= pos[:, None])
-        a_cmp, w_cmp, counts = self.compressed(q, k, key_mask, complete)
-        selected = self.select(a_cmp, counts, pos, causal)
+        a_cmp, counts = self.compressed(q, k, key_mask, complete)
+        score = self.selection_scores(a_cmp, counts, pos, causal)
+        self._selected = top_blocks_mask(score, self.top_blocks)
+        g = self.gates(self._gate_input)
+        if need_weights or tq != tk or self.reference_mode:
+            weights = self.dense_weights(q, k, key_mask, causal, a_cmp, counts, self._selected)
+            mixed = (g[..., 0:1] * weights[0] + g[..., 1:2] * weights[1]) + g[..., 2:3] * weights[2]
+            mixed = mixed / BRANCHES
+            dropped = F.dropout(mixed, self.dropout_p, self.training)
+            return dropped @ v, mixed if need_weights else None
+        contexts = self.sparse_contexts(q, k, v, key_mask, causal, a_cmp, score)
+        return sum(g[..., c : c + 1] * contexts[c] for c in range(BRANCHES)) / BRANCHES, None
 
+    def dense_weights(
+        self,
+        q: Tensor,
+        k: Tensor,
+        key_mask: Tensor,
+        causal: bool,
+        a_cmp: Tensor,
+        counts: Tensor,
+        selected: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The three branches' token maps [B,H,Tq,Tk] (for viewing and one cached query)."""
+        tq, tk, dev = q.shape[2], k.shape[2], q.device
+        pos = torch.arange(tq, device=dev) + (tk - tq)
+        token_block = torch.arange(tk, device=dev) // self.block
+        # ṽ_b is the mean of the block's real values: a_ib spreads as a_ib / n_b on them
+        w_cmp = (a_cmp / counts.clamp_min(1)[:, None, None, :])[..., token_block]
+        w_cmp = w_cmp * key_mask[:, None, None, :]
         visible = key_mask[:, None, None, :]
         if causal:
             visible = visible & causal_mask(tq, tk, dev)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        token_block = torch.arange(tk, device=dev) // self.block
         w_sel = masked_softmax(scores, visible & selected[..., token_block])
         # window: the last w keys (self: the keys less than w away on either side)
         near = (pos[:, None] - torch.arange(tk, device=dev)).abs() < self.window
         w_win = masked_softmax(scores, visible & near)
+        return w_cmp, w_sel, w_win
 
-        g = self.gates(self._gate_input)
-        weights = (g[..., 0:1] * w_cmp + g[..., 1:2] * w_sel + g[..., 2:3] * w_win) / BRANCHES
-        self._selected = selected
-        dropped = F.dropout(weights, self.dropout_p, self.training)
-        return dropped @ v, weights if need_weights else None
+    def sparse_contexts(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor,
+        causal: bool,
+        a_cmp: Tensor,
+        score: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The three branches' contexts without any [Tq,Tk] map (Tq = Tk): O(T·(T/l + n·l + w)).
+        Same numbers as ``dense_weights`` @ V (tested)."""
+        bsz, heads, t, dh = q.shape
+        size, p = self.block, self.dropout_p if self.training else 0.0
+        v_mean, _ = block_means(v, key_mask, size)
+        ctx_cmp = F.dropout(a_cmp, p, p > 0) @ v_mean
+        # selected: gather the n chosen blocks' keys per query (ties as in top_blocks_mask)
+        n = min(self.top_blocks, score.shape[-1])
+        top_score, top = torch.sort(score, dim=-1, descending=True, stable=True)
+        tokens = (top[..., :n, None] * size + torch.arange(size, device=q.device)).flatten(-2)
+        ok = (top_score[..., :n, None] >= 0).expand(-1, -1, -1, -1, size).flatten(-2)
+        ok = ok & (tokens < t)
+        if causal:
+            ok = ok & (tokens <= torch.arange(t, device=q.device)[:, None])
+        tokens = tokens.clamp_max(t - 1)  # [B,H,T,n·l]
+        real = key_mask[:, None, None, :].expand(-1, heads, t, -1).gather(-1, tokens)
+        flat = tokens.view(bsz, heads, -1, 1).expand(-1, -1, -1, dh)
+        k_sel = k.gather(2, flat).view(bsz, heads, t, n * size, dh)
+        v_sel = v.gather(2, flat).view(bsz, heads, t, n * size, dh)
+        scores = torch.einsum("bhtd,bhtjd->bhtj", q, k_sel) / math.sqrt(dh)
+        a_sel = F.dropout(masked_softmax(scores, ok & real), p, p > 0)
+        ctx_sel = torch.einsum("bhtj,bhtjd->bhtd", a_sel, v_sel)
+        # window |i − j| < w is the banded pattern |i − j| ≤ w − 1
+        ctx_win = banded_attention(q, k, v, key_mask[:, None], self.window - 1, causal, p)
+        return ctx_cmp, ctx_sel, ctx_win
