@@ -1,9 +1,11 @@
 """Native sparse attention: compressed, selected and sliding-window branches, gated.
 
-Yuan et al. 2025 (arXiv:2502.11089), written plainly at lab scale: every branch is a masked
-[B,H,Tq,Tk] map, so the weights shown are exact (the paper's point is its kernels; the lab's is
-to see what each branch attends to). Block b holds the keys at absolute positions
-[b·l, (b+1)·l); query i sits at p_i = Tk − Tq + i (bottom-right aligned, as the cache needs).
+Yuan et al. 2025 (arXiv:2502.11089), written plainly at lab scale (no custom kernels). With
+weights (viewing) or one cached query, every branch is a masked [B,H,Tq,Tk] map, so the weights
+shown are exact; without weights the branches run sparse (block means, the chosen blocks' keys
+gathered per query, a banded window), O(T·(T/l + n·l + w)) — the same numbers (tested).
+Block b holds the keys at absolute positions [b·l, (b+1)·l); query i sits at p_i = Tk − Tq + i
+(bottom-right aligned, as the cache needs).
 Per head h and query i:
 
 - compressed: k̃_b = W_h · mean_{j∈b} k_j + c_h and ṽ_b = mean_{j∈b} v_j (means over the real
@@ -77,7 +79,10 @@ class NativeSparseAttention(MultiHeadBase):
             "o_i = ⅓ Σ_c σ(w_c·x_i) softmax(q_i K_cᵀ/√d_h) V_c, c ∈ {block means, "
             "top-n blocks, last w keys}"
         ),
-        complexity="O(Tq·Tk·d) here (dense masks, lab scale); O(T·(T/l + n·l + w)·d) in kernels",
+        complexity=(
+            "O(T·(T/l + n·l + w)·d) without weights (gathered blocks, banded window); "
+            "O(Tq·Tk) maps with weights"
+        ),
         known_for=(
             "Coarse block summaries pick the blocks each query reads in full, plus a local "
             "window; learned gates mix the three."
