@@ -44,6 +44,7 @@ VARIANTS = [
     ("linformer", "linformer", False),
     ("performer", "performer", False),
     ("linear", "linear", False),
+    ("nsa", "nsa", False),  # dense masks at lab scale: quadratic like scaled-dot (explicit)
 ]
 LINEAR = {"sliding-window", "dilated", "linformer", "performer", "linear"}
 MAX_T = {"additive": 512}  # O(T²·d) memory and time: 1024 already takes 3 GB and ~30 s
