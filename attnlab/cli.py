@@ -1103,8 +1103,8 @@ def variants() -> None:
         hparams = ", ".join(
             f"{h.name}={h.default}"
             + (
-                f" [{_fmt(h.low, 0) if h.low is not None else ''}"
-                f"..{_fmt(h.high, 0) if h.high is not None else ''}]"
+                f" [{'' if h.low is None else f'{h.low:g}'}"
+                f"..{'' if h.high is None else f'{h.high:g}'}]"
                 if h.low is not None or h.high is not None
                 else ""
             )

@@ -51,6 +51,8 @@ def test_variants_lists_the_registry():
     assert "rnn-cross" in result.output
     # formulas are shown verbatim, brackets included (not eaten as rich markup)
     assert "tanh(W_a [s_t; h_j])" in result.output
+    # fractional bounds are shown as they are (entmax refuses alpha <= 1.01, allows 2)
+    assert "alpha=1.5 [1.01..2]" in result.output
 
 
 def test_user_errors_are_one_line_with_exit_2():

@@ -329,6 +329,11 @@ def test_linformer_in_decoder_self_attention_is_refused_at_config_time():
         ({"d_model": 30, "heads": 4}, "divisible by model.heads=4"),
         ({"self_attention": "nope"}, 'unknown attention "nope"'),
         ({"self_attention": "linformer", "attn_params": {"max_len": 10}}, "model.max_len=10"),
+        (
+            {"self_attention": "differential", "positions": "rotary", "d_model": 72, "heads": 4},
+            "must be divisible by 4, got 18",
+        ),
+        ({"cross_attention": "differential", "d_model": 36, "heads": 4}, "must be even, got 9"),
     ],
 )
 def test_bad_combinations_are_refused_with_one_line(model, message):

@@ -474,11 +474,13 @@ def check_transformer(config: ExperimentConfig) -> None:
             _check_role(slot.key, resolved[slot.key], slot.role)
     dec_name = resolved["model.decoder_self_attention"]
     used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
+    rotated = {m.self_attention, dec_name} if m.positions == "rotary" else set()
     for name in dict.fromkeys(used):  # hyper-parameters that must fit model.heads
         entry = ATTENTION.get(name)
         if issubclass(entry.factory, MultiHeadBase):
             values = {**entry.meta.defaults(), **m.params_for(name)}
-            entry.factory.check_hparams(m.heads, values)
+            head_dim = m.d_model // m.heads
+            entry.factory.check_hparams(m.heads, values, head_dim=head_dim, rotary=name in rotated)
     if m.positions == "rotary":
         if (m.d_model // m.heads) % 2:
             raise AttnlabError(

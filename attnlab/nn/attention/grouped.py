@@ -80,7 +80,7 @@ class GroupedQueryAttention(MultiHeadBase):
         self.v_proj = nn.Linear(key_dim, kv_heads * self.head_dim)
 
     @classmethod
-    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+    def check_hparams(cls, heads: int, values: dict[str, Any], **_: Any) -> None:
         kv_heads = values["kv_heads"]
         if kv_heads < 1 or heads % kv_heads:
             valid = ", ".join(str(g) for g in range(1, heads + 1) if heads % g == 0)
@@ -186,7 +186,7 @@ class MultiHeadLatentAttention(MultiHeadBase):
         self.rope: Rotary | None = Rotary(rope_dim)
 
     @classmethod
-    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+    def check_hparams(cls, heads: int, values: dict[str, Any], **_: Any) -> None:
         if values["rope_dim"] % 2:
             raise AttnlabError(
                 f"model.rope_dim (model.mla.rope_dim)={values['rope_dim']} must be even "

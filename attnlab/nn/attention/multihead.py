@@ -108,10 +108,13 @@ class MultiHeadBase(Attention):
         self.rotary: Rotary | None = None
 
     @classmethod
-    def check_hparams(cls, heads: int, values: dict[str, Any]) -> None:
+    def check_hparams(
+        cls, heads: int, values: dict[str, Any], head_dim: int = 0, rotary: bool = False
+    ) -> None:
         """Refuse hyper-parameter values (every one of ``spec.hparams``, defaults filled in)
-        that do not fit ``heads``: one-line AttnlabError naming the key. Called by the
-        constructor and, before anything is built, by the Transformer's config check."""
+        that do not fit ``heads`` / ``head_dim`` (0 = not known yet) / rotary positions:
+        one-line AttnlabError naming the key. Called by the constructor and, before anything
+        is built, by the Transformer's config check."""
 
     # -- projections and the key/value cache ------------------------------------------------
 

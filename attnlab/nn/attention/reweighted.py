@@ -56,15 +56,24 @@ def fused_softmax(
 # -- differential ------------------------------------------------------------------------------
 
 
+def _check_half_heads(head_dim: int, rotary: bool) -> None:
+    if head_dim % 2:
+        raise AttnlabError(
+            "differential: a head splits its query/key in two halves, so "
+            f"model.d_model/model.heads must be even, got {head_dim}"
+        )
+    if rotary and (head_dim // 2) % 2:
+        raise AttnlabError(
+            "differential with model.positions=rotary rotates each half-head on its own: "
+            f"model.d_model/model.heads must be divisible by 4, got {head_dim}"
+        )
+
+
 class HalfRotary(Rotary):
     """Rotary positions applied to each half of a head separately (differential's two maps)."""
 
     def __init__(self, head_dim: int, base: float = 10000.0):
-        if (head_dim // 2) % 2:
-            raise AttnlabError(
-                "differential with model.positions=rotary rotates each half-head on its own: "
-                f"model.d_model/model.heads must be divisible by 4, got {head_dim}"
-            )
+        _check_half_heads(head_dim, rotary=True)
         super().__init__(head_dim // 2, base)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
@@ -106,6 +115,13 @@ class DifferentialAttention(MultiHeadBase):
         normalisation=NORM_SIGNED,
     )
 
+    @classmethod
+    def check_hparams(
+        cls, heads: int, values: dict[str, Any], head_dim: int = 0, rotary: bool = False
+    ) -> None:
+        if head_dim:
+            _check_half_heads(head_dim, rotary)
+
     def __init__(
         self,
         query_dim: int,
@@ -115,11 +131,7 @@ class DifferentialAttention(MultiHeadBase):
         lambda_init: float = 0.8,
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
-        if self.head_dim % 2:
-            raise AttnlabError(
-                f"differential: a head splits its query/key in two halves, so "
-                f"model.d_model/model.heads (here {query_dim}/{heads}) must be even"
-            )
+        self.check_hparams(heads, {"lambda_init": lambda_init}, head_dim=self.head_dim)
         self.lambda_init = lambda_init
         half = self.head_dim // 2
         # The paper's re-parameterisation; one λ per layer, shared by its heads (as in the paper).
