@@ -44,7 +44,18 @@ VARIANTS = [
     ("linformer", "linformer", False),
     ("performer", "performer", False),
     ("linear", "linear", False),
-    ("nsa", "nsa", False),  # dense masks at lab scale: quadratic like scaled-dot (explicit)
+    ("gqa", "gqa (kv_heads 2)", False),
+    ("mla", "mla", False),
+    ("differential", "differential", False),
+    ("sigmoid", "sigmoid", False),
+    ("sinks", "sinks", False),
+    ("qk-norm", "qk-norm", False),
+    ("stick-breaking", "stick-breaking", False),
+    # non-causal rows build the T x T decay matrix; --causal runs the chunked O(T) form
+    ("decayed-linear", "decayed-linear", False),
+    ("sparsemax", "sparsemax", False),
+    ("entmax", "entmax (1.5)", False),
+    ("nsa", "nsa", False),  # the selection scores are T²/block: quadratic, a smaller constant
 ]
 LINEAR = {"sliding-window", "dilated", "linformer", "performer", "linear"}
 MAX_T = {"additive": 512}  # O(T²·d) memory and time: 1024 already takes 3 GB and ~30 s

@@ -12,6 +12,14 @@ from pathlib import Path
 
 from attnlab.nn.attention.base import ATTENTION, AttentionSpec, HParam
 
+NORMALISATION_TEXT = {  # what each kind promises of a row (AttentionSpec.normalisation)
+    "softmax": "rows >= 0, summing to 1",
+    "sparse": "rows >= 0, summing to 1, with exact zeros",
+    "sub-stochastic": "rows >= 0, summing to at most 1; the rest is unattended",
+    "signed": "rows may be negative",
+    "unnormalised": "rows >= 0 with no bound on their sum",
+}
+
 ROOT = Path(__file__).resolve().parents[3]
 VARIANTS_DOC = ROOT / "docs" / "variants.md"
 README = ROOT / "README.md"
@@ -51,6 +59,7 @@ def variants_markdown() -> str:
         "(`attnlab variants` prints the same in the terminal). Each variant owns its",
         "hyper-parameters: `model.<variant>.<name>` (a `[model.<variant>]` table in a preset),",
         "checked against its range; the flat `model.<name>` still works where unambiguous.",
+        "How each kind of weights is drawn in the lab: [inspection.md](inspection.md).",
         "",
         "| variant | roles | formula | complexity |",
         "|---|---|---|---|",
@@ -63,6 +72,7 @@ def variants_markdown() -> str:
         out.append(f"- formula: {_cell(s.formula)}")
         out.append(f"- roles: {', '.join(sorted(s.roles))}")
         out.append(f"- cost: {_cell(s.complexity)}")
+        out.append(f"- weights: {s.normalisation} ({NORMALISATION_TEXT[s.normalisation]})")
         if s.paper:
             out.append(f"- paper: {_cell(s.paper)}")
         for h in s.hparams:
