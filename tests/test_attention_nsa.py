@@ -186,7 +186,7 @@ def test_one_cached_query_at_every_position_equals_the_full_pass(t):
             step = attn(
                 x[:, p : p + 1], keys, keys, mask[:, : p + 1], causal=True, need_weights=True
             )
-            cache = attn.project_kv(keys, keys)
+            cache = attn.cache_entries(keys)
             cached = attn(
                 x[:, p : p + 1], keys, keys, mask[:, : p + 1], causal=True, precomputed=cache
             )

@@ -21,7 +21,6 @@ from attnlab.nn.attention.base import (
     ROLE_RNN_CROSS,
     ROLE_SELF,
 )
-from attnlab.nn.positions import Rotary
 
 D = 16
 NAMES = ("differential", "sigmoid", "sinks", "qk-norm")
@@ -249,7 +248,7 @@ def test_differential_refuses_an_odd_head_width_and_rotary_halves_with_split_pai
     assert "\n" not in str(raised.value)
     attn = build("differential", heads=8, dq=48, dk=48)  # head width 6: halves of 3 channels
     with pytest.raises(AttnlabError, match="divisible by 4") as raised:
-        attn.rotary = Rotary(6)  # what the Transformer does for model.positions=rotary
+        attn.set_positions(ROLE_SELF, rotary=True)  # what the Transformer does for rotary
     assert "\n" not in str(raised.value)
 
 
@@ -274,7 +273,7 @@ def test_differential_with_rotary_rotates_each_half_as_its_own_head():
     frequency range; the weights equal the loop reference on the rotated halves, and shifting
     every position by the same offset (a later cached step) changes nothing."""
     attn = build("differential", role=ROLE_CAUSAL_SELF, heads=2)  # head width 8: halves of 4
-    attn.rotary = Rotary(attn.head_dim)
+    attn.set_positions(ROLE_CAUSAL_SELF, rotary=True)
     x, _, key_mask = make_inputs(tq=5, tk=5)
     full = attn(x, x, x, key_mask, causal=True, need_weights=True)
     q = rotate_by_hand(heads_proj(x.double(), attn.q_proj, 2), 0)

@@ -344,7 +344,8 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
             e for e in ATTENTION.entries() if "self" in e.meta.roles and e.meta.hparams
         ]:
             app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
-            await pilot.pause()
+            # the form rebuilds the config from the Select's Changed message: wait for it
+            await until(pilot, lambda n=windowed.name: setup.config.model.self_attention == n)
             for hp in windowed.meta.hparams:
                 shown = app.query_one(f"#{hparam_id(hp.name, windowed.name)}").value
                 typed = shown if isinstance(hp.default, str) else type(hp.default)(float(shown))

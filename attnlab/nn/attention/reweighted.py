@@ -150,13 +150,12 @@ class DifferentialAttention(MultiHeadBase):
             + self.lambda_init
         )
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # The Transformer sets ``rotary = Rotary(d_h)`` for model.positions=rotary; rotate each
-        # half as its own head of width d_h/2 instead (as the paper's code does), so each map
-        # sees the full frequency range and stays a function of relative position.
-        if name == "rotary" and isinstance(value, Rotary) and not isinstance(value, HalfRotary):
-            value = HalfRotary(self.head_dim)
-        super().__setattr__(name, value)
+    def set_positions(self, role: str, rotary: bool) -> None:
+        # Rotate each half as its own head of width d_h/2 (as the paper's code does), so each
+        # map sees the full frequency range and stays a function of relative position.
+        super().set_positions(role, rotary)
+        if self.rotary is not None:
+            self.rotary = HalfRotary(self.head_dim)
 
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         half = self.head_dim // 2
