@@ -73,9 +73,7 @@ def top_blocks_mask(score: Tensor, top: int) -> Tensor:
     return (rank < top) & (score >= 0)
 
 
-def selected_cells(
-    selected: Tensor, block: int, key_mask: Tensor, causal: bool, tk: int
-) -> Tensor:
+def selected_cells(selected: Tensor, block: int, key_mask: Tensor, causal: bool, tk: int) -> Tensor:
     """selected [B,H,Tq,nb] blocks -> [B,H,Tq,Tk] bool: the keys of query i's selected blocks
     (block b: keys [b·l, min((b+1)·l, Tk))) that i may read: real and, causal, not after p_i.
     Exactly where the selected branch's softmax runs (``dense_weights``'s w_sel support)."""
