@@ -65,7 +65,7 @@ NORM_UNNORMALISED = "unnormalised"
 NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED, NORM_UNNORMALISED)
 UNATTENDED_LABEL = "∅"  # the column of a sub-stochastic map's unattended mass
 SELECTED_MARK = "▪"  # a cell of a block the query selected (nsa), drawn on its weight colour
-SELECTED_NOTE = f"{SELECTED_MARK} = key in a block the query selected (any head shown)"
+SELECTED_NOTE = f"{SELECTED_MARK} = key in a selected block (any head shown)"
 
 
 def check_normalisation(kind: str) -> str:

@@ -88,7 +88,7 @@ def test_selected_cells_are_nsa_blocks_mapped_to_token_columns(monkeypatch) -> N
     seen_other_block = False
     for n, (key, attn) in enumerate(layers):
         index = n if key == "enc_self" else n - len(model.encoder_layers)
-        (blocks, key_mask, causal), = calls[id(attn)]
+        ((blocks, key_mask, causal),) = calls[id(attn)]
         expected = cells_by_hand(blocks, NSA["block"], key_mask, causal)
         got = out.selected[key][:, index]
         assert got.dtype == torch.bool and got.shape == out.attentions[key][:, index].shape
@@ -196,7 +196,7 @@ def test_rich_renderer_marks_exactly_the_selected_cells(tmp_path: Path) -> None:
     drawn = render_heatmap(M, ["a", "b"], ["x", "y", "z"], title="t", selected=MASK)
     marks = [[SELECTED_MARK in c for c in row] for row in _rich_cells(drawn)]
     assert marks == MASK
-    assert SELECTED_NOTE in drawn._legend_text().plain
+    assert [line.plain for line in drawn.lines(60)][-1] == SELECTED_NOTE  # under the scale
     sub = render_heatmap(M, ["a", "b"], ["x", "y", "z"], "t", None, False, True, None,
                          "sub-stochastic", torch.tensor(MASK))  # fmt: skip
     marks = [[SELECTED_MARK in c for c in row] for row in _rich_cells(sub)]
@@ -263,14 +263,17 @@ async def test_inspect_marks_the_selected_blocks_of_an_nsa_encoder_map(tmp_path:
         for row in range(rows - 1):  # the cursor's row aside: a mark exactly where selected
             texts = [s.text.strip() for s in heatmap._row_strip(row, heatmap.rich_style)]
             assert [t == SELECTED_MARK for t in texts] == [*expected[row].tolist(), False]
-        assert _text(app, "#insp-scale").endswith(f"{SELECTED_MARK} selected block")
+        assert _text(app, "#insp-scale").endswith(f"1  {SELECTED_MARK} selected")
         assert f"{SELECTED_NOTE}: {int(expected.sum())} of {expected.size} cells" in _text(
             app, "#insp-diag"
         )
         marked = np.argwhere(expected)[0]
         heatmap.cursor = (int(marked[0]), int(marked[1]))
         await pilot.pause()
-        assert _text(app, "#insp-cell").endswith("· selected block")
+        assert _text(app, "#insp-cell").endswith(f"col {marked[1]})  {SELECTED_MARK} selected")
+        heatmap.cursor = tuple(int(i) for i in np.argwhere(~expected)[0])
+        await pilot.pause()
+        assert SELECTED_MARK not in _text(app, "#insp-cell")
         view.query_one("#insp-kind").value = "cross"  # scaled-dot: no marks, no legend
         await pilot.pause()
         assert heatmap.selected is None

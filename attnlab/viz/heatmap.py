@@ -191,8 +191,8 @@ class Heatmap:
     ) -> None:
         self.normalisation = check_normalisation(normalisation)
         self.note = normalisation_note(normalisation, rows)
-        if selected is not None and not half_block:  # half blocks have no room for marks
-            self.note = f"{self.note}  {SELECTED_NOTE}" if self.note else SELECTED_NOTE
+        # a line of its own under the scale (half blocks have no room for marks)
+        self.selected_note = SELECTED_NOTE if selected is not None and not half_block else ""
         if normalisation == NORM_SUB_STOCHASTIC:  # one more column: the unattended mass
             rows, col_labels = with_unattended(rows), [*col_labels, UNATTENDED_LABEL]
             if selected is not None:  # ∅ is no key: never selected
@@ -271,6 +271,7 @@ class Heatmap:
         used = self._label_width() + 1 + cell * shown + (3 if shown < self.n_cols else 0)
         header = self._header_plain(cell, shown, width)[0]
         used = max(used, len(self._legend_text().plain), len(self.title or ""))
+        used = max(used, len(self.selected_note))
         used = max(used, self._label_width() + 1 + max((len(x) for x in header), default=0))
         return Measurement(min(used, options.max_width), min(used, options.max_width))
 
@@ -294,6 +295,8 @@ class Heatmap:
         else:
             out.extend(self._full_rows(label_width, cell, shown))
         out.append(self._legend_text())
+        if self.selected_note:
+            out.append(Text(self.selected_note, style="dim"))
         _, numbered = self._header_plain(cell, shown, width)
         if numbered:
             labels = self.col_labels[:shown]

@@ -25,6 +25,7 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    SELECTED_MARK,
     SELECTED_NOTE,
     UNATTENDED_LABEL,
     axes_text,
@@ -585,7 +586,7 @@ class InspectView(Horizontal):
             cell.col == message.heatmap.shape[1] - 1 and cell.col_label == UNATTENDED_LABEL
         )
         where = "unattended mass" if unattended else f"col {cell.col}"
-        chosen = " · selected block" if cell.selected else ""
+        chosen = f"  {SELECTED_MARK} selected" if cell.selected else ""
         self.query_one("#insp-cell", Static).update(
             f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  "
             f"weight [b]{cell.weight:.4f}[/]"

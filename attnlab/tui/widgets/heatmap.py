@@ -15,7 +15,7 @@ sub-stochastic map's unattended mass (1 − row sum) as one more column, ``∅``
 map's exact zeros as ``·`` without colour. Softmax maps are drawn as always.
 
 An optional ``selected`` mask (nsa's selected blocks) draws ``▪`` in those cells on their
-weight colour (the cursor cell keeps its percent; the cursor line says "selected block");
+weight colour (the cursor cell keeps its percent; the cursor line says "▪ selected");
 half-block mode has no room for it. Without a mask the drawing is exactly as before.
 """
 
@@ -77,7 +77,7 @@ def colour_scale(
     width: int = 20, normalisation: str = NORM_SOFTMAX, vmax: float = 1.0, selected: bool = False
 ) -> Text:
     """``0 ███…███ 1`` legend of the colour scale; a signed map's ``−v ███ +v`` diverging one
-    (blue below 0, red above), symmetric around 0; ``selected``: then ``▪ selected block``."""
+    (blue below 0, red above), symmetric around 0; ``selected``: then ``▪ selected``."""
     if normalisation == NORM_SIGNED:
         text = Text(f"−{vmax:.2f} ")
         for k in range(width):
@@ -94,7 +94,8 @@ def colour_scale(
     return text
 
 
-SELECTED_LEGEND = f"{SELECTED_MARK} selected block"  # the short legend beside the colour scale
+# beside the colour scale: short, the cursor line shares the row (the diagnostics say more)
+SELECTED_LEGEND = f"{SELECTED_MARK} selected"
 
 
 @dataclass(frozen=True)
