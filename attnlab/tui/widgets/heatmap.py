@@ -42,7 +42,6 @@ from attnlab.attention_map import (
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
     SELECTED_MARK,
-    SELECTED_NOTE,
     UNATTENDED_LABEL,
     check_normalisation,
     unattended_mass,
@@ -233,11 +232,6 @@ class AttentionHeatmap(ScrollView, can_focus=True):
 
     def is_selected(self, row: int, col: int) -> bool:
         return self.selected is not None and bool(self.selected[row, col])
-
-    @property
-    def legend_note(self) -> str:
-        """What the marks mean ("" without a mask)."""
-        return SELECTED_NOTE if self.selected is not None else ""
 
     def cell(self, row: int, col: int) -> CellInfo:
         return CellInfo(
