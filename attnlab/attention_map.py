@@ -15,6 +15,12 @@ softmax rows sum to 1; sparse rows too, with exact zeros; sub-stochastic rows su
 (:func:`unattended_mass` is the rest, the weight that went nowhere); signed rows may be
 negative. The views and diagnostics read it.
 
+A map of a block-sparse variant (``nsa``) may also carry ``selected``: a bool mask of the
+weights' shape, True where the query read the key because its block was selected. Reductions
+keep it by the rule **"marked if any head shown selected it"** (:func:`union_over_heads`: a
+head keeps its own mask, a head average the union of its heads'); the views draw the marked
+cells with :data:`SELECTED_MARK` on their weight colour and say :data:`SELECTED_NOTE`.
+
 It sits on the ground floor (torch only), so decode, evaluate, interpret, viz and the front
 ends all import it (torch is imported only when a map is built, so importing this module
 stays cheap). The batched helpers take tensors with leading batch dimensions and also
@@ -58,6 +64,8 @@ NORM_SIGNED = "signed"  # rows may be negative (differential attention)
 NORM_UNNORMALISED = "unnormalised"
 NORMALISATIONS = (NORM_SOFTMAX, NORM_SPARSE, NORM_SUB_STOCHASTIC, NORM_SIGNED, NORM_UNNORMALISED)
 UNATTENDED_LABEL = "∅"  # the column of a sub-stochastic map's unattended mass
+SELECTED_MARK = "▪"  # a cell of a block the query selected (nsa), drawn on its weight colour
+SELECTED_NOTE = f"{SELECTED_MARK} = key in a selected block (any head shown)"
 
 
 def check_normalisation(kind: str) -> str:
@@ -71,6 +79,12 @@ def unattended_mass(weights: Any) -> Any:
     at 0 so float round-off of a full row never reads as negative mass."""
     rest = 1.0 - weights.sum(-1)
     return rest.clip(0.0, None) if hasattr(rest, "clip") else max(rest, 0.0)
+
+
+def union_over_heads(selected: Any, head_dim: int = -3) -> Any:
+    """THE rule for a head average's selection mask: a cell is marked when any head averaged
+    marked it (tensor or numpy, heads at ``head_dim``; e.g. [L, H, T, S] -> [L, T, S])."""
+    return selected.any(axis=head_dim)
 
 
 def role_of(name: str) -> str:
@@ -126,6 +140,8 @@ class AttentionMap:
     role: str = "cross"  # cross | enc-self | dec-self
     reduction: str = "none"  # how the weights were reduced, in words (for titles)
     normalisation: str = NORM_SOFTMAX  # one of NORMALISATIONS: the producing variant's
+    # bool, the weights' shape: cells of the blocks the query selected (nsa); None: no marks
+    selected: Tensor | None = None
 
     def __post_init__(self) -> None:
         check_normalisation(self.normalisation)
@@ -135,6 +151,15 @@ class AttentionMap:
         if weights.ndim != 4:
             raise ValueError(f"attention weights must be [L, H, T, S]; got {tuple(weights.shape)}")
         object.__setattr__(self, "weights", weights)
+        if self.selected is not None:
+            selected = _as_tensor(self.selected).bool()
+            selected = selected[None, None] if selected.ndim == 2 else selected
+            if tuple(selected.shape) != tuple(weights.shape):
+                raise ValueError(
+                    f"selected mask {tuple(selected.shape)} is not the weights' shape "
+                    f"{tuple(weights.shape)}"
+                )
+            object.__setattr__(self, "selected", selected)
         object.__setattr__(self, "role", role_of(self.role))
         object.__setattr__(self, "rows", list(self.rows))
         object.__setattr__(self, "cols", list(self.cols))
@@ -152,10 +177,11 @@ class AttentionMap:
         unfinished: str | None = None,
         reduction: str = "none",
         normalisation: str = NORM_SOFTMAX,
+        selected: Any = None,
     ) -> AttentionMap:
         """A map whose rows are a hypothesis's target tokens (+ ``</s>`` when finished)."""
         rows = target_rows(tokens, finished, unfinished)
-        return cls(weights, rows, list(cols), role, reduction, normalisation)
+        return cls(weights, rows, list(cols), role, reduction, normalisation, selected)
 
     def with_eos_row(self, finished: bool = True) -> AttentionMap:
         """The same map with ``</s>`` appended to the row labels when ``finished``."""
@@ -200,6 +226,15 @@ class AttentionMap:
             )
         return self.weights[0, 0]
 
+    @property
+    def selected_matrix(self) -> Tensor | None:
+        """The [T, S] selection mask of a reduced map (None when the map has none)."""
+        return None if self.selected is None else self.selected[0, 0]
+
+    def _pick(self, pick: Any) -> Tensor | None:
+        """``pick`` (a function of an [L, H, T, S] tensor) applied to the mask, if any."""
+        return None if self.selected is None else pick(self.selected)
+
     def crop(self, n_rows: int | None = None, n_cols: int | None = None) -> AttentionMap:
         """The first ``n_rows`` rows and ``n_cols`` columns (labels cut alike)."""
         return replace(
@@ -207,6 +242,7 @@ class AttentionMap:
             weights=self.weights[:, :, :n_rows, :n_cols],
             rows=self.rows[:n_rows],
             cols=self.cols[:n_cols],
+            selected=self._pick(lambda m: m[:, :, :n_rows, :n_cols]),
         )
 
     def fitted(self) -> AttentionMap:
@@ -222,23 +258,43 @@ class AttentionMap:
         """Layer ``index`` (negative counts from the end) as a one-layer map."""
         picked = self.weights[index][None]
         where = f"layer {index % self.n_layers}/{self.n_layers}"
-        return replace(self, weights=picked, reduction=_joined(self.reduction, where))
+        return replace(
+            self,
+            weights=picked,
+            reduction=_joined(self.reduction, where),
+            selected=self._pick(lambda m: m[index][None]),
+        )
 
     def head(self, index: int) -> AttentionMap:
         """Head ``index`` of every layer as a one-head map."""
         picked = self.weights[:, index][:, None]
         which = f"head {index % self.n_heads}/{self.n_heads}"
-        return replace(self, weights=picked, reduction=_joined(self.reduction, which))
+        return replace(
+            self,
+            weights=picked,
+            reduction=_joined(self.reduction, which),
+            selected=self._pick(lambda m: m[:, index][:, None]),
+        )
 
     def mean_heads(self) -> AttentionMap:
         """The head average of every layer as a one-head map."""
         averaged = self.weights.mean(dim=1, keepdim=True)
-        return replace(self, weights=averaged, reduction=_joined(self.reduction, "head average"))
+        return replace(
+            self,
+            weights=averaged,
+            reduction=_joined(self.reduction, "head average"),
+            selected=self._pick(lambda m: union_over_heads(m, 1)[:, None]),
+        )
 
     def last_layer_mean(self) -> AttentionMap:
         """Last layer, mean over heads: a [1, 1, T, S] map (``.matrix`` is the [T, S])."""
         matrix = last_layer_head_mean(self.weights)
-        return replace(self, weights=matrix[None, None], reduction=LAST_LAYER_MEAN)
+        return replace(
+            self,
+            weights=matrix[None, None],
+            reduction=LAST_LAYER_MEAN,
+            selected=self._pick(lambda m: union_over_heads(m[-1], 0)[None, None]),
+        )
 
     def select(self, layer: int | None, head: int | None) -> AttentionMap:
         """The CLI's / Inspect's choice: ``layer`` (None = last) and ``head`` (None = mean)."""

@@ -963,10 +963,10 @@ def _print_maps(
         chosen = _chosen_map(loaded, source_tokens, hyp, tokens, choice, device)
         if chosen is None:
             continue
-        matrix, rows, cols, title, kind = chosen
+        matrix, rows, cols, title, kind, selected = chosen
         title = title if not detailed else f"hypothesis {rank}: {title}"
         if show_attention:
-            _print_heatmap(console, matrix, rows, cols, title, kind)
+            _print_heatmap(console, matrix, rows, cols, title, kind, selected)
         if show_alignment:
             table = alignment_rows(matrix, rows, cols)
             console.print(alignment_renderable(table, f"alignment from {title}"))
@@ -979,20 +979,28 @@ def _chosen_map(
     tokens: list[str],
     choice: MapChoice,
     device: Any,
-) -> tuple[Any, list[str], list[str], str, str] | None:
-    """(matrix, row tokens, column tokens, title, normalisation) of ``choice`` for one
-    hypothesis; attribution maps (--method) count as softmax-like scores."""
+) -> tuple[Any, list[str], list[str], str, str, Any] | None:
+    """(matrix, row tokens, column tokens, title, normalisation, selected cells or None) of
+    ``choice`` for one hypothesis; attribution maps (--method) count as softmax-like scores
+    (and have no selected cells: only nsa's self-attention maps do)."""
     if choice.method == "raw":
         from attnlab.nn.archs import normalisation_of
 
-        maps = _role_maps(loaded, source_tokens, hyp, choice.role, device)
+        maps, selected = _role_maps(loaded, source_tokens, hyp, choice.role, device)
         if maps is None:
             return None
         kind = normalisation_of(loaded.config, choice.role)
         chosen = _map_of(
-            maps, tokens, source_tokens, hyp, choice.role, choice.layer, choice.head, kind
+            maps, tokens, source_tokens, hyp, choice.role, choice.layer, choice.head, kind, selected
         )
-        return chosen.matrix, chosen.rows, chosen.cols, chosen.title(), chosen.normalisation
+        return (
+            chosen.matrix,
+            chosen.rows,
+            chosen.cols,
+            chosen.title(),
+            chosen.normalisation,
+            chosen.selected_matrix,
+        )
     from attnlab.cli_inspect import method_map
 
     cross = hyp.attention_layers
@@ -1009,16 +1017,20 @@ def _chosen_map(
         which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
         where = f"layer {layer}/{n_layers}, {which}"
     title = f"{choice.method} ({axes_text('cross')}), {where}"
-    return matrix[: len(rows), : len(cols)], rows, cols, title, "softmax"
+    return matrix[: len(rows), : len(cols)], rows, cols, title, "softmax", None
 
 
-def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any) -> Any:
-    """[L, H, rows, cols] weights of ``role`` for one hypothesis (None when not kept).
+def _role_maps(
+    loaded: Any, source_tokens: list[str], hyp: Any, role: str, device: Any
+) -> tuple[Any, Any]:
+    """([L, H, rows, cols] weights of ``role`` for one hypothesis (None when not kept), the
+    same-shaped selected cells of a block-sparse variant (nsa) or None).
 
     Cross-attention comes from decoding itself; the self-attentions from one teacher-forced
     pass over the hypothesis (the same maps the decoder computed, all at once)."""
     if role == "cross":
-        return hyp.attention_layers.float() if hyp.attention_layers is not None else None
+        cross = hyp.attention_layers
+        return (cross.float() if cross is not None else None), None
     import torch
 
     from attnlab.nn.seq2seq import BOS_ID, PAD_ID
@@ -1027,8 +1039,10 @@ def _role_maps(loaded: Any, source_tokens: list[str], hyp: Any, role: str, devic
     tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)
     with torch.no_grad():
         out = loaded.model(src, src != PAD_ID, tgt_in, need_weights=True)
-    weights = out.attentions.get(ROLES[role])
-    return weights[0].float().cpu() if weights is not None else None
+    weights, selected = out.attentions.get(ROLES[role]), out.selected.get(ROLES[role])
+    if weights is None:
+        return None, None
+    return weights[0].float().cpu(), (selected[0].cpu() if selected is not None else None)
 
 
 def _map_of(
@@ -1040,8 +1054,10 @@ def _map_of(
     layer: int | None,
     head: int | None,
     normalisation: str = "softmax",
+    selected: Any = None,
 ) -> AttentionMap:
-    """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]."""
+    """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]
+    (with ``selected``, the same-shaped mask of nsa's selected cells, reduced alike)."""
     n_layers, n_heads = maps.shape[:2]
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if value is not None and not 0 <= value < count:
@@ -1054,10 +1070,12 @@ def _map_of(
             maps, tokens, hyp.finished, source_tokens, role, normalisation=normalisation
         )
     elif role == "enc-self":
-        labelled = AttentionMap(maps, source_tokens, source_tokens, role, "none", normalisation)
+        labelled = AttentionMap(
+            maps, source_tokens, source_tokens, role, "none", normalisation, selected
+        )
     else:  # dec-self: the decoder's inputs attend to each other
         inputs = [BOS_LABEL, *tokens]
-        labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation)
+        labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation, selected)
     return labelled.select(layer, head).fitted()
 
 
@@ -1068,10 +1086,11 @@ def _print_heatmap(
     cols: list[str],
     title: str,
     normalisation: str = "softmax",
+    selected: Any = None,
 ) -> None:
     from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
 
-    kind = {"normalisation": normalisation}
+    kind = {"normalisation": normalisation, "selected": selected}
     recording = getattr(console, "recording", None)  # --export: a TeeConsole
     if recording is not None:  # the file shows what a colour terminal shows
         width = recording.width

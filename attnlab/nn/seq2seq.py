@@ -54,6 +54,9 @@ class ModelOutput:
     # Transformers also "enc_self": [B, L, H, S, S] and "dec_self": [B, L, H, T, T].
     attentions: dict[str, Tensor] = field(default_factory=dict)
     extras: dict[str, Tensor] = field(default_factory=dict)
+    # With need_weights, for a block-sparse variant (nsa): attentions' key -> the same shape,
+    # bool, True where the query read the key because its block was selected. Others: absent.
+    selected: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Seq2Seq(nn.Module):

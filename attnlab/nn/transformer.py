@@ -3,7 +3,9 @@
 Encoder self-, decoder self- and cross-attention each take any registered variant that
 declares the role (``model.self_attention``, ``model.decoder_self_attention``,
 ``model.cross_attention``). ``forward(..., need_weights=True)`` returns every layer's and
-head's weights; ``step`` decodes one token with a cache kept in the decoder state: one
+head's weights; A block-sparse variant's selected cells (nsa) come with the weights, in
+``ModelOutput.selected`` (same keys and shapes, bool). ``step`` decodes one token with a cache
+kept in the decoder state: one
 tensor per layer and role whose content each attention class decides
 (``MultiHeadBase.cache_entries``: projected keys / values, grouped ones, or a latent),
 batch-first so beam search can reorder it with ``index_select``, time at dim -2 so a step
@@ -27,7 +29,7 @@ from attnlab.config import ExperimentConfig, ModelConfig, params_for
 from attnlab.errors import AttnlabError
 from attnlab.nn.archs import TRANSFORMER
 from attnlab.nn.attention import ATTENTION, Attention, build_attention
-from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
+from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF, SELECTED_CELLS
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.output_layer import OutputLayer
@@ -81,9 +83,10 @@ class AttentionBlock(nn.Module):
         causal: bool,
         need_weights: bool,
         precomputed: Any = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """query rows in ``q_layout``, keys (= values) rows in ``k_layout`` (``keys is query``
-        for self-attention) -> (context rows in ``q_layout``, weights [B,H,Tq,Tk] | None)."""
+        for self-attention) -> (context rows in ``q_layout``, weights [B,H,Tq,Tk] | None,
+        selected cells [B,H,Tq,Tk] bool | None: a block-sparse variant's, with weights only)."""
         if isinstance(self.attn, MultiHeadBase):  # works on any layout's rows
             out = self.attn.forward_layout(
                 query, q_layout, keys, keys, k_layout, key_mask, causal, need_weights, precomputed
@@ -105,7 +108,8 @@ class AttentionBlock(nn.Module):
         weights = out.weights
         if weights is not None and weights.dim() == 3:  # a single-head variant: [B,Tq,Tk]
             weights = weights.unsqueeze(1)
-        return self.proj(context), weights
+        selected = out.extras.get(SELECTED_CELLS) if weights is not None else None
+        return self.proj(context), weights, selected
 
 
 class FeedForward(nn.Module):
@@ -150,13 +154,14 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self, x: Tensor, layout: Layout, mask: Tensor, need_weights: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        """x: the source's activations in ``layout``; mask [B,S] its real tokens."""
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """x: the source's activations in ``layout``; mask [B,S] its real tokens.
+        -> (x, weights, selected cells) as AttentionBlock gives them."""
         h = self.sub_attn.inp(x)
-        y, weights = self.self_attn(h, layout, h, layout, mask, False, need_weights)
+        y, weights, selected = self.self_attn(h, layout, h, layout, mask, False, need_weights)
         x = self.sub_attn.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
-        return x, weights
+        return x, weights, selected
 
 
 class DecoderLayer(nn.Module):
@@ -185,8 +190,10 @@ class DecoderLayer(nn.Module):
         self_keys: Tensor | None = None,
         self_cache: Tensor | None = None,
         cross_cache: Any = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None, dict[str, Tensor]]:
         """x: the target's activations in ``layout``; enc_states the source's in ``enc_layout``.
+        -> (x, self weights, cross weights, selected cells by model key: ``dec_self`` /
+        ``cross`` when that role's variant gave them).
         Full pass: keys are this layer's own inputs. Cached step (padded): ``self_cache`` =
         the self-attention's cache of every position so far (time at dim -2), or
         ``self_keys`` = the inputs so far [B,Tk,D] for variants without a cache of their own."""
@@ -197,11 +204,11 @@ class DecoderLayer(nn.Module):
             tk = self_cache.shape[-2]
         # Decoder positions are never padding as keys: causality alone hides what follows.
         self_mask = torch.ones(batch, tk, dtype=torch.bool, device=x.device)
-        y, self_weights = self.self_attn(
+        y, self_weights, self_selected = self.self_attn(
             h, layout, keys, layout, self_mask, True, need_weights, precomputed=self_cache
         )
         x = self.sub_self.out(x, y)
-        y, cross_weights = self.cross_attn(
+        y, cross_weights, cross_selected = self.cross_attn(
             self.sub_cross.inp(x),
             layout,
             enc_states,
@@ -213,7 +220,8 @@ class DecoderLayer(nn.Module):
         )
         x = self.sub_cross.out(x, y)
         x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
-        return x, self_weights, cross_weights
+        selected = {"dec_self": self_selected, "cross": cross_selected}
+        return x, self_weights, cross_weights, {k: v for k, v in selected.items() if v is not None}
 
 
 def _stack(weights: list[Tensor | None]) -> Tensor | None:
@@ -221,6 +229,12 @@ def _stack(weights: list[Tensor | None]) -> Tensor | None:
     if not weights or any(w is None for w in weights):
         return None
     return torch.stack(weights, dim=1)  # type: ignore[arg-type]
+
+
+def _stacked(per_key: dict[str, list[Tensor | None]]) -> dict[str, Tensor]:
+    """``_stack`` per model key, keeping the keys every layer gave."""
+    stacked = {key: _stack(layers) for key, layers in per_key.items()}
+    return {key: value for key, value in stacked.items() if value is not None}
 
 
 class TransformerSeq2Seq(Seq2Seq):
@@ -283,17 +297,21 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def _encode(
         self, src: Tensor, src_mask: Tensor, need_weights: bool, layout: Layout = PADDED
-    ) -> tuple[Tensor, Tensor | None]:
-        """-> the source's final states in ``layout`` (+ every layer's weights on request)."""
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """-> the source's final states in ``layout`` (+ every layer's weights and selected
+        cells [B,L,H,S,S] on request, None when not asked or not given)."""
         x = layout.pack(self._embed(self.src_embed, src))
-        weights = []
+        weights, selected = [], []
         for layer in self.encoder_layers:
-            x, w = layer(x, layout, src_mask, need_weights)
+            x, w, sel = layer(x, layout, src_mask, need_weights)
             weights.append(w)
-        return self.encoder_norm(x), _stack(weights) if need_weights else None
+            selected.append(sel)
+        if not need_weights:
+            return self.encoder_norm(x), None, None
+        return self.encoder_norm(x), _stack(weights), _stack(selected)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
-        states, _ = self._encode(src, src_mask, need_weights=False)
+        states, _, _ = self._encode(src, src_mask, need_weights=False)
         return EncoderOutput(states=states, mask=src_mask)
 
     # -- decoder: full pass ---------------------------------------------------------------------
@@ -306,18 +324,23 @@ class TransformerSeq2Seq(Seq2Seq):
         enc_mask: Tensor,
         need_weights: bool,
         layout: Layout = PADDED,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """-> logits [B,T,V] (zeros at padding in the packed layout) and the weights."""
+    ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+        """-> logits [B,T,V] (zeros at padding in the packed layout), the weights by model key
+        (``dec_self``, ``cross``) and the selected cells by model key (both empty without
+        need_weights)."""
         x = layout.pack(self._embed(self.tgt_embed, tgt_in))
-        self_weights, cross_weights = [], []
+        weights: dict[str, list[Tensor | None]] = {"dec_self": [], "cross": []}
+        selected: dict[str, list[Tensor | None]] = {"dec_self": [], "cross": []}
         for layer in self.decoder_layers:
-            x, sw, cw = layer(x, layout, enc_states, enc_layout, enc_mask, need_weights)
-            self_weights.append(sw)
-            cross_weights.append(cw)
+            x, sw, cw, sel = layer(x, layout, enc_states, enc_layout, enc_mask, need_weights)
+            weights["dec_self"].append(sw)
+            weights["cross"].append(cw)
+            for key in selected:
+                selected[key].append(sel.get(key))
         logits = layout.unpack(self.output(self.decoder_norm(x)))
         if not need_weights:
-            return logits, None, None
-        return logits, _stack(self_weights), _stack(cross_weights)
+            return logits, {}, {}
+        return logits, _stacked(weights), _stacked(selected)
 
     def _layouts(
         self, src_mask: Tensor, tgt_in: Tensor, need_weights: bool
@@ -342,21 +365,21 @@ class TransformerSeq2Seq(Seq2Seq):
         Without weights on CPU this runs padding-free (``_layouts``): the same logits at the
         real target positions, zeros at the padded ones."""
         src_layout, tgt_layout = self._layouts(src_mask, tgt_in, need_weights)
-        states, enc_self = self._encode(src, src_mask, need_weights, src_layout)
+        states, enc_self, enc_selected = self._encode(src, src_mask, need_weights, src_layout)
         if teacher_forcing < 1.0:
             tgt_in = self._scheduled_sampling_inputs(
                 tgt_in, states, src_layout, src_mask, teacher_forcing, tgt_layout
             )
             # A new batch: a predicted <pad> is padding to the packed layout, as it always was.
             tgt_layout = self._layouts(src_mask, tgt_in, need_weights)[1]
-        logits, dec_self, cross = self._decode(
+        logits, dec_maps, dec_selected = self._decode(
             tgt_in, states, src_layout, src_mask, need_weights, tgt_layout
         )
-        attentions = {}
-        for key, value in (("enc_self", enc_self), ("dec_self", dec_self), ("cross", cross)):
-            if value is not None:
-                attentions[key] = value
-        return ModelOutput(logits=logits, attentions=attentions)
+        attentions = {} if enc_self is None else {"enc_self": enc_self}
+        selected = {} if enc_selected is None else {"enc_self": enc_selected}
+        attentions.update(dec_maps)
+        selected.update(dec_selected)
+        return ModelOutput(logits=logits, attentions=attentions, selected=selected)
 
     def _scheduled_sampling_inputs(
         self,
@@ -428,7 +451,7 @@ class TransformerSeq2Seq(Seq2Seq):
             cross_cache = state.get(f"cross_cache{i}")
             if cross_cache is not None:
                 new_state[f"cross_cache{i}"] = cross_cache
-            x, _, cw = layer(
+            x, _, cw, _ = layer(
                 x,
                 PADDED,
                 enc.states,

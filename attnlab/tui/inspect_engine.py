@@ -6,7 +6,8 @@ engine's search (n-best with the beam), then re-run each hypothesis teacher-forc
 Transformers, ``enc_self`` [L, H, S, S] and ``dec_self`` [L, H, T, T]. For tasks with gold
 alignments, the reference is forced through the model too and alignment accuracy is the
 share of reference tokens whose arg-max cross-attention (last layer, head average) is the
-gold source token.
+gold source token. A block-sparse variant (nsa) also gives, per self-attention role, which
+cells its queries read in selected blocks (``HypothesisMaps.selected``, same shapes, bool).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.attention_map import BOS_LABEL, EOS_LABEL, last_layer_head_mean, target_rows
+from attnlab.attention_map import (
+    BOS_LABEL,
+    EOS_LABEL,
+    last_layer_head_mean,
+    target_rows,
+    union_over_heads,
+)
 from attnlab.tui.diagnostics import alignment_accuracy
 
 EOS, BOS = EOS_LABEL, BOS_LABEL
@@ -44,6 +51,8 @@ class HypothesisMaps:
     finished: bool
     maps: dict[str, np.ndarray]  # kind -> [L, H, rows, cols]
     labels: dict[str, tuple[list[str], list[str]]]  # kind -> (row labels, column labels)
+    # kind -> [L, H, rows, cols] bool: cells of selected blocks (nsa); absent: no marks
+    selected: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,17 +165,19 @@ def analyse(request: InspectRequest) -> InspectResult:
             model, src, src_mask, decode_cfg, need_attention=True, to_text=target_text(ds)
         )[0]
 
-        def forced(ids: list[int]) -> dict[str, np.ndarray]:
+        def forced(ids: list[int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+            """(weights, selected cells) by model key of one teacher-forced pass."""
             tgt_in = torch.tensor([[BOS_ID, *ids]], device=device)  # [1, T]
             out = model(src, src_mask, tgt_in, need_weights=True)
-            return {
+            maps = {
                 k: v[0].float().cpu().numpy() for k, v in out.attentions.items() if v is not None
             }
+            return maps, {k: v[0].cpu().numpy() for k, v in out.selected.items()}
 
         result_hyps = []
         for hyp in hyps:
             tokens = ds.tgt_vocab.decode(hyp.tokens, strip=False)
-            maps = forced(list(hyp.tokens))
+            maps, selected = forced(list(hyp.tokens))
             inputs = [BOS, *tokens]
             labels = {  # the forced pass has a row after the last token: </s> or "…"
                 "cross": (target_rows(tokens, hyp.finished, unfinished="…"), src_tokens),
@@ -184,11 +195,12 @@ def analyse(request: InspectRequest) -> InspectResult:
                     bool(hyp.finished),
                     maps,
                     {k: labels[k] for k in maps if k in labels},
+                    selected,
                 )
             )
         accuracy = None
         if gold is not None and ref is not None:
-            ref_maps = forced(ds.tgt_vocab.encode(ref))
+            ref_maps, _ = forced(ds.tgt_vocab.encode(ref))
             if "cross" in ref_maps:
                 accuracy = alignment_accuracy(last_layer_head_mean(ref_maps["cross"]), gold)
     return InspectResult(
@@ -232,4 +244,13 @@ def select_map(maps: np.ndarray, layer: int, head: int | None) -> np.ndarray:
     per_layer = maps[min(max(layer, 0), maps.shape[0] - 1)]
     if head is None:
         return per_layer.mean(axis=0)
+    return per_layer[min(max(head, 0), per_layer.shape[0] - 1)]
+
+
+def select_selected(mask: np.ndarray, layer: int, head: int | None) -> np.ndarray:
+    """``select_map``'s choice of a selection mask [L, H, rows, cols]: a head's own, or for the
+    head average the cells any head selected (attnlab.attention_map.union_over_heads)."""
+    per_layer = mask[min(max(layer, 0), mask.shape[0] - 1)]
+    if head is None:
+        return union_over_heads(per_layer, 0)
     return per_layer[min(max(head, 0), per_layer.shape[0] - 1)]

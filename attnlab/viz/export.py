@@ -46,14 +46,22 @@ def export_heatmap(
     stem: Path,
     width: int = 120,
     normalisation: str = "softmax",
+    selected: Any = None,
 ) -> list[Path]:
     """``stem``.svg and ``stem``.html of one map, drawn by attnlab.viz.heatmap.render_heatmap
-    (the renderer of ``attnlab translate --show-attention``), as its ``normalisation`` asks."""
+    (the renderer of ``attnlab translate --show-attention``), as its ``normalisation`` asks
+    (and with ``selected``'s cells marked ``▪``, when given)."""
     from attnlab.viz.heatmap import render_heatmap
 
     console = recording_console(width)
     drawn = render_heatmap(
-        matrix, list(rows), list(cols), title=title, max_width=width, normalisation=normalisation
+        matrix,
+        list(rows),
+        list(cols),
+        title=title,
+        max_width=width,
+        normalisation=normalisation,
+        selected=selected,
     )
     console.print(drawn)
     stem = Path(stem)

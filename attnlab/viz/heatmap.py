@@ -17,6 +17,11 @@ above; **signed** maps (differential attention) on the diverging blue-white-red 
 :mod:`attnlab.viz.diverging`, symmetric ±max |w| and centred on 0; **sub-stochastic** maps get
 one more column, ``∅``, the weight each row gave to nothing (1 − row sum); **sparse** maps
 draw an exactly-zero weight as ``·`` without colour and count them in the legend.
+
+A ``selected`` mask (a block-sparse variant's, nsa: True where the query read the key because
+its block was selected) puts ``▪`` into those cells on their weight colour (the plain form:
+after the number) and the legend says so; half-block mode has no room for marks. Without a
+mask nothing changes.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    SELECTED_MARK,
+    SELECTED_NOTE,
     UNATTENDED_LABEL,
     check_normalisation,
 )
@@ -133,6 +140,26 @@ def normalisation_note(normalisation: str, rows: list[list[float]]) -> str:
     return ""
 
 
+def as_mask_rows(selected: Any, n_rows: int, n_cols: int) -> list[list[bool]] | None:
+    """A selection mask (tensor, array or nested lists) as rows of bools of the matrix's
+    shape; None stays None."""
+    if selected is None:
+        return None
+    if hasattr(selected, "detach"):
+        selected = selected.detach().cpu()
+    if hasattr(selected, "tolist"):
+        selected = selected.tolist()
+    rows = [[bool(v) for v in row] for row in selected]
+    if len(rows) != n_rows or any(len(row) != n_cols for row in rows):
+        raise ValueError(f"selected mask is not {n_rows}x{n_cols} like the matrix")
+    return rows
+
+
+def marked_cell(cell: int) -> str:
+    """A selected cell's text: the mark centred in ``cell`` characters."""
+    return SELECTED_MARK.center(cell)
+
+
 def _as_rows(matrix: Any) -> list[list[float]]:
     if hasattr(matrix, "detach"):  # a torch tensor, without importing torch
         matrix = matrix.detach().float().cpu()
@@ -160,11 +187,17 @@ class Heatmap:
         show_values: bool,
         vmax: float | None,
         normalisation: str = NORM_SOFTMAX,
+        selected: list[list[bool]] | None = None,
     ) -> None:
         self.normalisation = check_normalisation(normalisation)
         self.note = normalisation_note(normalisation, rows)
+        # a line of its own under the scale (half blocks have no room for marks)
+        self.selected_note = SELECTED_NOTE if selected is not None and not half_block else ""
         if normalisation == NORM_SUB_STOCHASTIC:  # one more column: the unattended mass
             rows, col_labels = with_unattended(rows), [*col_labels, UNATTENDED_LABEL]
+            if selected is not None:  # ∅ is no key: never selected
+                selected = [[*row, False] for row in selected]
+        self.selected = selected
         self.rows = rows
         self.row_labels = row_labels
         self.col_labels = col_labels
@@ -238,6 +271,7 @@ class Heatmap:
         used = self._label_width() + 1 + cell * shown + (3 if shown < self.n_cols else 0)
         header = self._header_plain(cell, shown, width)[0]
         used = max(used, len(self._legend_text().plain), len(self.title or ""))
+        used = max(used, len(self.selected_note))
         used = max(used, self._label_width() + 1 + max((len(x) for x in header), default=0))
         return Measurement(min(used, options.max_width), min(used, options.max_width))
 
@@ -261,6 +295,8 @@ class Heatmap:
         else:
             out.extend(self._full_rows(label_width, cell, shown))
         out.append(self._legend_text())
+        if self.selected_note:
+            out.append(Text(self.selected_note, style="dim"))
         _, numbered = self._header_plain(cell, shown, width)
         if numbered:
             labels = self.col_labels[:shown]
@@ -286,20 +322,23 @@ class Heatmap:
 
     def _full_rows(self, label_width: int, cell: int, shown: int) -> list[Text]:
         lines = []
-        for label, row in zip(self.row_labels, self.rows, strict=True):
+        for i, (label, row) in enumerate(zip(self.row_labels, self.rows, strict=True)):
             text = Text()
             text.append(_fit(label, label_width).rjust(label_width), style="bold")
             text.append(" ")
-            for value in row[:shown]:
+            for j, value in enumerate(row[:shown]):
                 if self._blank(value):
                     text.append(ZERO_MARK.rjust(cell), Style(dim=True))
                     continue
                 style = self._style(value)
+                marked = self.selected is not None and self.selected[i][j]
                 if self.show_values and cell >= 2:
                     shown_value = f"{round(100 * value):d}" if value == value else "?"
+                    if marked:  # the number, then the mark in the cell's last character
+                        shown_value = shown_value.rjust(cell - 1)[1 - cell :] + SELECTED_MARK
                     text.append(shown_value.rjust(cell)[-cell:], style)
                 else:
-                    text.append(" " * cell, style)
+                    text.append(marked_cell(cell) if marked else " " * cell, style)
             text.append(self._more(shown), style="dim")
             lines.append(text)
         return lines
@@ -354,6 +393,7 @@ def render_heatmap(
     show_values: bool = False,
     vmax: float | None = None,
     normalisation: str = NORM_SOFTMAX,
+    selected: Any = None,
 ) -> Heatmap:
     """A renderable heatmap of matrix[T, S] (list of rows or a tensor / array).
 
@@ -362,7 +402,8 @@ def render_heatmap(
     colour). ``show_values`` prints each weight in percent inside its cell. When the columns
     do not fit in ``max_width`` (or the console), cells narrow to one character and then the
     right-most columns are cut with a "+k" marker. ``normalisation`` (the map's kind) picks
-    the signed scale, the unattended column or the marked zeros (see the module docstring).
+    the signed scale, the unattended column or the marked zeros (see the module docstring);
+    ``selected`` ([T, S] bools, optional) marks the cells of selected blocks with ``▪``.
     """
     rows = _as_rows(matrix)
     row_labels, col_labels = [str(x) for x in row_labels], [str(x) for x in col_labels]
@@ -373,8 +414,18 @@ def render_heatmap(
             raise ValueError(
                 f"matrix row {i} has {len(row)} columns but {len(col_labels)} column labels"
             )
+    mask = as_mask_rows(selected, len(rows), len(col_labels))
     return Heatmap(
-        rows, row_labels, col_labels, title, max_width, half_block, show_values, vmax, normalisation
+        rows,
+        row_labels,
+        col_labels,
+        title,
+        max_width,
+        half_block,
+        show_values,
+        vmax,
+        normalisation,
+        mask,
     )
 
 
@@ -387,13 +438,15 @@ def render_plain_heatmap(
     col_labels: Iterable[str],
     title: str | None = None,
     normalisation: str = NORM_SOFTMAX,
+    selected: Any = None,
 ) -> str:
     """The colourless form for pipes and files: weights x 100 as right-aligned integers.
 
     Every column is as wide as its token (at least 3, for "100") plus a space, so numbers
     never run together; the header names the columns, each row starts with its token, and a
     last line says how to read the numbers (and, by ``normalisation``: a sub-stochastic map's
-    ``∅`` column of unattended mass, a sparse map's exact zeros as ``·``, signed weights).
+    ``∅`` column of unattended mass, a sparse map's exact zeros as ``·``, signed weights;
+    with a ``selected`` mask, ``▪`` after the number of each cell of a selected block).
     """
     check_normalisation(normalisation)
     rows = _as_rows(matrix)
@@ -401,19 +454,27 @@ def render_plain_heatmap(
     clabels = [middle_ellipsis(str(x), PLAIN_MAX_LABEL) for x in col_labels]
     if len(rows) != len(rlabels) or any(len(r) != len(clabels) for r in rows):
         raise ValueError(f"matrix is not {len(rlabels)}x{len(clabels)} like its labels")
+    mask = as_mask_rows(selected, len(rows), len(clabels))
     # (no colours here: a signed map's note is the footer itself)
     note = "" if normalisation == NORM_SIGNED else normalisation_note(normalisation, rows)
+    if mask is not None:
+        note = f"{note}; {SELECTED_NOTE}" if note else SELECTED_NOTE
     if normalisation == NORM_SUB_STOCHASTIC:
         rows, clabels = with_unattended(rows), [*clabels, UNATTENDED_LABEL]
+        mask = None if mask is None else [[*row, False] for row in mask]
     blank = normalisation == NORM_SPARSE
     label_w = max((len(x) for x in rlabels), default=0)
-    widths = [max(len(c), 3) for c in clabels]
+    # with a mask every cell has one more character: the mark or a space
+    extra = 0 if mask is None else 1
+    widths = [max(len(c), 3 + extra) for c in clabels]
     lines = [title] if title else []
     lines.append(
         " " * label_w + "".join(" " + c.rjust(w) for c, w in zip(clabels, widths, strict=True))
     )
-    for label, row in zip(rlabels, rows, strict=True):
-        cells = (" " + _plain_cell(v, blank).rjust(w) for v, w in zip(row, widths, strict=True))
+    for i, (label, row) in enumerate(zip(rlabels, rows, strict=True)):
+        marks = [" "] * len(row) if mask is None else [SELECTED_MARK if m else " " for m in mask[i]]
+        texts = (_plain_cell(v, blank) + marks[j] * extra for j, v in enumerate(row))
+        cells = (" " + t.rjust(w) for t, w in zip(texts, widths, strict=True))
         lines.append(label.rjust(label_w) + "".join(cells))
     lines.append(_PLAIN_FOOTERS[normalisation] + (f"; {note}" if note else "") + ")")
     return "\n".join(lines)

@@ -136,6 +136,12 @@ class AttentionSpec:
             )
 
 
+# The extras key of a block-sparse variant's per-cell selection (nsa): [B, H, Tq, Tk] bool, True
+# where the query read the key because its block was selected. Filled only with need_weights;
+# the Transformer carries it to ``ModelOutput.selected`` beside the weights.
+SELECTED_CELLS = "selected_cells"
+
+
 @dataclass
 class AttentionOutput:
     context: Tensor  # [B, Tq, out_dim]

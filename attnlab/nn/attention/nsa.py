@@ -17,6 +17,10 @@ Per head h and query i:
 - window: softmax of q_i·k_j/√d_h over the real keys with 0 ≤ p_i − j < w (self: |p_i − j| < w).
 - gates: g = σ(W_g x_i + b_g) per branch and head, as in the paper; the map is
   (g_cmp·A_cmp + g_sel·A_sel + g_win·A_win) / 3, whose rows sum to the mean gate ≤ 1.
+
+Extras: ``selected_blocks`` [B,H,Tq,nb] always; with weights also ``selected_cells``
+(base.SELECTED_CELLS) [B,H,Tq,Tk], the cells the selected branch read (:func:`selected_cells`),
+which the Transformer hands to the views beside the map.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.attention.base import (
     NORM_SUB_STOCHASTIC,
+    SELECTED_CELLS,
     AttentionOutput,
     AttentionSpec,
     HParam,
@@ -66,6 +71,18 @@ def top_blocks_mask(score: Tensor, top: int) -> Tensor:
         -1, order, torch.arange(score.shape[-1], device=score.device).expand_as(order)
     )
     return (rank < top) & (score >= 0)
+
+
+def selected_cells(selected: Tensor, block: int, key_mask: Tensor, causal: bool, tk: int) -> Tensor:
+    """selected [B,H,Tq,nb] blocks -> [B,H,Tq,Tk] bool: the keys of query i's selected blocks
+    (block b: keys [b·l, min((b+1)·l, Tk))) that i may read: real and, causal, not after p_i.
+    Exactly where the selected branch's softmax runs (``dense_weights``'s w_sel support)."""
+    tq, dev = selected.shape[2], selected.device
+    token_block = torch.arange(tk, device=dev) // block
+    cells = selected[..., token_block] & key_mask[:, None, None, :]
+    if causal:
+        cells = cells & causal_mask(tq, tk, dev)
+    return cells
 
 
 @register_attention
@@ -145,6 +162,10 @@ class NativeSparseAttention(MultiHeadBase):
             )
             assert self._selected is not None
             out.extras["selected_blocks"] = self._selected  # [B,H,Tq,nb] bool
+            if need_weights and out.weights is not None:  # the views' marks; no cost otherwise
+                tk = out.weights.shape[-1]
+                cells = selected_cells(self._selected, self.block, key_mask, causal, tk)
+                out.extras[SELECTED_CELLS] = cells
         finally:
             self._gate_input = self._selected = None
         return out
@@ -218,7 +239,7 @@ class NativeSparseAttention(MultiHeadBase):
         if causal:
             visible = visible & causal_mask(tq, tk, dev)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        w_sel = masked_softmax(scores, visible & selected[..., token_block])
+        w_sel = masked_softmax(scores, selected_cells(selected, self.block, key_mask, causal, tk))
         # window: the last w keys (self: the keys less than w away on either side)
         near = (pos[:, None] - torch.arange(tk, device=dev)).abs() < self.window
         w_win = masked_softmax(scores, visible & near)

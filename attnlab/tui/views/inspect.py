@@ -3,6 +3,7 @@
 Model loading and decoding run in a thread worker (``attnlab.tui.inspect_engine``) that posts
 ``InspectReady`` / ``InspectFailed``; the view only slices numpy arrays. A sample logged by
 the trainer (chosen in the Train view) is shown straight from its event, with no model.
+Self-attention maps of nsa carry their selected blocks: the heatmap marks those cells ``▪``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    SELECTED_MARK,
+    SELECTED_NOTE,
     UNATTENDED_LABEL,
     axes_text,
     target_rows,
@@ -100,6 +103,8 @@ class InspectView(Horizontal):
         self.labels: dict[str, tuple[list[str], list[str]]] = {}
         # kind -> how its rows are normalised (attnlab.attention_map); absent = softmax
         self.normalisations: dict[str, str] = {}
+        # kind -> [L, H, rows, cols] bool: cells of the blocks nsa selected; absent: no marks
+        self.selected: dict[str, np.ndarray] = {}
         self.hyp_index = 0
         self.step_row: int | None = None  # stepping through decoding: rows 0..step_row shown
         self.gold: list[int] | None = None
@@ -329,7 +334,7 @@ class InspectView(Horizontal):
 
     def _clear_maps(self) -> None:
         self.result, self.gold, self.maps, self.labels = None, None, {}, {}
-        self.normalisations = {}
+        self.normalisations, self.selected = {}, {}
         self.query_one("#insp-nbest", OptionList).clear_options()
         self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
         for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
@@ -357,6 +362,7 @@ class InspectView(Horizontal):
         # a logged map has one row per token; a row beyond them can only be </s>'s
         rows = target_rows(sample.hyp, finished=weights.shape[0] > len(sample.hyp))
         self.maps = {"cross": weights[None, None]}  # [L=1, H=1, T, S]
+        self.selected = {}
         self.labels = {"cross": (rows, list(sample.src))}
         self.normalisations = {"cross": getattr(sample, "normalisation", NORM_SOFTMAX)}
         self.hyp_index = 0
@@ -375,6 +381,7 @@ class InspectView(Horizontal):
         self.hyp_index = index % len(self.result.hypotheses)
         hyp = self.result.hypotheses[self.hyp_index]
         self.maps, self.labels = hyp.maps, hyp.labels
+        self.selected = dict(getattr(hyp, "selected", {}))
         self._configure_selectors()
         r = self.result
         ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
@@ -472,6 +479,22 @@ class InspectView(Horizontal):
         rows, cols = self.labels.get(kind, ([], []))
         return matrix, list(rows), list(cols)
 
+    def current_selected(self) -> np.ndarray | None:
+        """The selection mask of the map on screen ([rows, cols] bool; the head average's:
+        cells any head selected), or None when the map has none (every variant but nsa)."""
+        from attnlab.tui.inspect_engine import select_selected
+
+        kind = self.current_kind
+        if kind is None or kind not in self.selected:
+            return None
+        layer = self.query_one("#insp-layer", Select).value
+        head = self.query_one("#insp-head", Select).value
+        return select_selected(
+            self.selected[kind],
+            int(layer) if isinstance(layer, int) else 0,
+            None if head in (HEAD_AVERAGE, Select.NULL) else int(head),
+        )
+
     # -- drawing ----------------------------------------------------------------------------------
 
     def redraw(self) -> None:
@@ -484,8 +507,12 @@ class InspectView(Horizontal):
         matrix, rows, cols = current
         shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
         kind = self.current_normalisation
-        heatmap.set_matrix(shown, rows, cols, kind)
-        self.query_one("#insp-scale", Static).update(colour_scale(12, kind, heatmap.vmax))
+        mask = self.current_selected()
+        if mask is not None:
+            mask = mask[: shown.shape[0]]
+        heatmap.set_matrix(shown, rows, cols, kind, mask)
+        scale = colour_scale(12, kind, heatmap.vmax, selected=mask is not None)
+        self.query_one("#insp-scale", Static).update(scale)
         if self.step_row is not None and matrix.shape[1]:
             # Stepping: the cursor goes to where the new token looks most (its row's arg-max).
             heatmap.cursor = (self.step_row, int(np.argmax(matrix[self.step_row])))
@@ -501,6 +528,9 @@ class InspectView(Horizontal):
             f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
             *normalisation_lines(d),
         ]
+        mask = self.current_selected()
+        if mask is not None:
+            lines.append(f"{SELECTED_NOTE}: {int(mask.sum())} of {mask.size} cells")
         if d.eos_mass is not None:
             lines.append(f"mass on </s> {d.eos_mass:.0%}")
         if d.diagonal is not None and self.current_kind in ("enc_self", "dec_self"):
@@ -556,10 +586,11 @@ class InspectView(Horizontal):
             cell.col == message.heatmap.shape[1] - 1 and cell.col_label == UNATTENDED_LABEL
         )
         where = "unattended mass" if unattended else f"col {cell.col}"
+        chosen = f"  {SELECTED_MARK} selected" if cell.selected else ""
         self.query_one("#insp-cell", Static).update(
             f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  "
             f"weight [b]{cell.weight:.4f}[/]"
-            f"  (row {cell.row}, {where})"
+            f"  (row {cell.row}, {where}){chosen}"
         )
         current = self.current_matrix()
         if current is not None and self.step_row is None:
@@ -627,10 +658,13 @@ class InspectView(Horizontal):
             self.app.notify("no map to export: decode a sample first", severity="warning")
             return
         matrix, rows, cols = current
+        mask = self.current_selected()
         if self.step_row is not None:  # what is shown: the rows stepped through so far
             matrix, rows = matrix[: self.step_row + 1], rows[: self.step_row + 1]
         rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
-        self.write_export(matrix, rows, cols, *target, self.current_normalisation)
+        if mask is not None:
+            mask = mask[: matrix.shape[0], : matrix.shape[1]]
+        self.write_export(matrix, rows, cols, *target, self.current_normalisation, mask)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
     def write_export(
@@ -641,13 +675,16 @@ class InspectView(Horizontal):
         stem: Path,
         title: str,
         normalisation: str = NORM_SOFTMAX,
+        selected: np.ndarray | None = None,
     ) -> None:
         from attnlab.errors import AttnlabError
         from attnlab.viz.export import export_heatmap
 
         try:
             stem.parent.mkdir(parents=True, exist_ok=True)
-            paths = export_heatmap(matrix, rows, cols, title, stem, normalisation=normalisation)
+            paths = export_heatmap(
+                matrix, rows, cols, title, stem, normalisation=normalisation, selected=selected
+            )
         except (AttnlabError, OSError) as err:
             self.post_message(MapExported([], str(err)))
             return

@@ -13,6 +13,10 @@ The map's ``normalisation`` (attnlab.attention_map) changes the drawing as in th
 renderer: signed maps on the diverging blue-white-red scale (±max |w|, centred on 0), a
 sub-stochastic map's unattended mass (1 − row sum) as one more column, ``∅``, and a sparse
 map's exact zeros as ``·`` without colour. Softmax maps are drawn as always.
+
+An optional ``selected`` mask (nsa's selected blocks) draws ``▪`` in those cells on their
+weight colour (the cursor cell keeps its percent; the cursor line says "▪ selected");
+half-block mode has no room for it. Without a mask the drawing is exactly as before.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    SELECTED_MARK,
     UNATTENDED_LABEL,
     check_normalisation,
     unattended_mass,
@@ -47,6 +52,7 @@ from attnlab.viz.heatmap import (
     diverging_cell_style,
     heatmap_cell_style,
     heatmap_level,
+    marked_cell,
 )
 from attnlab.viz.text import Placement, column_header, column_legend, middle_ellipsis
 
@@ -66,21 +72,29 @@ def cell_style(weight: float, bold: bool = False) -> Style:
     return style + Style(bold=True) if bold else style
 
 
-def colour_scale(width: int = 20, normalisation: str = NORM_SOFTMAX, vmax: float = 1.0) -> Text:
+def colour_scale(
+    width: int = 20, normalisation: str = NORM_SOFTMAX, vmax: float = 1.0, selected: bool = False
+) -> Text:
     """``0 ███…███ 1`` legend of the colour scale; a signed map's ``−v ███ +v`` diverging one
-    (blue below 0, red above), symmetric around 0."""
+    (blue below 0, red above), symmetric around 0; ``selected``: then ``▪ selected``."""
     if normalisation == NORM_SIGNED:
         text = Text(f"−{vmax:.2f} ")
         for k in range(width):
             value = (2 * k / max(width - 1, 1) - 1) * vmax
             text.append(" ", Style(bgcolor=diverging_cell_style(value, vmax).bgcolor))
         text.append(f" +{vmax:.2f} signed")
-        return text
-    text = Text("0 ")
-    for k in range(width):
-        text.append(" ", Style(bgcolor=_PALETTE[round(k * 100 / max(width - 1, 1))]))
-    text.append(" 1")
+    else:
+        text = Text("0 ")
+        for k in range(width):
+            text.append(" ", Style(bgcolor=_PALETTE[round(k * 100 / max(width - 1, 1))]))
+        text.append(" 1")
+    if selected:
+        text.append(f"  {SELECTED_LEGEND}")
     return text
+
+
+# beside the colour scale: short, the cursor line shares the row (the diagnostics say more)
+SELECTED_LEGEND = f"{SELECTED_MARK} selected"
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,7 @@ class CellInfo:
     weight: float
     row_label: str
     col_label: str
+    selected: bool = False  # in a block the query selected (nsa)
 
 
 class AttentionHeatmap(ScrollView, can_focus=True):
@@ -146,6 +161,7 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         self._cell = self.CELL_WIDTH
         self.normalisation = NORM_SOFTMAX
         self.vmax = 1.0  # a signed map's scale end, max |w|
+        self.selected: np.ndarray | None = None  # bool, the weights' shape; None: no marks
 
     # -- data --------------------------------------------------------------------------------
 
@@ -160,16 +176,24 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         rows: Sequence[str],
         cols: Sequence[str],
         normalisation: str = NORM_SOFTMAX,
+        selected: np.ndarray | None = None,
     ) -> None:
-        """Show ``weights`` [T, S]; a sub-stochastic map gets its ``∅`` column here."""
+        """Show ``weights`` [T, S]; a sub-stochastic map gets its ``∅`` column here.
+        ``selected`` ([T, S] bool, optional): the cells to mark ``▪`` (nsa's selected blocks)."""
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 2:
             raise ValueError(f"attention matrix must be 2-D, got shape {w.shape}")
         self.normalisation = check_normalisation(normalisation)
+        mask = None if selected is None else np.asarray(selected, dtype=bool)
+        if mask is not None and mask.shape != w.shape:
+            raise ValueError(f"selected mask {mask.shape} is not the matrix's {w.shape}")
         if normalisation == NORM_SUB_STOCHASTIC and w.size:
             keys = [str(t) for t in cols][: w.shape[1]]
             cols = [*keys, *[""] * (w.shape[1] - len(keys)), UNATTENDED_LABEL]
             w = np.concatenate([w, unattended_mass(w)[:, None]], axis=1)
+            if mask is not None:  # ∅ is no key: never selected
+                mask = np.concatenate([mask, np.zeros((w.shape[0], 1), dtype=bool)], axis=1)
+        self.selected = mask
         peak = float(np.abs(w).max()) if w.size else 0.0
         self.vmax = peak if peak > 0 else 1.0
         self.weights = w
@@ -206,9 +230,17 @@ class AttentionHeatmap(ScrollView, can_focus=True):
             return diverging_cell_style(weight, self.vmax).bgcolor
         return _PALETTE[weight_index(weight)]
 
+    def is_selected(self, row: int, col: int) -> bool:
+        return self.selected is not None and bool(self.selected[row, col])
+
     def cell(self, row: int, col: int) -> CellInfo:
         return CellInfo(
-            row, col, float(self.weights[row, col]), self.row_labels[row], self.col_labels[col]
+            row,
+            col,
+            float(self.weights[row, col]),
+            self.row_labels[row],
+            self.col_labels[col],
+            self.is_selected(row, col),
         )
 
     # -- geometry ----------------------------------------------------------------------------
@@ -341,6 +373,8 @@ class AttentionHeatmap(ScrollView, can_focus=True):
                 # (2-character cells show 99 for 100; the cursor line has the exact weight)
                 percent = min(weight_index(weight), 10**cw - 1)
                 segments.append(Segment(f"{percent:>{cw}}", style))
+            elif self.is_selected(row, col):  # the mark on the weight's own colour
+                segments.append(Segment(marked_cell(cw), style))
             else:
                 segments.append(Segment(" " * cw, style))
         return Strip(segments)
