@@ -208,11 +208,29 @@ def heads(
 # -- compare -----------------------------------------------------------------------------------
 
 
+def kinds_line(report: dict[str, Any]) -> str | None:
+    """The header line ``A: signed · B: softmax`` when a side is not softmax (else None)."""
+    kinds = report.get("normalisation") or {}
+    if all(kinds.get(key, "softmax") == "softmax" for key in ("a", "b")):
+        return None
+    return " · ".join(f"{key.upper()}: {kinds.get(key, 'softmax')}" for key in ("a", "b"))
+
+
+def js_row_notes(report: dict[str, Any]) -> list[str]:
+    """Per-row JS notes of the A − B table; "JS —" on every row where JS is undefined."""
+    if report["js"] is None:
+        return ["JS —" for _ in report["a"]["rows"]]
+    return [f"JS {x:.3f}" for x in report["js"]]
+
+
 def compare_renderables(report: dict[str, Any]) -> list[Any]:
     from attnlab.viz.diverging import render_diverging
     from attnlab.viz.heatmap import render_heatmap
 
-    out = []
+    out: list[Any] = []
+    kinds = kinds_line(report)
+    if kinds is not None:  # the header says both kinds; each side is drawn by its own
+        out.append(f"row normalisation: {kinds}")
     for key in ("a", "b"):
         side = report[key]
         out.append(
@@ -222,6 +240,7 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
                 report["source"],
                 vmax=report["vmax"] or None,
                 title=f"{key.upper()}: {side['checkpoint']} ({report['method']})",
+                normalisation=side.get("normalisation", "softmax"),
             )
         )
         if side["aer"] is not None:
@@ -230,15 +249,18 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
                 f"AER {side['aer']:.3f}"
             )
     if report["same_target"]:
+        note = report.get("js_note") or ""
         out.append(
             render_diverging(
                 report["difference"],
                 report["a"]["rows"],
                 report["source"],
-                title="A − B",
-                row_notes=[f"JS {x:.3f}" for x in report["js"]],
+                title="A − B" + (f" (JS: {note})" if note and report["js"] is not None else ""),
+                row_notes=js_row_notes(report),
             )
         )
+        if report["js"] is None:
+            out.append(note)
     else:
         out.append(
             "the two models produced different target tokens: no A − B map and no JS per row"

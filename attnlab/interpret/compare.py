@@ -1,7 +1,15 @@
 """Two models, one sentence: maps on one colour scale, A − B, Jensen-Shannon per row.
 
 JS(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m), m = ½ (p + q), in bits (log base 2, so 0 ≤ JS ≤ 1);
-0 log 0 = 0. Rows are renormalised to sum 1 first (an all-zero row is compared as uniform).
+0 log 0 = 0 (a sparse map's exact zeros stay finite). Each side's rows become distributions by
+their kind (``attnlab.attention_map`` NORM_*):
+
+- softmax / sparse: as they are (renormalised to sum 1; an all-zero row reads as uniform);
+- sub-stochastic: the row plus one more outcome, ∅, its unattended mass 1 − Σ w (the other side,
+  when it is not sub-stochastic, gets a ∅ of 0 so both have S + 1 outcomes);
+- unnormalised: the row scaled to sum 1;
+- signed (on either side): no distribution, JS is undefined (:data:`JS_UNDEFINED`); A − B is
+  still a meaningful map.
 """
 
 from __future__ import annotations
@@ -11,12 +19,52 @@ import math
 import torch
 from torch import Tensor
 
+from attnlab.attention_map import (
+    NORM_SIGNED,
+    NORM_SOFTMAX,
+    NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
+    UNATTENDED_LABEL,
+    check_normalisation,
+    unattended_mass,
+)
+
+JS_UNDEFINED = "JS undefined for signed weights (differential)"
+JS_NOTES = {  # what a kind's rows became before JS (softmax and sparse: nothing to say)
+    NORM_SUB_STOCHASTIC: f"{UNATTENDED_LABEL} counted",
+    NORM_UNNORMALISED: "rows scaled to sum 1",
+}
+
 
 def _distribution(rows: Tensor) -> Tensor:
     rows = rows.to(torch.float64).clamp_min(0.0)
     total = rows.sum(dim=-1, keepdim=True)
     uniform = torch.full_like(rows, 1.0 / max(rows.shape[-1], 1))
     return torch.where(total > 0, rows / total.clamp_min(1e-300), uniform)
+
+
+def as_distribution(rows: Tensor, kind: str = NORM_SOFTMAX) -> Tensor:
+    """Rows [..., S] of a map of ``kind`` as distributions: [..., S] (sub-stochastic:
+    [..., S + 1], the last outcome ∅). A signed map has none: ValueError."""
+    if check_normalisation(kind) == NORM_SIGNED:
+        raise ValueError(JS_UNDEFINED)
+    rows = rows.to(torch.float64).clamp_min(0.0)
+    if kind == NORM_SUB_STOCHASTIC:  # the unattended mass is one more outcome
+        rows = torch.cat([rows, unattended_mass(rows).unsqueeze(-1)], dim=-1)
+    return _distribution(rows)
+
+
+def js_defined(kind_a: str = NORM_SOFTMAX, kind_b: str = NORM_SOFTMAX) -> bool:
+    return NORM_SIGNED not in (kind_a, kind_b)
+
+
+def js_note(kind_a: str = NORM_SOFTMAX, kind_b: str = NORM_SOFTMAX) -> str:
+    """One line on how the rows were compared: "" (two softmax / sparse sides), what the
+    sides' rows became ("∅ counted", "rows scaled to sum 1"), or why there is no JS."""
+    if not js_defined(kind_a, kind_b):
+        return JS_UNDEFINED
+    notes = dict.fromkeys(JS_NOTES[k] for k in (kind_a, kind_b) if k in JS_NOTES)
+    return ", ".join(notes)
 
 
 def _kl(p: Tensor, q: Tensor) -> Tensor:
@@ -26,16 +74,28 @@ def _kl(p: Tensor, q: Tensor) -> Tensor:
     return terms.sum(dim=-1)
 
 
-def js_divergence(a: Tensor, b: Tensor) -> Tensor:
-    """Per-row Jensen-Shannon divergence in bits: [..., T, S] twice -> [..., T]."""
-    p, q = _distribution(a), _distribution(b)
+def _pad_to(p: Tensor, width: int) -> Tensor:
+    """A zero-mass ∅ for the side that has none (its rows already sum to 1)."""
+    extra = width - p.shape[-1]
+    return torch.cat([p, p.new_zeros((*p.shape[:-1], extra))], dim=-1) if extra > 0 else p
+
+
+def js_divergence(
+    a: Tensor, b: Tensor, kind_a: str = NORM_SOFTMAX, kind_b: str = NORM_SOFTMAX
+) -> Tensor:
+    """Per-row Jensen-Shannon divergence in bits: [..., T, S] twice -> [..., T]; each side's
+    rows read by its kind (module docstring). Signed on either side: ValueError(JS_UNDEFINED)."""
+    p, q = as_distribution(a, kind_a), as_distribution(b, kind_b)
+    width = max(p.shape[-1], q.shape[-1])
+    p, q = _pad_to(p, width), _pad_to(q, width)
     m = 0.5 * (p + q)
     return (0.5 * _kl(p, m) + 0.5 * _kl(q, m)) / math.log(2.0)
 
 
 def shared_scale(a: Tensor, b: Tensor) -> float:
-    """One vmax for both maps (the larger maximum), so colours compare."""
-    return float(max(a.max() if a.numel() else 0.0, b.max() if b.numel() else 0.0))
+    """One scale end for both maps, the larger max |w|, so colours compare: the top of a
+    0 … vmax scale, or ±vmax of a signed map's diverging one (negative weights count too)."""
+    return float(max(a.abs().max() if a.numel() else 0.0, b.abs().max() if b.numel() else 0.0))
 
 
 def difference(a: Tensor, b: Tensor) -> Tensor:

@@ -113,6 +113,18 @@ def heads_report(
     return out
 
 
+def map_kind(config: Any, method: str, matrix: Any) -> str:
+    """How the rows of a compared map are normalised: ``raw`` is the cross-attention variant's
+    own kind; attribution scores (rollout, relevancy, gradient, norm) are >= 0 with any sum
+    ("unnormalised"), or "signed" where one is negative (e.g. rollout of differential maps)."""
+    from attnlab.attention_map import NORM_SIGNED, NORM_UNNORMALISED
+    from attnlab.nn.archs import normalisation_of
+
+    if method == "raw":
+        return normalisation_of(config, "cross")
+    return NORM_SIGNED if bool((matrix < 0).any()) else NORM_UNNORMALISED
+
+
 def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dict[str, Any]:
     import torch
 
@@ -137,12 +149,14 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
         raise AttnlabError(
             f"--method {method} is not available for {loaded.path} (available: {', '.join(maps)})"
         )
+    shown = maps[method][: len(tokens) + int(hyp.finished)].float().cpu()
     side: dict[str, Any] = {
         "checkpoint": str(loaded.path),
         "source": src_tokens,
         "hyp": tokens,
         "rows": target_rows(tokens, hyp.finished),
-        "map": maps[method][: len(tokens) + int(hyp.finished)].float().cpu(),
+        "map": shown,
+        "normalisation": map_kind(loaded.config, method, shown),
         "alignment_accuracy": None,
         "aer": None,
     }
@@ -162,19 +176,32 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
 def compare_report(
     a: Any, b: Any, text: str, example: Any, method: str, device: Any
 ) -> dict[str, Any]:
-    from attnlab.interpret.compare import difference, js_divergence, shared_scale
+    """Both sides' maps, A − B and JS per row where the target tokens agree. ``normalisation``
+    names each side's kind; ``js`` is None where the targets differ or a side is signed
+    (``js_note`` says why, or how the rows were read: "∅ counted", "rows scaled to sum 1")."""
+    from attnlab.interpret.compare import (
+        difference,
+        js_defined,
+        js_divergence,
+        js_note,
+        shared_scale,
+    )
 
     left, right = (_side(m, text, example, method, device) for m in (a, b))
     same = left["rows"] == right["rows"] and left["source"] == right["source"]
+    kinds = (left["normalisation"], right["normalisation"])
+    js = None
+    if same and js_defined(*kinds):
+        js = [round(float(x), 5) for x in js_divergence(left["map"], right["map"], *kinds)]
     report: dict[str, Any] = {
         "method": method,
         "source": left["source"],
         "same_target": same,
+        "normalisation": {"a": kinds[0], "b": kinds[1]},
         "vmax": shared_scale(left["map"], right["map"]),
         "difference": _rounded(difference(left["map"], right["map"])) if same else None,
-        "js": [round(float(x), 5) for x in js_divergence(left["map"], right["map"])]
-        if same
-        else None,
+        "js": js,
+        "js_note": js_note(*kinds),
     }
     for key, side in (("a", left), ("b", right)):
         report[key] = {**side, "map": _rounded(side["map"])}

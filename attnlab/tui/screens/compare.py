@@ -3,7 +3,9 @@
 Run A and the sentence (a sample of a split, or a typed one) come from Inspect; run B and the
 method (raw / rollout / relevancy / gradient / norm) are chosen here. Both maps are drawn on
 one colour scale; where the two runs produced the same target tokens the A − B map (blue: B
-larger, red: A larger) and the Jensen-Shannon divergence of each target row follow; with gold
+larger, red: A larger) and the Jensen-Shannon divergence of each target row follow (each side's rows
+read by their kind: ∅ counted for sub-stochastic rows, unnormalised rows scaled to sum 1,
+none for a signed side: "JS —" and the reason); with gold
 alignments each run's alignment accuracy and AER. The report is
 ``attnlab.interpret.reports.compare_report`` (the ``attnlab compare`` command's), computed in a
 thread worker.
@@ -24,6 +26,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Label, Select, Static
 
+from attnlab.attention_map import NORM_SOFTMAX
 from attnlab.tui.views.run_select import checkpoint_path, has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 
@@ -58,6 +61,19 @@ def shown_maps(report: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
     if scale > 0:
         a, b = a / scale, b / scale
     return a, b, scale
+
+
+def side_kind(report: dict[str, Any], key: str) -> str:
+    """How side ``key``'s rows are normalised (a report without the field: softmax)."""
+    return str(report[key].get("normalisation", NORM_SOFTMAX))
+
+
+def kinds_text(report: dict[str, Any]) -> str:
+    """The status' `` · rows: A signed, B softmax`` when a side is not softmax ("" otherwise)."""
+    kinds = [side_kind(report, key) for key in ("a", "b")]
+    if all(kind == NORM_SOFTMAX for kind in kinds):
+        return ""
+    return f" · rows: A {kinds[0]}, B {kinds[1]}"
 
 
 def alignment_line(report: dict[str, Any]) -> str:
@@ -182,8 +198,16 @@ class CompareScreen(ModalScreen[None]):
         self.report = report = message.report
         a, b, scale = shown_maps(report)
         source = report["source"]
-        self.query_one("#cmp-a", AttentionHeatmap).set_matrix(a, report["a"]["rows"], source)
-        self.query_one("#cmp-b", AttentionHeatmap).set_matrix(b, report["b"]["rows"], source)
+        # a signed side's diverging scale: ±(the larger max |w| of the two maps as shown)
+        ends = [float(np.abs(m).max()) for m in (a, b) if m.size]
+        for key, matrix in (("a", a), ("b", b)):
+            self.query_one(f"#cmp-{key}", AttentionHeatmap).set_matrix(
+                matrix,
+                report[key]["rows"],
+                source,
+                normalisation=side_kind(report, key),
+                vmax=max(ends, default=1.0),
+            )
         for key in ("a", "b"):
             hyp = " ".join(report[key]["hyp"])
             self.query_one(f"#cmp-{key}-label", Static).update(
@@ -191,7 +215,8 @@ class CompareScreen(ModalScreen[None]):
                 f" → {_escape(hyp)}"
             )
         unit = "weights 0..1" if scale == 1.0 else f"÷ {scale:.3g} (the larger maximum)"
-        self._status(f"one colour scale: {unit} · {alignment_line(report)}")
+        kinds = kinds_text(report)
+        self._status(f"one colour scale: {unit} · {alignment_line(report)}{kinds}")
         self.query_one("#cmp-diff", Static).update(self._difference(report))
 
     @staticmethod
@@ -203,13 +228,16 @@ class CompareScreen(ModalScreen[None]):
             )
         from attnlab.viz.diverging import render_diverging
 
-        js = report["js"]
+        js, note = report["js"], report.get("js_note") or ""
+        if js is None:  # a signed side: A − B still means something, JS does not
+            title = f"A − B · JS —: {note}"
+            notes = ["JS —" for _ in report["a"]["rows"]]
+        else:
+            title = f"A − B · JS per row (bits), mean {sum(js) / max(len(js), 1):.3f}"
+            title += f" ({note})" if note else ""
+            notes = [f"JS {x:.3f}" for x in js]
         return render_diverging(
-            report["difference"],
-            report["a"]["rows"],
-            report["source"],
-            title=f"A − B · JS per row (bits), mean {sum(js) / max(len(js), 1):.3f}",
-            row_notes=[f"JS {x:.3f}" for x in js],
+            report["difference"], report["a"]["rows"], report["source"], title, notes
         )
 
     def _status(self, text: str) -> None:

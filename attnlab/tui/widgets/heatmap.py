@@ -177,9 +177,12 @@ class AttentionHeatmap(ScrollView, can_focus=True):
         cols: Sequence[str],
         normalisation: str = NORM_SOFTMAX,
         selected: np.ndarray | None = None,
+        vmax: float | None = None,
     ) -> None:
         """Show ``weights`` [T, S]; a sub-stochastic map gets its ``∅`` column here.
-        ``selected`` ([T, S] bool, optional): the cells to mark ``▪`` (nsa's selected blocks)."""
+        ``selected`` ([T, S] bool, optional): the cells to mark ``▪`` (nsa's selected blocks).
+        ``vmax``: a signed map's scale end ±vmax (default its own max |w|; Compare shares one
+        between two maps)."""
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 2:
             raise ValueError(f"attention matrix must be 2-D, got shape {w.shape}")
@@ -195,6 +198,7 @@ class AttentionHeatmap(ScrollView, can_focus=True):
                 mask = np.concatenate([mask, np.zeros((w.shape[0], 1), dtype=bool)], axis=1)
         self.selected = mask
         peak = float(np.abs(w).max()) if w.size else 0.0
+        peak = peak if vmax is None else float(vmax)
         self.vmax = peak if peak > 0 else 1.0
         self.weights = w
         # Width from every row label given (also rows not shown yet while stepping).
