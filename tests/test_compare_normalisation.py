@@ -25,6 +25,7 @@ from attnlab.cli import cli
 from attnlab.interpret.compare import (
     JS_UNDEFINED,
     as_distribution,
+    as_drawn,
     difference,
     js_defined,
     js_divergence,
@@ -63,6 +64,8 @@ def test_sub_stochastic_rows_count_their_unattended_mass() -> None:
     # without ∅ the first row would read (0.4, 0.6) vs (1, 0): a different, larger value
     assert out[0] < _js([0.4, 0.6], [1.0, 0.0]) - 0.1
     assert js_note("sub-stochastic", "sub-stochastic") == "∅ counted"
+    # the shared scale covers the ∅ column the heatmap draws (1.0 here), not only the weights
+    assert shared_scale(as_drawn(a, "sub-stochastic"), as_drawn(b, "softmax")) == 1.0
 
 
 def test_sub_stochastic_against_softmax_gives_the_softmax_side_zero_unattended() -> None:

@@ -98,6 +98,15 @@ def shared_scale(a: Tensor, b: Tensor) -> float:
     return float(max(a.abs().max() if a.numel() else 0.0, b.abs().max() if b.numel() else 0.0))
 
 
+def as_drawn(rows: Tensor, kind: str = NORM_SOFTMAX) -> Tensor:
+    """The map as a heatmap draws it: a sub-stochastic map with its ∅ column (so a shared
+    scale also covers the unattended mass), any other kind as it is."""
+    if kind != NORM_SUB_STOCHASTIC:
+        return rows
+    rows = rows.to(torch.float64)
+    return torch.cat([rows, unattended_mass(rows).unsqueeze(-1)], dim=-1)
+
+
 def difference(a: Tensor, b: Tensor) -> Tensor:
     """A − B (same shape: the two models produced the same target tokens)."""
     if a.shape != b.shape:

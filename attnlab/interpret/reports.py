@@ -180,6 +180,7 @@ def compare_report(
     names each side's kind; ``js`` is None where the targets differ or a side is signed
     (``js_note`` says why, or how the rows were read: "∅ counted", "rows scaled to sum 1")."""
     from attnlab.interpret.compare import (
+        as_drawn,
         difference,
         js_defined,
         js_divergence,
@@ -198,7 +199,7 @@ def compare_report(
         "source": left["source"],
         "same_target": same,
         "normalisation": {"a": kinds[0], "b": kinds[1]},
-        "vmax": shared_scale(left["map"], right["map"]),
+        "vmax": shared_scale(as_drawn(left["map"], kinds[0]), as_drawn(right["map"], kinds[1])),
         "difference": _rounded(difference(left["map"], right["map"])) if same else None,
         "js": js,
         "js_note": js_note(*kinds),
