@@ -164,3 +164,14 @@ async def until(pilot: Any, condition: Any, timeout: float = 30.0, step: float =
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await pilot.pause(step)
+
+
+async def workers_idle(pilot: Any, timeout: float = 60.0) -> None:
+    """Let the app run until no worker is pending or running. Unlike
+    ``workers.wait_for_complete()`` a worker cancelled by a newer exclusive one (the lab's own
+    start-up selection racing the test's on a loaded machine) is not an error: the newer one
+    is waited for instead."""
+    from textual.worker import WorkerState
+
+    busy = (WorkerState.PENDING, WorkerState.RUNNING)
+    await until(pilot, lambda: not any(w.state in busy for w in pilot.app.workers), timeout)

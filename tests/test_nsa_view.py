@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _tui_support import lab_config, ready
+from _tui_support import lab_config, ready, workers_idle
 from click.testing import CliRunner
 from test_transformer import decode_with_cache, make_model, random_batch
 from test_tui_inspect_engine import saved_run
@@ -247,7 +247,7 @@ async def test_inspect_marks_the_selected_blocks_of_an_nsa_encoder_map(tmp_path:
         await ready(app, pilot)
         await pilot.press("3")
         view = app.query_one(InspectView)
-        await app.workers.wait_for_complete()  # Inspect's own opening attempt
+        await workers_idle(pilot)  # Inspect's own opening attempt
         view.post_message(InspectReady(result))
         await pilot.pause()
         view.query_one("#insp-kind").value = "enc_self"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _tui_support import lab_config, ready
+from _tui_support import lab_config, ready, workers_idle
 from _tui_support import until as until_shared
 from textual.widgets import Input, Select
 
@@ -49,7 +49,7 @@ async def until(pilot, condition, timeout: float = 30.0) -> None:
     (It waits out its debounce.)
     """
     await until_shared(pilot, condition, timeout)
-    await pilot.app.workers.wait_for_complete()
+    await workers_idle(pilot)
     await pilot.pause()
 
 

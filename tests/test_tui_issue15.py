@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _tui_support import ready, tiny_config, until, write_run
+from _tui_support import ready, tiny_config, until, workers_idle, write_run
 from textual.widgets import Static
 
 from attnlab.data.dataset import load_dataset
@@ -59,7 +59,7 @@ async def show(app, pilot, run_dir: Path, index: int = 2) -> InspectView:
     await pilot.press("3")
     inspect = app.query_one(InspectView)
     inspect.select_run(run_dir)
-    await app.workers.wait_for_complete()
+    await workers_idle(pilot)
     inspect.query_one("#insp-index").value = str(index)  # what the user typed before Decode
     inspect.post_message(InspectReady(analyse(InspectRequest(run_dir, "best", "dev", index))))
     await pilot.pause()
@@ -84,7 +84,7 @@ async def test_export_key_writes_the_shown_map_through_the_cli_renderer(tmp_path
         matrix, rows, cols = inspect.current_matrix()
         assert matrix.max() == pytest.approx(1.0)
         await pilot.press("e")
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         svg, html = inspect.last_export
         assert svg == run_dir / "figures" / "dev2-rollout-l0-avg-hyp1.svg"
@@ -130,7 +130,7 @@ async def test_heads_screen_shows_the_report_of_the_engine(tmp_path: Path) -> No
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, HeadsScreen)
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         assert screen.finished
         matrix, rows, cols = importance_grid(expected["importance"])
@@ -168,7 +168,7 @@ async def test_heads_curve_stops_on_c_between_points(tmp_path: Path, monkeypatch
         await until(pilot, first_point.is_set)  # the worker is inside point 1
         await pilot.press("c")
         release.set()
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, HeadsScreen) and screen.finished
@@ -182,7 +182,7 @@ async def test_heads_of_a_model_without_heads_is_one_line(tmp_path: Path) -> Non
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, run_dir)
         await pilot.press("H")
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         status = str(app.screen.query_one("#heads-status", Static).content)
         assert "no multi-head attention" in status and app.screen.curve == []
@@ -204,7 +204,7 @@ async def test_compare_screen_same_run_twice_has_zero_difference(tmp_path: Path)
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, CompareScreen)
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         report = screen.report
         assert report is not None and Path(report["b"]["checkpoint"]).parent.parent == run_b
@@ -233,11 +233,11 @@ async def test_compare_method_menu_rescales_both_maps_together(tmp_path: Path) -
         await pilot.press("c")
         await pilot.pause()
         screen = app.screen
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         screen.query_one("#cmp-method").value = "norm"
         await pilot.pause()
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
         report = screen.report
         assert (
@@ -307,7 +307,7 @@ def _opened(key: str):
         await show(app, pilot, Path("runs/tf-a"), index=1)
         await pilot.press(key)
         await pilot.pause()
-        await app.workers.wait_for_complete()
+        await workers_idle(pilot)
         await pilot.pause()
 
     return run_before

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _norm_variants import SPARSE, SUB, registered
-from _tui_support import lab_config, ready, write_run
+from _tui_support import lab_config, ready, workers_idle, write_run
 from test_tui_inspect_engine import saved_run
 from textual.widgets import Static
 
@@ -108,7 +108,7 @@ async def _show(pilot, sample: Sample) -> tuple[InspectView, AttentionHeatmap]:
     await ready(pilot.app, pilot)
     await pilot.press("3")
     # The hand-written run has no checkpoint: let Inspect's opening attempt end first.
-    await pilot.app.workers.wait_for_complete()
+    await workers_idle(pilot)
     await pilot.pause()
     view = pilot.app.query_one(InspectView)
     view.show_logged_sample(Path("runs") / RUN, sample)

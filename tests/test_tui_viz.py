@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _tui_support import lab_config, write_run
+from _tui_support import lab_config, workers_idle, write_run
 from textual.widgets import Select, Static
 
 from attnlab.tui.app import make_app
@@ -52,7 +52,7 @@ async def _show_big(pilot) -> None:
     await pilot.press("3")
     # The hand-written run has no checkpoint: let Inspect's opening decode fail first, then
     # show the logged sample and drop the notice (it is not what these snapshots are about).
-    await pilot.app.workers.wait_for_complete()
+    await workers_idle(pilot)
     await pilot.pause()
     pilot.app.query_one(InspectView).show_logged_sample(Path("runs") / RUN, _big_sample())
     pilot.app.clear_notifications()
