@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
@@ -32,8 +31,6 @@ from attnlab.nn.attention.base import (
 from attnlab.nn.attention.multihead import (
     TRANSFORMER_ROLES,
     MultiHeadBase,
-    key_pattern_mask,
-    sdpa,
 )
 from attnlab.nn.packing import PADDED, Layout, split_heads
 from attnlab.nn.positions import Rotary
@@ -88,41 +85,6 @@ class GroupedQueryAttention(MultiHeadBase):
                 f"model.kv_heads (model.gqa.kv_heads)={kv_heads} must divide "
                 f"model.heads={heads}; valid: {valid}"
             )
-
-    def _attend_fast(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor,
-        causal: bool,
-        need_weights: bool,
-        k_layout: Layout,
-    ) -> tuple[Tensor, Tensor | None]:
-        """q [B,H,Tq,dh], k, v [B,G,Tk,dh]. G = H: multi-head attention's own paths."""
-        if self.kv_heads == self.heads:
-            return super()._attend_fast(q, k, v, key_mask, causal, need_weights, k_layout)
-        if need_weights or self.reference_mode:  # explicit: each head reads its group's k, v
-            group = self.heads // self.kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-            return self.attend(q, k, v, key_mask, causal, need_weights)
-        dropout_p = self.dropout_p if self.training else 0.0
-        tq, tk = q.shape[2], k.shape[2]
-        shortcut = k_layout.sdpa_shortcut(key_mask, causal, tq, tk, q.dtype)
-        if shortcut is not None:  # a packed batch's mask as its layout holds it
-            is_causal, attn_mask = shortcut
-            context = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=attn_mask,
-                is_causal=is_causal,
-                dropout_p=dropout_p,
-                enable_gqa=True,
-            )
-            return context, None
-        mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
-        return sdpa(q, k, v, mask, None, dropout_p, enable_gqa=True), None
 
 
 @register_attention

@@ -243,7 +243,13 @@ class MultiHeadBase(Attention):
                 is_causal, attn_mask = shortcut
                 dropout_p = self.dropout_p if self.training else 0.0
                 context = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
+                    q,
+                    k,
+                    v,
+                    attn_mask=attn_mask,
+                    is_causal=is_causal,
+                    dropout_p=dropout_p,
+                    enable_gqa=k.shape[1] != q.shape[1],
                 )
                 return context, None
         return self.attend(q, k, v, key_mask, causal, need_weights)
@@ -272,8 +278,13 @@ class MultiHeadBase(Attention):
         tq, tk = q.shape[2], k.shape[2]
         mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
         bias = self.bias(tq, tk, causal, q.device)
+        shared = k.shape[1] != q.shape[1]  # fewer key/value heads than query heads (GQA)
         if self.uses_sdpa and not need_weights and not self.reference_mode:
-            return sdpa(q, k, v, mask, bias, self.dropout_p if self.training else 0.0), None
+            dropout_p = self.dropout_p if self.training else 0.0
+            return sdpa(q, k, v, mask, bias, dropout_p, enable_gqa=shared), None
+        if shared:  # explicit: each query head reads its group's keys and values
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = self.scores(q, k)
         if bias is not None:
             scores = scores + bias
