@@ -316,6 +316,12 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
+def _device_text(summary: dict[str, Any]) -> str:
+    """``cpu (1 threads) × 2 processes`` for a data-parallel run (tokens/s are global)."""
+    world = summary.get("world_size") or 1
+    return f"{summary['device']} × {world} processes" if world > 1 else str(summary["device"])
+
+
 def _summary_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
@@ -328,7 +334,7 @@ def _summary_table(summary: dict[str, Any]) -> Any:
         ("ended", summary["reason"]),
         ("steps", summary["step"]),
         ("params", f"{summary['params']:,}"),
-        ("device", summary["device"]),
+        ("device", _device_text(summary)),
         ("wall time", f"{summary['wall_s']:.1f} s"),
         ("tokens/s", _fmt(summary.get("tokens_per_s"), 0)),
         ("best step", _fmt(best.get("step"))),

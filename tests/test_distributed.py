@@ -106,6 +106,32 @@ def test_nproc_too_large_on_the_cli_exits_2(tmp_path):
     assert not any(tmp_path.iterdir())  # refused before any run directory was made
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("model.arch=transformer", "model.self_attention=performer", "model.d_model=16"),
+    ],
+)
+def test_the_ddp_probe_finds_unused_parameters_and_changes_nothing(overrides):
+    """wrap_model asks DDP to look for unused parameters only when a step leaves some
+    without a gradient; the probe must not move the random state or a variant's counters."""
+    from _tiny import tiny_config
+
+    from attnlab.nn.model import build_model
+    from attnlab.train.distributed import unused_parameters
+
+    model = build_model(tiny_config("probe", *overrides), 12, 12).train()
+    assert unused_parameters(model) == []
+    model.register_parameter("spare", torch.nn.Parameter(torch.zeros(3)))
+    calls = [getattr(m, "_calls", None) for m in model.modules()]
+    state = torch.get_rng_state()
+    assert unused_parameters(model) == ["spare"]
+    assert torch.equal(torch.get_rng_state(), state)
+    assert [getattr(m, "_calls", None) for m in model.modules()] == calls
+    assert all(p.grad is None for p in model.parameters())
+
+
 # -- 2 processes (slow) ------------------------------------------------------------------------
 
 # A tiny GRU + Bahdanau experiment: 64 pairs, 16 sentences a batch (4 plan batches an epoch).
@@ -196,6 +222,7 @@ def test_two_ranks_update_like_one_process_on_the_merged_batches(tmp_path):
     )
     done = _run(argv)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "find_unused_parameters" not in done.stderr  # no DDP warning for the user to read
     run_dir = tmp_path / "ddp"
     steps = _events(run_dir, "step")
     assert [e["step"] for e in steps] == [1, 2, 3, 4, 5]

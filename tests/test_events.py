@@ -702,6 +702,7 @@ def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
     assert [(s.src, s.hyp, s.correct) for s in follower.samples] == [(["a", "b"], ["b", "a"], True)]
     assert follower.checkpoints == {"best": "runs/old/b", "last": "runs/old/l"}
     assert follower.elapsed_s == 3.25
+    assert follower.world_size == 1  # an old log has no world_size: one process
     assert [line for line in follower.log if "acknowledged" in line] == [
         "step     12  pause acknowledged",
         "step     12  resume acknowledged",
@@ -797,3 +798,20 @@ def test_eval_inspection_fields_are_optional() -> None:
     bad = ev.Event.from_json({"type": "eval", "step": 2, "aer": "x", "attention_entropy": [1]})
     assert isinstance(bad, ev.Eval) and bad.aer is None and bad.attention_entropy is None
     assert "aer" not in bad.to_json() and "attention_entropy" not in bad.to_json()
+
+
+def test_the_lab_says_how_many_processes_train_a_ddp_run(tmp_path: Path) -> None:
+    from attnlab.tui.follow import RunFollower
+
+    run_dir = tmp_path / "ddp"
+    events = [
+        ev.Start(0, name="ddp", params=1000, device="cpu (1 threads)", world_size=2),
+        ev.Step(5, loss=2.0, lr=1e-3, tokens_per_s=900.0, world_size=2),
+    ]
+    _write(run_dir, b"".join(e.to_line().encode() + b"\n" for e in events))
+    follower = RunFollower(run_dir)
+    follower.poll()
+    assert follower.world_size == 2
+    assert any(
+        line.endswith("1,000 parameters on cpu (1 threads) × 2 processes") for line in follower.log
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -189,7 +190,7 @@ def test_forward_with_weights_takes_the_padded_path_with_the_same_logits():
 
 
 def test_cpu_dropout_is_inverted_bernoulli_dropout():
-    from attnlab.nn.dropout import Dropout
+    from attnlab.nn.dropout import Dropout, drop_probability
 
     torch.manual_seed(0)
     drop = Dropout(0.25).train()
@@ -203,6 +204,82 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout():
     torch.testing.assert_close(x.grad, kept.float() / 0.75)
     assert torch.equal(drop.eval()(x), x)
     assert torch.equal(Dropout(0.0).train()(x), x)
+    assert drop_probability(0.25) == 0.25 and drop_probability(0.1) == 6554 / 65536
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_cpu_keep_mask_is_unbiased_and_its_elements_independent(p):
+    """Each 64-bit draw decides four elements: the keep rate must be 1 - p' in every one of
+    the four lanes (a lane wired to the draw's sign bit would not be), neighbours must not
+    agree more than chance, and the scaled mask must average exactly 1 in expectation."""
+    from attnlab.nn.dropout import drop_probability, keep_mask
+
+    torch.manual_seed(1)
+    n = 400_000
+    mask = keep_mask((n,), p, torch.float64)
+    q = drop_probability(p)
+    scale = 1.0 / (1.0 - q)
+    assert set(mask.unique().tolist()) <= {0.0, scale}
+    kept = (mask != 0).double()
+    sd = (q * (1 - q) / (n / 4)) ** 0.5  # per lane
+    for lane in range(4):
+        assert abs(kept[lane::4].mean().item() - (1 - q)) < 5 * sd, lane
+    both = (kept[:-1] * kept[1:]).mean().item()  # P(keep, keep) of neighbours = (1 - q)^2
+    assert abs(both - (1 - q) ** 2) < 5 * (((1 - q) ** 2 * (1 - (1 - q) ** 2)) / n) ** 0.5
+    assert abs(mask.mean().item() - 1.0) < 5 * sd * scale * 2
+
+
+def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
+    """attention_with_dropout on the CPU = softmax(q·kᵀ/√d + mask) ∘ M @ v for the mask M it
+    drew, written here with loops in float64; causal, bool and additive masks, GQA."""
+    import math
+
+    from attnlab.nn import dropout as module
+
+    drawn: list[torch.Tensor] = []
+    real = module.keep_mask
+
+    def recording(shape, p, dtype):
+        drawn.append(real(shape, p, dtype))
+        return drawn[-1]
+
+    monkeypatch.setattr(module, "keep_mask", recording)
+    torch.manual_seed(2)
+    b, h, hk, tq, tk, d = 2, 4, 2, 3, 5, 8
+    q = torch.randn(b, h, tq, d, dtype=torch.float64)
+    k = torch.randn(b, hk, tk, d, dtype=torch.float64)
+    v = torch.randn(b, hk, tk, d, dtype=torch.float64)
+    bool_mask = torch.rand(b, 1, tq, tk) > 0.3
+    bool_mask[..., 0] = True  # every row sees a key
+    bias = torch.randn(b, 1, 1, tk, dtype=torch.float64)
+    cases = [
+        dict(attn_mask=None, is_causal=True),
+        dict(attn_mask=bool_mask, is_causal=False),
+        dict(attn_mask=bias, is_causal=False),
+    ]
+    for case in cases:
+        drawn.clear()
+        out = module.attention_with_dropout(q, k, v, dropout_p=0.3, enable_gqa=True, **case)
+        (m,) = drawn
+        expected = torch.zeros(b, h, tq, d, dtype=torch.float64)
+        for bi, hi, i in itertools.product(range(b), range(h), range(tq)):
+            g = hi // (h // hk)
+            logits = []
+            for j in range(tk):
+                s = float(q[bi, hi, i] @ k[bi, g, j]) / math.sqrt(d)
+                if case["is_causal"] and j > i:
+                    s = -math.inf
+                mask = case["attn_mask"]
+                if mask is not None and mask.dtype == torch.bool and not mask[bi, 0, i, j]:
+                    s = -math.inf
+                if mask is not None and mask.dtype != torch.bool:
+                    s += float(mask[bi, 0, 0, j])
+                logits.append(s)
+            top = max(logits)
+            e = [math.exp(s - top) for s in logits]
+            for j in range(tk):
+                expected[bi, hi, i] += e[j] / sum(e) * float(m[bi, hi, i, j]) * v[bi, g, j]
+        torch.testing.assert_close(out, expected)
 
 
 def test_step_cross_weights_equal_forward_cross_weights():

@@ -12,6 +12,7 @@ from attnlab.viz.heatmap import render_plain_heatmap
 from attnlab.viz.text import (
     column_header,
     column_legend,
+    fit_count,
     header_rows,
     integer_ticks,
     middle_ellipsis,
@@ -147,3 +148,49 @@ def test_plain_heatmap_columns_never_collide():
     assert lines[3] == "   0" + " 100" + "   0" + "           0"
     assert lines[4] == "</s>" + "  33" + "  33" + "          33"
     assert "\x1b" not in "\n".join(lines) and "█" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("value", "width", "text"),
+    [
+        (676_514, 7, "676,514"),  # fits: exact, with separators
+        (9_031_512, 9, "9,031,512"),
+        (9_031_512, 7, "9.03M"),  # the Runs table's params column
+        (24_427.4, 6, "24,427"),
+        (124_427, 6, "124.4k"),  # a GPU's tokens/s in the 6-wide column
+        (1_234_567, 5, "1.23M"),
+        (99_999, 5, "100k"),
+        (2_500_000_000, 5, "2.50G"),
+        (12, 5, "12"),
+    ],
+)
+def test_fit_count_keeps_every_count_readable_in_its_width(value, width, text):
+    assert fit_count(value, width) == text
+    assert len(fit_count(value, width)) <= width
+
+
+def test_runs_table_never_cuts_a_large_model_s_parameter_count():
+    from types import SimpleNamespace
+
+    from attnlab.tui.views.runs import WIDTHS, summary_row
+
+    run = SimpleNamespace(
+        path="runs/big",
+        task="corpus",
+        arch="transformer",
+        attention="scaled-dot",
+        params=9_031_512,
+        steps=123_456,
+        best_bleu=None,
+        best_chrf=None,
+        best_exact_match=None,
+        tokens_per_s=152_340.7,
+        wall_s=None,
+        status="running",
+    )
+    from attnlab.tui.views.runs import COLUMNS
+
+    row = dict(zip(COLUMNS, summary_row(run, False), strict=True))
+    assert row["params"] == "9.03M" and len(row["params"]) <= WIDTHS["params"]
+    assert row["steps"] == "123k" and len(row["steps"]) <= WIDTHS["steps"]
+    assert row["tok/s"] == "152.3k" and len(row["tok/s"]) <= WIDTHS["tok/s"]

@@ -290,13 +290,42 @@ def teardown() -> None:
 
 def wrap_model(model: torch.nn.Module, info: Dist) -> torch.nn.Module:
     """DistributedDataParallel around ``model`` (it broadcasts rank 0's weights now);
-    the model itself when alone. Unused parameters are allowed (e.g. a variant's branch)."""
+    the model itself when alone.
+
+    DDP must be told when some parameters get no gradient (``find_unused_parameters``, a
+    walk over the autograd graph every step, and a warning on every run that does not need
+    it); ``unused_parameters`` finds out with one tiny step before the wrap."""
     if not info.active:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [info.device.index] if info.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=True)
+    unused = bool(unused_parameters(model))
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
+
+
+def unused_parameters(model: torch.nn.Module) -> list[str]:
+    """Names of the trainable parameters that a training step of ``model`` leaves without a
+    gradient, found with a forward and backward pass of a copy on a 2-sentence batch (the
+    model's counters, e.g. Performer's redraw schedule, and the random state stay as they
+    were: the run goes on as if the probe had not happened)."""
+    import copy
+
+    from attnlab.nn.seq2seq import EOS_ID
+
+    probe = copy.deepcopy(model)
+    device = next(probe.parameters()).device
+    low = EOS_ID + 1  # past the special tokens
+    vocab = min(
+        getattr(probe, "src_vocab_size", low + 1), getattr(probe, "tgt_vocab_size", low + 1)
+    )
+    tokens = torch.arange(6, device=device).remainder(max(vocab - low, 1)).add(low).view(2, 3)
+    mask = torch.ones(2, 3, dtype=torch.bool, device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for p in probe.parameters():
+            p.grad = None
+        probe(tokens, mask, tokens).logits.float().sum().backward()
+    return [n for n, p in probe.named_parameters() if p.requires_grad and p.grad is None]
 
 
 def share_redraw_generator(model: torch.nn.Module, seed: int) -> None:

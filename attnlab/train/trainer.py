@@ -777,6 +777,7 @@ class Trainer:
             "step": self.step,
             "params": self.params,
             "device": describe(self.device),
+            "world_size": self.dist.world_size,
             "best": dict(self.best_metrics),
             "last": dict(self.last_metrics),
             "wall_s": self.elapsed(),

@@ -131,6 +131,7 @@ class RunFollower:
     max_steps: int = 0
     params: int = 0
     device: str = ""
+    world_size: int = 1  # data-parallel processes (attnlab train --nproc N)
     step: int = 0
     loss: float = float("nan")
     lr: float = float("nan")
@@ -265,12 +266,16 @@ class RunFollower:
         )
         self.params = _count(e.params)
         self.device = e.device
+        self.world_size = max(1, _count(e.world_size))
         self.state = RUNNING
         self.step = self._start_step = e.step
         self._start_elapsed = self.elapsed_s  # a resumed run continues its clock
         self._set_anchor(e, self.elapsed_s)
         resumed = " (resumed)" if e.resumed else ""
-        self._log(e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}")
+        processes = f" × {self.world_size} processes" if self.world_size > 1 else ""
+        self._log(
+            e, f"start {self.name}{resumed}: {self.params:,} parameters on {self.device}{processes}"
+        )
 
     def _on_step(self, e: ev.Step) -> None:
         self.step = e.step

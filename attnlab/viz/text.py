@@ -6,6 +6,7 @@
   its column, on as many header rows as needed so that no two overlap (a token is never split
   across rows).
 * :func:`integer_ticks` chooses whole-number axis ticks over a real range (steps are integers).
+* :func:`fit_count` writes a count in a fixed width, exactly when it fits, else in k / M / G.
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ def middle_ellipsis(text: str, width: int) -> str:
     head = (keep + 1) // 2
     tail = keep - head
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+COUNT_SUFFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fit_count(value: float, width: int) -> str:
+    """``value`` with thousands separators when that fits ``width`` (``24,427``), else with
+    the largest k / M / G suffix and as many decimals as fit (``9.03M``, ``676.5k``): a table
+    cell then never cuts a number's digits off."""
+    exact = f"{value:,.0f}"
+    if len(exact) <= width:
+        return exact
+    for scale, suffix in COUNT_SUFFIXES:
+        if abs(value) >= scale:
+            for decimals in (2, 1, 0):
+                text = f"{value / scale:.{decimals}f}{suffix}"
+                if len(text) <= width:
+                    return text
+            return f"{value / scale:.0f}{suffix}"
+    return exact
 
 
 @dataclass(frozen=True)

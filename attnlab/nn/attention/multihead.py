@@ -16,7 +16,6 @@ import math
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
@@ -32,6 +31,7 @@ from attnlab.nn.attention.base import (
     masked_softmax,
     register_attention,
 )
+from attnlab.nn.dropout import attention_with_dropout, dropout
 from attnlab.nn.packing import PADDED, Layout, split_heads
 from attnlab.nn.positions import Rotary
 
@@ -242,7 +242,7 @@ class MultiHeadBase(Attention):
             if shortcut is not None:
                 is_causal, attn_mask = shortcut
                 dropout_p = self.dropout_p if self.training else 0.0
-                context = F.scaled_dot_product_attention(
+                context = attention_with_dropout(
                     q,
                     k,
                     v,
@@ -289,8 +289,7 @@ class MultiHeadBase(Attention):
         if bias is not None:
             scores = scores + bias
         weights = masked_softmax(scores, mask)
-        dropped = F.dropout(weights, self.dropout_p, self.training)
-        return dropped @ v, weights
+        return dropout(weights, self.dropout_p, self.training) @ v, weights
 
 
 def sdpa(
@@ -310,7 +309,7 @@ def sdpa(
     attn_mask: Tensor = mask
     if bias is not None:
         attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
-    context = F.scaled_dot_product_attention(
+    context = attention_with_dropout(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa
     )
     return context * has_key.to(context.dtype)

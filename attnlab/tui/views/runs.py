@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
-from attnlab.viz.text import middle_ellipsis, run_label
+from attnlab.viz.text import fit_count, middle_ellipsis, run_label
 
 REFRESH_SECONDS = 2.0
 COLUMNS = (
@@ -104,6 +104,13 @@ def _fmt(value: Any, spec: str = ".1f") -> str:
         return str(value)
 
 
+def _count(value: Any, width: int) -> str:
+    """A count that fits its column (9,031,512 parameters -> ``9.03M``), "–" when unknown."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "–"
+    return fit_count(value, width)
+
+
 def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
     """One table row from an ``attnlab.runs.RunSummary``."""
     em = getattr(run, "best_exact_match", None)
@@ -113,12 +120,12 @@ def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
         Path(run.path).name,
         str(run.task),
         model_label(str(run.arch), str(run.attention)),
-        _fmt(run.params, ","),
-        _fmt(run.steps, "d"),
+        _count(run.params, WIDTHS["params"]),
+        _count(run.steps, WIDTHS["steps"]),
         _fmt(run.best_bleu),
         _fmt(run.best_chrf),
         em_text,
-        _fmt(run.tokens_per_s, ",.0f"),
+        _count(run.tokens_per_s, WIDTHS["tok/s"]),
         format_duration(run.wall_s) if run.wall_s is not None else "–",
         str(run.status),
     )

@@ -351,7 +351,8 @@ class TrainView(Vertical):
             if follower.last_eval:
                 parts.append(f"BLEU {float(follower.last_eval.bleu or 0):.1f}")
             if have_loss:
-                parts.append(f"{follower.tokens_per_s:,.0f} tok/s")
+                processes = f" ({follower.world_size} processes)" if follower.world_size > 1 else ""
+                parts.append(f"{follower.tokens_per_s:,.0f} tok/s{processes}")
                 parts.append(f"lr {follower.lr:.2e}")
         if follower.error:
             parts.append(f"[$error]{_escape(follower.error)}[/]")
