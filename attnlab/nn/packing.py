@@ -108,6 +108,7 @@ class Packing:
         self.batch, self.length = mask.shape
         self.mask = mask
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
+        self.pad_index = (~mask).reshape(-1).nonzero().squeeze(1)  # [B·T - N] of the padding
         # Whether every sentence has at least one real token (no all-masked attention row).
         self.all_nonempty = bool(mask.any(dim=1).all())
         self._key_bias: dict[object, Tensor] = {}
@@ -130,8 +131,10 @@ class Packing:
 
     def unpack(self, x: Tensor) -> Tensor:
         """[N, ...] -> [B, T, ...] with zeros at the padded positions."""
-        # In place into fresh zeros (autograd tracks the copy for x): no clone of the zeros.
-        out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.index, x)
+        # Zeros at the padding only, then the rows in place (autograd tracks the copy for x):
+        # the real rows are written once, not zeroed first.
+        out = x.new_empty(self.batch * self.length, *x.shape[1:])
+        out.index_fill_(0, self.pad_index, 0).index_copy_(0, self.index, x)
         return out.view(self.batch, self.length, *x.shape[1:])
 
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
