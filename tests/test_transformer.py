@@ -231,7 +231,7 @@ def test_cpu_keep_mask_is_unbiased_and_its_elements_independent(p):
 
 def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
     """attention_with_dropout on the CPU = softmax(q·kᵀ/√d + mask) ∘ M @ v for the mask M it
-    drew, written here with loops in float64; causal, bool and additive masks, GQA."""
+    drew, written here with loops in float64; causal, bool and additive masks, GQA, a scale."""
     import math
 
     from attnlab.nn import dropout as module
@@ -256,6 +256,7 @@ def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
         dict(attn_mask=None, is_causal=True),
         dict(attn_mask=bool_mask, is_causal=False),
         dict(attn_mask=bias, is_causal=False),
+        dict(attn_mask=None, is_causal=False, scale=0.3),  # an explicit score scale
     ]
     for case in cases:
         drawn.clear()
@@ -266,7 +267,7 @@ def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
             g = hi // (h // hk)
             logits = []
             for j in range(tk):
-                s = float(q[bi, hi, i] @ k[bi, g, j]) / math.sqrt(d)
+                s = float(q[bi, hi, i] @ k[bi, g, j]) * case.get("scale", 1 / math.sqrt(d))
                 if case["is_causal"] and j > i:
                     s = -math.inf
                 mask = case["attn_mask"]

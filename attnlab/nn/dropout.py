@@ -63,6 +63,7 @@ def attention_with_dropout(
     is_causal: bool = False,
     dropout_p: float = 0.0,
     enable_gqa: bool = False,
+    scale: float | None = None,
 ) -> Tensor:
     """``F.scaled_dot_product_attention`` with these arguments; on the CPU with dropout the
     same math as its math kernel, the weights dropped with ``keep_mask``. (Without dropout, or
@@ -70,12 +71,13 @@ def attention_with_dropout(
     if not cheap_mask_applies(q, dropout_p, True):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p,
-            enable_gqa=enable_gqa,
+            enable_gqa=enable_gqa, scale=scale,
         )  # fmt: skip
     if enable_gqa and k.shape[1] != q.shape[1]:  # each query head reads its group's keys
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)  # [B,H,Tq,Tk]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-1, -2)).mul_(scale)  # [B,H,Tq,Tk]
     if is_causal:
         tq, tk = scores.shape[-2:]
         future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu_(1)

@@ -28,6 +28,7 @@ from attnlab.nn.attention.base import (
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase
+from attnlab.nn.dropout import dropout
 
 KERNEL_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF, ROLE_CROSS})
 
@@ -154,7 +155,7 @@ class LinformerAttention(MultiHeadBase):
         pooled_mask = key_mask.any(-1)[:, None].expand(-1, self.rank)  # no real key -> nothing
         scores = q @ k_low.transpose(-1, -2) / math.sqrt(self.head_dim)  # [B,H,Tq,k]
         low_weights = masked_softmax(scores, pooled_mask[:, None, None, :])
-        context = F.dropout(low_weights, self.dropout_p, self.training) @ v_low
+        context = dropout(low_weights, self.dropout_p, self.training) @ v_low
         weights = low_weights @ p if need_weights else None  # implied [B,H,Tq,Tk]
         return context, weights
 

@@ -45,6 +45,7 @@ from attnlab.nn.attention.base import (
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.attention.positional import SELF_ROLES
 from attnlab.nn.attention.sparse import banded_attention
+from attnlab.nn.dropout import dropout
 from attnlab.nn.packing import Layout
 
 BRANCHES = 3  # compressed, selected, window
@@ -213,7 +214,7 @@ class NativeSparseAttention(MultiHeadBase):
             weights = self.dense_weights(q, k, key_mask, causal, a_cmp, counts, self._selected)
             mixed = (g[..., 0:1] * weights[0] + g[..., 1:2] * weights[1]) + g[..., 2:3] * weights[2]
             mixed = mixed / BRANCHES
-            dropped = F.dropout(mixed, self.dropout_p, self.training)
+            dropped = dropout(mixed, self.dropout_p, self.training)
             return dropped @ v, mixed if need_weights else None
         contexts = self.sparse_contexts(q, k, v, key_mask, causal, a_cmp, score)
         return sum(g[..., c : c + 1] * contexts[c] for c in range(BRANCHES)) / BRANCHES, None
@@ -260,7 +261,7 @@ class NativeSparseAttention(MultiHeadBase):
         bsz, heads, t, dh = q.shape
         size, p = self.block, self.dropout_p if self.training else 0.0
         v_mean, _ = block_means(v, key_mask, size)
-        ctx_cmp = F.dropout(a_cmp, p, p > 0) @ v_mean
+        ctx_cmp = dropout(a_cmp, p, p > 0) @ v_mean
         # selected: gather the n chosen blocks' keys per query (ties as in top_blocks_mask)
         n = min(self.top_blocks, score.shape[-1])
         top_score, top = torch.sort(score, dim=-1, descending=True, stable=True)
@@ -275,7 +276,7 @@ class NativeSparseAttention(MultiHeadBase):
         k_sel = k.gather(2, flat).view(bsz, heads, t, n * size, dh)
         v_sel = v.gather(2, flat).view(bsz, heads, t, n * size, dh)
         scores = torch.einsum("bhtd,bhtjd->bhtj", q, k_sel) / math.sqrt(dh)
-        a_sel = F.dropout(masked_softmax(scores, ok & real), p, p > 0)
+        a_sel = dropout(masked_softmax(scores, ok & real), p, p > 0)
         ctx_sel = torch.einsum("bhtj,bhtjd->bhtd", a_sel, v_sel)
         # window |i − j| < w is the banded pattern |i − j| ≤ w − 1
         ctx_win = banded_attention(q, k, v, key_mask[:, None], self.window - 1, causal, p)

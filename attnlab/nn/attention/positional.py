@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.attention.base import (
@@ -22,6 +21,7 @@ from attnlab.nn.attention.base import (
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase, key_pattern_mask
+from attnlab.nn.dropout import dropout
 
 SELF_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF})
 
@@ -87,7 +87,7 @@ class RelativeAttention(MultiHeadBase):
         scores = (q @ k.transpose(-1, -2) + rel_scores) / math.sqrt(self.head_dim)
         mask = key_pattern_mask(key_mask, self.allowed(tq, tk, causal, q.device))
         weights = masked_softmax(scores, mask)
-        dropped = F.dropout(weights, self.dropout_p, self.training)
+        dropped = dropout(weights, self.dropout_p, self.training)
         # Σ_j α_ij a^V_clip(j-i): add each weight into its distance bucket, then mix a^V.
         per_bucket = torch.zeros(
             b, h, tq, 2 * self.max_relative + 1, dtype=q.dtype, device=q.device

@@ -29,6 +29,7 @@ from attnlab.nn.attention.base import (
 )
 from attnlab.nn.attention.kernel import _safe_divide
 from attnlab.nn.attention.multihead import MultiHeadBase
+from attnlab.nn.dropout import dropout
 
 RECURRENT_ROLES = frozenset({ROLE_SELF, ROLE_CAUSAL_SELF})
 
@@ -131,7 +132,7 @@ class StickBreakingAttention(MultiHeadBase):
         mask = key_mask[:, None, None, :] & allowed
         logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         weights = stick_breaking_weights(logits, mask)
-        dropped = F.dropout(weights, self.dropout_p, self.training)
+        dropped = dropout(weights, self.dropout_p, self.training)
         return dropped @ v, weights if need_weights else None
 
 

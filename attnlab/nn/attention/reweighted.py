@@ -36,6 +36,7 @@ from attnlab.nn.attention.base import (
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase, key_pattern_mask, sdpa
+from attnlab.nn.dropout import attention_with_dropout, dropout
 from attnlab.nn.positions import Rotary
 
 REWEIGHTED_ROLES = frozenset(ALL_ROLES)
@@ -47,7 +48,7 @@ def fused_softmax(
     """``multihead.sdpa`` with an explicit score scale (None = 1/√d of q); rows with no key
     give a zero context."""
     has_key = mask.any(dim=-1, keepdim=True)
-    context = F.scaled_dot_product_attention(
+    context = attention_with_dropout(
         q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale
     )
     return context * has_key.to(context.dtype)
@@ -185,7 +186,7 @@ class DifferentialAttention(MultiHeadBase):
         first = masked_softmax(q1 @ k1.transpose(-1, -2) * scale, mask)
         second = masked_softmax(q2 @ k2.transpose(-1, -2) * scale, mask)
         weights = first - lam * second  # masked keys: 0 − λ·0 = exactly 0
-        return F.dropout(weights, dropout_p, self.training) @ v, weights
+        return dropout(weights, dropout_p, self.training) @ v, weights
 
     def gate(self, query: Tensor, context: Tensor) -> Tensor:
         """The paper's per-head normalisation (eq. 3): (1 − λ_init)·RMSNorm(head)."""
@@ -278,7 +279,7 @@ class SigmoidAttention(MultiHeadBase):
             bias = bias.to(q.dtype)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + bias
         weights = torch.sigmoid(scores).masked_fill(~mask, 0.0)
-        context = F.dropout(weights, self.dropout_p, self.training) @ v
+        context = dropout(weights, self.dropout_p, self.training) @ v
         return context, (weights if need_weights else None)
 
 
@@ -346,7 +347,7 @@ class SinkAttention(MultiHeadBase):
                 ],
                 dim=-1,
             )
-            context = F.scaled_dot_product_attention(
+            context = attention_with_dropout(
                 q,
                 torch.cat([k, zero], 2),
                 torch.cat([v, zero], 2),
@@ -361,7 +362,7 @@ class SinkAttention(MultiHeadBase):
             [mask.expand(*scores.shape), mask.new_ones(*scores.shape[:-1], 1)], -1
         )
         weights = masked_softmax(with_sink, sink_mask)[..., :tk]
-        return F.dropout(weights, dropout_p, self.training) @ v, weights
+        return dropout(weights, dropout_p, self.training) @ v, weights
 
 
 # -- qk-norm -----------------------------------------------------------------------------------
@@ -413,4 +414,4 @@ class QKNormAttention(MultiHeadBase):
         if not need_weights and not self.reference_mode:
             return fused_softmax(q, k, v, mask, dropout_p, scale=1.0), None
         weights = masked_softmax(q @ k.transpose(-1, -2), mask)
-        return F.dropout(weights, dropout_p, self.training) @ v, weights
+        return dropout(weights, dropout_p, self.training) @ v, weights

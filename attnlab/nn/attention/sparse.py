@@ -22,6 +22,7 @@ from attnlab.nn.attention.base import (
 )
 from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.attention.positional import SELF_ROLES, relative_distance
+from attnlab.nn.dropout import dropout
 
 
 def banded_attention(
@@ -49,7 +50,7 @@ def banded_attention(
     )
     band = (offset >= 0) & (offset <= (w if causal else 2 * w))
     mask = band & mask_blocks[:, :, :, None, :]  # [B,G|1,n,b,span]
-    weights = F.dropout(masked_softmax(scores, mask), dropout_p, dropout_p > 0)
+    weights = dropout(masked_softmax(scores, mask), dropout_p, dropout_p > 0)
     context = weights @ v_blocks  # [B,G,n,b,dh]
     return context.reshape(bsz, groups, n_blocks * block, dh)[:, :, :length]
 

@@ -27,7 +27,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.errors import AttnlabError
@@ -39,6 +38,7 @@ from attnlab.nn.attention.base import (
     register_attention,
 )
 from attnlab.nn.attention.multihead import MultiHeadBase, key_pattern_mask
+from attnlab.nn.dropout import dropout
 
 # -- the normalisers ---------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class _SparseAttention(MultiHeadBase):
         if bias is not None:
             scores = scores + bias
         weights = self.normalise(scores, mask)
-        dropped = F.dropout(weights, self.dropout_p, self.training)
+        dropped = dropout(weights, self.dropout_p, self.training)
         return dropped @ v, weights
 
 
