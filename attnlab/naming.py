@@ -1,6 +1,8 @@
 """Names and one-line descriptions of experiments, shared by the CLI and the lab.
 
-One rule names every run: ``<task>-<arch>-<variants>-<YYYYmmdd-HHMMSS>``. ``<variants>`` is
+One rule names every run: ``<task>-<arch>-<variants>-<YYYYmmdd-HHMMSS>``. ``<task>`` is the toy
+task, or for a corpus the name of its folder or file (``multi30k``), so that runs on different
+corpora are told apart. ``<variants>`` is
 the variant in each of the architecture's attention slots (``ArchSpec.slots`` in
 attnlab.nn.archs), resolved the way the engine builds them (``ArchSpec.resolve``: e.g. an
 empty decoder self-attention means the encoder's variant when it can be causal): one name
@@ -11,11 +13,13 @@ when all agree, else joined by "_" in slot order. Names are one path component o
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from attnlab.config import NAME_MAX, ExperimentConfig, ModelConfig, safe_name
+from attnlab.config import NAME_MAX, DataConfig, ExperimentConfig, ModelConfig, safe_name
 from attnlab.nn.archs import arch_spec
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
+CORPUS_FILE_SUFFIXES = (".tsv", ".csv", ".txt", ".jsonl")  # a corpus file: its stem names it
 # Room for "-YYYYmmdd-HHMMSS" and the lab's "-N" collision suffix within NAME_MAX.
 EXPERIMENT_NAME_MAX = NAME_MAX - 24
 
@@ -39,10 +43,21 @@ def variants_text(model: ModelConfig, sep: str = "_") -> str:
     return roles_text(spec.variants(model) if spec else (model.attention,), sep)
 
 
+def task_label(data: DataConfig) -> str:
+    """``reverse``; ``multi30k`` for ``data.path = "../shared/corpora/multi30k"``; ``de-en`` for
+    a ``de-en.tsv`` file; ``corpus`` when a corpus comes from ``src_file``/``tgt_file`` only."""
+    if data.task != "corpus":
+        return data.task
+    if not data.path.strip():
+        return "corpus"
+    path = Path(data.path)
+    return path.stem if path.suffix.lower() in CORPUS_FILE_SUFFIXES else path.name
+
+
 def experiment_name(config: ExperimentConfig) -> str:
     """``<task>-<arch>-<variants>``: what the experiment is, without a time stamp; a valid run
     name (``attnlab.config.safe_name``, the run-name rule) short enough for a stamp and suffix."""
-    text = f"{config.data.task}-{config.model.arch}-{variants_text(config.model)}"
+    text = f"{task_label(config.data)}-{config.model.arch}-{variants_text(config.model)}"
     return safe_name(text)[:EXPERIMENT_NAME_MAX].rstrip("-")
 
 

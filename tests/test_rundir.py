@@ -267,3 +267,24 @@ def test_ctrl_c_during_start_up_exits_130_and_leaves_nothing(tmp_path):
         assert "finished" not in out and err.strip().splitlines()[-1] == "interrupted", (out, err)
         assert not (tmp_path / name).exists(), (delay, list((tmp_path / name).iterdir()))
     assert list_runs(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "task"),
+    [
+        ({"task": "reverse"}, "reverse"),
+        ({"task": "corpus", "path": "../shared/corpora/multi30k"}, "multi30k"),
+        ({"task": "corpus", "path": "/data/europarl.v7/"}, "europarl.v7"),
+        ({"task": "corpus", "path": "pairs/de-en.tsv"}, "de-en"),
+        ({"task": "corpus", "path": "", "src_file": "a.de", "tgt_file": "a.en"}, "corpus"),
+    ],
+)
+def test_run_names_tell_corpora_apart(data, task):
+    from dataclasses import replace
+
+    from attnlab.config import ExperimentConfig
+    from attnlab.naming import experiment_name
+
+    config = ExperimentConfig(name="x")
+    config = config.replace(data=replace(config.data, **data))
+    assert experiment_name(config) == f"{task}-rnn-bahdanau"
