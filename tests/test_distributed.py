@@ -132,6 +132,32 @@ def test_the_ddp_probe_finds_unused_parameters_and_changes_nothing(overrides):
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_wrap_model_asks_ddp_to_search_only_when_the_probe_finds_unused(tmp_path, monkeypatch):
+    """find_unused_parameters: off when every parameter gets a gradient, on when the probe
+    finds an unused one or cannot run the model (a one-process gloo group stands in)."""
+    import torch.distributed as tdist
+    from _tiny import tiny_config
+
+    from attnlab.nn.model import build_model
+    from attnlab.train import distributed
+
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        info = distributed.Dist(world_size=2)  # "active"; DDP itself uses the 1-process group
+        model = build_model(tiny_config("wrap"), 12, 12).train()
+        assert distributed.wrap_model(model, info).find_unused_parameters is False
+        monkeypatch.setattr(distributed, "unused_parameters", lambda m: ["spare"])
+        assert distributed.wrap_model(model, info).find_unused_parameters is True
+
+        def cannot_run(m):
+            raise RuntimeError("a variant the 2-sentence probe cannot run")
+
+        monkeypatch.setattr(distributed, "unused_parameters", cannot_run)
+        assert distributed.wrap_model(model, info).find_unused_parameters is True
+    finally:
+        tdist.destroy_process_group()
+
+
 # -- 2 processes (slow) ------------------------------------------------------------------------
 
 # A tiny GRU + Bahdanau experiment: 64 pairs, 16 sentences a batch (4 plan batches an epoch).

@@ -300,7 +300,10 @@ def wrap_model(model: torch.nn.Module, info: Dist) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [info.device.index] if info.device.type == "cuda" else None
-    unused = bool(unused_parameters(model))
+    try:
+        unused = bool(unused_parameters(model))
+    except Exception:  # a model the 2-sentence probe cannot run: let DDP search every step
+        unused = True
     return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
 
 
