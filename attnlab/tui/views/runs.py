@@ -104,7 +104,7 @@ def _fmt(value: Any, spec: str = ".1f") -> str:
         return str(value)
 
 
-def _count(value: Any, width: int) -> str:
+def _count_text(value: Any, width: int) -> str:
     """A count that fits its column (9,031,512 parameters -> ``9.03M``), "–" when unknown."""
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "–"
@@ -120,12 +120,12 @@ def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
         Path(run.path).name,
         str(run.task),
         model_label(str(run.arch), str(run.attention)),
-        _count(run.params, WIDTHS["params"]),
-        _count(run.steps, WIDTHS["steps"]),
+        _count_text(run.params, WIDTHS["params"]),
+        _count_text(run.steps, WIDTHS["steps"]),
         _fmt(run.best_bleu),
         _fmt(run.best_chrf),
         em_text,
-        _count(run.tokens_per_s, WIDTHS["tok/s"]),
+        _count_text(run.tokens_per_s, WIDTHS["tok/s"]),
         format_duration(run.wall_s) if run.wall_s is not None else "–",
         str(run.status),
     )
