@@ -196,6 +196,13 @@ def _run(argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[s
     return subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=timeout)
 
 
+def _failure(done: subprocess.CompletedProcess[str]) -> str:
+    """What a failed torchrun said: each rank's own lines first (torchrun's summary, which
+    fills the tail, names only the signal), then the tail."""
+    ranks = [line for line in done.stderr.splitlines() if line.startswith("[rank")]
+    return "\n".join(ranks[-30:]) + "\n...\n" + done.stderr[-1500:]
+
+
 def _reference(config, steps: int, world: int) -> tuple[dict[str, torch.Tensor], list, list, list]:
     """(weights, then tokens, loss and gradient norm per step) of one process, no DDP: each
     step trains on the concatenation of ``world`` consecutive plan batches, the loss
@@ -247,7 +254,7 @@ def test_two_ranks_update_like_one_process_on_the_merged_batches(tmp_path):
         2, ["train", "--out", str(tmp_path), "--run-name", "ddp", "--quiet", *_sets(*extra)]
     )
     done = _run(argv)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, _failure(done)
     assert "find_unused_parameters" not in done.stderr  # no DDP warning for the user to read
     run_dir = tmp_path / "ddp"
     steps = _events(run_dir, "step")
@@ -611,7 +618,7 @@ def test_two_ranks_keep_step_copies_once_and_eval_carries_entropy(tmp_path):
         *_sets("train.max_steps=6", "train.eval_every=2", "train.keep_last=2"),
     ]
     done = _run(argv)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, _failure(done)
     assert [s for s, _ in step_checkpoints(run_dir)] == [4, 6]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "best",
