@@ -205,6 +205,8 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout():
     assert torch.equal(drop.eval()(x), x)
     assert torch.equal(Dropout(0.0).train()(x), x)
     assert drop_probability(0.25) == 0.25 and drop_probability(0.1) == 6554 / 65536
+    # A p that rounds to 1 at 2⁻¹⁶ is torch's own dropout (no division by a zero keep rate).
+    assert torch.isfinite(Dropout(1 - 1e-6).train()(x)).all()
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

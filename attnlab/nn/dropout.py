@@ -12,6 +12,8 @@ Elsewhere (CUDA, eval, p = 0) the layers are torch's own.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -27,9 +29,7 @@ def drop_probability(p: float) -> float:
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
     """A CPU inverted-dropout mask of ``shape``: 1 / (1 - p') with probability 1 - p', else 0,
     p' = ``drop_probability(p)``; independent elements from torch's global generator."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
     quarters = words.view(torch.int16)[:n].view(shape)  # uniform on [-2¹⁵, 2¹⁵)
     dropped = round(p * LEVELS)  # how many of the 2¹⁶ values mean "drop"
@@ -38,7 +38,8 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype)
 
 
 def cheap_mask_applies(x: Tensor, p: float, training: bool) -> bool:
-    return training and 0.0 < p < 1.0 and x.device.type == "cpu"
+    """CPU training with a drop probability that stays below 1 after rounding to 2⁻¹⁶."""
+    return training and p > 0.0 and round(p * LEVELS) < LEVELS and x.device.type == "cpu"
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:

@@ -300,9 +300,11 @@ def sdpa(
     bias: Tensor | None,
     dropout_p: float,
     enable_gqa: bool = False,
+    scale: float | None = None,
 ) -> Tensor:
     """F.scaled_dot_product_attention with a bool mask (+ float bias); rows with no key -> 0.
-    ``enable_gqa``: k, v hold fewer heads than q, each shared by a group of query heads."""
+    ``enable_gqa``: k, v hold fewer heads than q, each shared by a group of query heads;
+    ``scale``: the score scale (None = 1/√d of q)."""
     has_key = mask.any(dim=-1, keepdim=True)  # [B,1|H,Tq|1,1]
     # A row with every key masked would be NaN in SDPA: let it see everything, zero it after.
     mask = mask | ~has_key
@@ -310,7 +312,7 @@ def sdpa(
     if bias is not None:
         attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
     context = attention_with_dropout(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa, scale=scale
     )
     return context * has_key.to(context.dtype)
 

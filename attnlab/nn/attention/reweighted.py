@@ -42,18 +42,6 @@ from attnlab.nn.positions import Rotary
 REWEIGHTED_ROLES = frozenset(ALL_ROLES)
 
 
-def fused_softmax(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float | None = None
-) -> Tensor:
-    """``multihead.sdpa`` with an explicit score scale (None = 1/√d of q); rows with no key
-    give a zero context."""
-    has_key = mask.any(dim=-1, keepdim=True)
-    context = attention_with_dropout(
-        q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale
-    )
-    return context * has_key.to(context.dtype)
-
-
 # -- differential ------------------------------------------------------------------------------
 
 
@@ -412,6 +400,6 @@ class QKNormAttention(MultiHeadBase):
         k = F.normalize(k, dim=-1)
         dropout_p = self.dropout_p if self.training else 0.0
         if not need_weights and not self.reference_mode:
-            return fused_softmax(q, k, v, mask, dropout_p, scale=1.0), None
+            return sdpa(q, k, v, mask, None, dropout_p, scale=1.0), None
         weights = masked_softmax(q @ k.transpose(-1, -2), mask)
         return dropout(weights, dropout_p, self.training) @ v, weights
