@@ -91,9 +91,11 @@ class AttnlabGroup(click.Group):
             _say("interrupted")
             code = 130
         if os.environ.get("WORLD_SIZE"):  # a data-parallel rank (torchrun)
-            from attnlab.train.distributed import report_exit
+            from attnlab.train.distributed import exit_worker, report_exit
 
             code = report_exit(code)
+            if standalone_mode:
+                exit_worker(code)
         if standalone_mode:
             sys.exit(code)
         return code

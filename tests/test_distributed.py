@@ -5,10 +5,12 @@ resume with another process count."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -184,6 +186,7 @@ def _env() -> dict[str, str]:
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",  # a rank killed by a fatal signal prints its stacks
         "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
     }
 
@@ -196,11 +199,26 @@ def _run(argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[s
     return subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=timeout)
 
 
+def _run_torchrun(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``_run`` for a torchrun job, once more (with a warning that carries what the ranks
+    said) when a rank died of SIGABRT: seen twice in full CI runs on 2 cores, in this file's
+    first job only, and not reproduced in 60+ runs alone or under load (see CHANGELOG)."""
+    done = _run(argv)
+    if done.returncode != 0 and "SIGABRT" in done.stderr:
+        said = _failure(done)
+        warnings.warn(f"a torchrun rank aborted; running the job again:\n{said}", stacklevel=2)
+        out, name = argv[argv.index("--out") + 1], argv[argv.index("--run-name") + 1]
+        shutil.rmtree(Path(out, name), ignore_errors=True)  # the aborted job's run directory
+        done = _run(argv)
+    return done
+
+
 def _failure(done: subprocess.CompletedProcess[str]) -> str:
-    """What a failed torchrun said: each rank's own lines first (torchrun's summary, which
-    fills the tail, names only the signal), then the tail."""
-    ranks = [line for line in done.stderr.splitlines() if line.startswith("[rank")]
-    return "\n".join(ranks[-30:]) + "\n...\n" + done.stderr[-1500:]
+    """What a failed torchrun said: what the ranks wrote (a C++ abort's message, the Python
+    stacks faulthandler dumps on a fatal signal) before torchrun's own summary, which fills
+    the tail and names only the signal; then that tail."""
+    own, _, summary = done.stderr.rpartition("Traceback (most recent call last)")  # torchrun's
+    return own[-6000:] + "\n...\n" + summary[-1500:]
 
 
 def _reference(config, steps: int, world: int) -> tuple[dict[str, torch.Tensor], list, list, list]:
@@ -253,7 +271,7 @@ def test_two_ranks_update_like_one_process_on_the_merged_batches(tmp_path):
     argv = torchrun_argv(
         2, ["train", "--out", str(tmp_path), "--run-name", "ddp", "--quiet", *_sets(*extra)]
     )
-    done = _run(argv)
+    done = _run_torchrun(argv)
     assert done.returncode == 0, _failure(done)
     assert "find_unused_parameters" not in done.stderr  # no DDP warning for the user to read
     run_dir = tmp_path / "ddp"
