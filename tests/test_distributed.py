@@ -201,8 +201,8 @@ def _run(argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[s
 
 def _run_torchrun(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """``_run`` for a torchrun job, once more (with a warning that carries what the ranks
-    said) when a rank died of SIGABRT: seen twice in full CI runs on 2 cores, in this file's
-    first job only, and not reproduced in 60+ runs alone or under load (see CHANGELOG)."""
+    said) when a rank died of SIGABRT. The abort seen at about 1 exit in 35 is fixed in the
+    product (``distributed.exit_worker``); this net keeps another one visible, not fatal."""
     done = _run(argv)
     if done.returncode != 0 and "SIGABRT" in done.stderr:
         said = _failure(done)
