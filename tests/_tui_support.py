@@ -166,6 +166,20 @@ async def until(pilot: Any, condition: Any, timeout: float = 30.0, step: float =
         await pilot.pause(step)
 
 
+async def mounted(pilot: Any, app: Any, *selectors: str, timeout: float = 30.0) -> None:
+    """Let the app run until every selector matches a widget. Setup rebuilds a variant's
+    hyper-parameter inputs after its menu's Changed message, by an awaited remove and mount:
+    one ``pilot.pause()`` is not enough on a loaded machine. Waits, too, until Setup is not
+    rebuilding: it validates (publishes its config) right after a rebuild."""
+    from attnlab.tui.views.setup import SetupView
+
+    def done() -> bool:
+        shown = all(app.query(s) for s in selectors)
+        return shown and not any(view.rebuilding for view in app.query(SetupView))
+
+    await until(pilot, done, timeout=timeout)
+
+
 async def workers_idle(pilot: Any, timeout: float = 60.0) -> None:
     """Let the app run until no worker is pending or running. Unlike
     ``workers.wait_for_complete()`` a worker cancelled by a newer exclusive one (the lab's own

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _tui_support import lab_config, ready, run_events, until, write_run
+from _tui_support import lab_config, mounted, ready, run_events, until, write_run
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Select
 
@@ -67,7 +67,7 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(
         assert "bahdanau" in values
         # Choosing it shows its formula and its hyper-parameter as an input with its range.
         select.value = dummy_variant.name
-        await pilot.pause()
+        await mounted(pilot, app, f"#{hparam_id('dummy_knob', dummy_variant.name)}")
         assert "score(s, h) = 42" in str(app.query_one("#variant-info").content)
         knob = app.query_one(f"#{hparam_id('dummy_knob', dummy_variant.name)}")
         assert knob.value == "3" and knob.placeholder == "[1, 5]"
@@ -344,7 +344,13 @@ async def test_transformer_has_one_attention_menu_per_role_and_presets_round_tri
             e for e in ATTENTION.entries() if "self" in e.meta.roles and e.meta.hparams
         ]:
             app.query_one(f"#{field_id('model.self_attention')}", Select).value = windowed.name
-            # the form rebuilds the config from the Select's Changed message: wait for it
+            # the form rebuilds its inputs, then the config, from the Select's Changed
+            # message: wait for both
+            await mounted(
+                pilot,
+                app,
+                *(f"#{hparam_id(hp.name, windowed.name)}" for hp in windowed.meta.hparams),
+            )
             await until(pilot, lambda n=windowed.name: setup.config.model.self_attention == n)
             for hp in windowed.meta.hparams:
                 shown = app.query_one(f"#{hparam_id(hp.name, windowed.name)}").value
@@ -417,7 +423,7 @@ async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Pa
             attention = app.query_one(f"#{field_id('model.attention')}", Select)
             for name, default in ((twin.SPEC.name, twin.TWIN_DEFAULT), ("local-m", 10)):
                 attention.value = name
-                await pilot.pause()
+                await mounted(pilot, app, f"#{hparam_id('window', name)}")
                 assert app.query_one(f"#{hparam_id('window', name)}").value == str(default)
                 assert (
                     setup.error is None and setup.config.model.params_for(name)["window"] == default
@@ -428,7 +434,12 @@ async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Pa
             app.query_one(
                 f"#{field_id('model.decoder_self_attention')}", Select
             ).value = twin.SPEC.name
-            await pilot.pause()
+            await mounted(
+                pilot,
+                app,
+                f"#{hparam_id('window', 'sliding-window')}",
+                f"#{hparam_id('window', twin.SPEC.name)}",
+            )
             expected = ATTENTION.get("sliding-window").meta.hparam("window").default
             assert app.query_one(f"#{hparam_id('window', 'sliding-window')}").value == str(expected)
             assert app.query_one(f"#{hparam_id('window', twin.SPEC.name)}").value == "7"
@@ -437,8 +448,7 @@ async def test_each_variant_shows_its_own_default_for_a_shared_name(tmp_path: Pa
             assert setup.config.model.params_for(twin.SPEC.name)["window"] == 7
             # Editing one variant's value leaves the other's alone.
             app.query_one(f"#{hparam_id('window', twin.SPEC.name)}").value = "4"
-            await pilot.pause()
-            assert setup.config.model.params_for(twin.SPEC.name)["window"] == 4
+            await until(pilot, lambda: setup.config.model.params_for(twin.SPEC.name)["window"] == 4)
             assert setup.config.model.params_for("sliding-window")["window"] == 16
     finally:
         twin.unregister()

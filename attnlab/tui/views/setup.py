@@ -98,6 +98,11 @@ def _kind(key: str) -> str:
     return "check" if isinstance(default, bool) else "input"
 
 
+def _shape(groups: list[tuple[str, list[HParamInfo]]]) -> tuple:
+    """What the hyper-parameter box shows: each group's title and its inputs' names."""
+    return tuple((title, tuple(h.name for h in infos)) for title, infos in groups)
+
+
 def field_id(key: str) -> str:
     return "f-" + key.replace(".", "--")
 
@@ -238,11 +243,9 @@ class SetupView(Vertical):
             return
         values = self.form_values()
         groups = hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
-        shape = tuple((title, tuple(h.name for h in infos)) for title, infos in groups)
+        shape = _shape(groups)
         if shape == self._shown_groups:
             return
-        self._shown_groups = shape
-        self._shown_hparams = tuple(h.key for _, infos in groups for h in infos)
         box = self.query_one("#hparams", Vertical)
         await box.remove_children()
         rows: list[Widget] = []
@@ -256,6 +259,9 @@ class SetupView(Vertical):
         if not rows:
             rows.append(Static("(none for this choice)", classes="dim"))
         await box.mount_all(rows)
+        # Recorded once mounted: until then validate_form waits (see rebuilding).
+        self._shown_groups = shape
+        self._shown_hparams = tuple(h.key for _, infos in groups for h in infos)
 
     def _hparam_row(self, info: HParamInfo) -> Widget:
         # The config's value for this variant (qualified, else an older flat key), else its own
@@ -311,6 +317,10 @@ class SetupView(Vertical):
         """Mark invalid fields, show the first reason, enable Train only when valid."""
         if self.menus is None:
             return None
+        if self.rebuilding:
+            # A menu changed and its variant's inputs are not mounted yet: a config now would
+            # hold the variant without its hyper-parameters. The rebuild validates when done.
+            return None
         for widget in self.query(".invalid"):
             widget.remove_class("invalid")
         values = self._visible_values()
@@ -362,6 +372,15 @@ class SetupView(Vertical):
         self.query_one("#train-button", Button).disabled = first is not None
         self.query_one("#queue-button", Button).disabled = first is not None
         return config if first is None else None
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether the shown hyper-parameter inputs lag the menus (a rebuild is pending)."""
+        if self.menus is None:
+            return False
+        values = self.form_values()
+        groups = hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
+        return _shape(groups) != self._shown_groups
 
     def _identified(self, config: ExperimentConfig) -> ExperimentConfig:
         """``config`` named and described by what it is: the loaded preset's name and
@@ -490,8 +509,11 @@ class SetupView(Vertical):
         """Post TrainRequested if the form is valid; otherwise say why (never starts a run)."""
         config = self.validate_form()
         if config is None:
+            waiting = (
+                "the registries are still loading" if self.menus is None else "the form is updating"
+            )
             self.app.notify(
-                self.error or "the registries are still loading",
+                self.error or waiting,
                 title="Cannot train",
                 severity="error",
             )
