@@ -38,6 +38,7 @@ from attnlab.errors import AttnlabError, unknown_choice
 from attnlab.nn.attention import ATTENTION, ROLE_RNN_CROSS, Attention, build_attention
 from attnlab.nn.attention.base import masked_softmax
 from attnlab.nn.attention.classic import BahdanauAttention
+from attnlab.nn.fast_tanh import tanh_
 from attnlab.nn.output_layer import OutputLayer
 from attnlab.nn.rnn_fused import fused_bahdanau_gru, fused_gru_encoder
 from attnlab.nn.seq2seq import PAD_ID, DecoderState, EncoderOutput, ModelOutput, Seq2Seq
@@ -267,7 +268,8 @@ class RNNSeq2Seq(Seq2Seq):
 
     def _attentional(self, output: Tensor, context: Tensor) -> Tensor:
         """h̃ = dropout(tanh(W_c [c; s])) for any number of steps: [B,T,H]."""
-        return self.dropout(torch.tanh(self.combine(torch.cat([context, output], dim=-1))))
+        # In place on the linear layer's fresh output (its backward does not read it).
+        return self.dropout(tanh_(self.combine(torch.cat([context, output], dim=-1))))
 
     # -- the Seq2Seq contract ---------------------------------------------------------------
 
@@ -364,7 +366,7 @@ class RNNSeq2Seq(Seq2Seq):
         combined = F.linear(
             torch.cat([context, h_new.unsqueeze(1)], dim=-1), self.combine.weight, self.combine.bias
         )
-        attentional = combined.tanh_().squeeze(1)  # [B,H]
+        attentional = tanh_(combined).squeeze(1)  # [B,H]
         new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
         if self.input_feeding:
             new_state["feed"] = attentional

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from attnlab.nn.fast_tanh import tanh, tanh_
+
 
 def _gate_factors(
     s_prev: Tensor, r: Tensor, z: Tensor, n: Tensor, gh_n: Tensor
@@ -131,7 +133,7 @@ class FusedBahdanauGRU(torch.autograd.Function):
             s = states[t]
             gq = torch.addmm(b_sq, s, w_sq_t, out=sq[t])
             gh, q = gq[:, :g3], gq[:, g3:]
-            energy = torch.tanh(keys + q.unsqueeze(1), out=energies[t])
+            energy = tanh_(torch.add(keys, q.unsqueeze(1), out=energies[t]))
             alpha = torch.softmax(
                 torch.addmv(bias.view(-1), energy.view(-1, energy.shape[-1]), v).view(batch, -1),
                 dim=-1,
@@ -148,14 +150,12 @@ class FusedBahdanauGRU(torch.autograd.Function):
             gi = torch.addmm(gi_emb[t], x, w_rest_t)
             rz = torch.add(gi[:, : 2 * hidden], gh[:, : 2 * hidden], out=gates[t]).sigmoid_()
             r, z = rz[:, :hidden], rz[:, hidden:]
-            n = torch.tanh(
-                torch.addcmul(gi[:, 2 * hidden :], r, gh[:, 2 * hidden :]), out=gates_n[t]
-            )
+            n = tanh(torch.addcmul(gi[:, 2 * hidden :], r, gh[:, 2 * hidden :]), out=gates_n[t])
             s_new = torch.addcmul(n, z, s - n, out=states[t + 1])  # (1 - z) n + z s
             cs_t = cs[t]
             cs_t[:, :d_dim] = c
             cs_t[:, d_dim:] = s_new
-            a = torch.tanh(torch.addmm(b_c, cs_t, w_c_t), out=tanh_a[t])
+            a = tanh(torch.addmm(b_c, cs_t, w_c_t), out=tanh_a[t])
             feed = torch.mul(a, drop[t], out=outs[t]) if drop is not None else a
         ctx.feeding = feeding
         ctx.e_dim = e_dim
@@ -386,9 +386,7 @@ class FusedGRUEncoder(torch.autograd.Function):
             g = gi[t]
             rz = torch.add(g[..., : 2 * hidden], gh[..., : 2 * hidden], out=gates[t]).sigmoid_()
             r, z = rz[..., :hidden], rz[..., hidden:]
-            n = torch.tanh(
-                torch.addcmul(g[..., 2 * hidden :], r, gh[..., 2 * hidden :]), out=gates_n[t]
-            )
+            n = tanh(torch.addcmul(g[..., 2 * hidden :], r, gh[..., 2 * hidden :]), out=gates_n[t])
             cand = torch.addcmul(n, z, s - n)
             torch.where(valid[t], cand, s, out=states[t + 1])
             torch.mul(cand, valid_f[t], out=outs[t])  # zeros past the end, as pad_packed_sequence

@@ -33,6 +33,7 @@ from attnlab.nn.attention.base import (
     masked_softmax,
     register_attention,
 )
+from attnlab.nn.fast_tanh import tanh_
 
 RNN_ONLY = frozenset({ROLE_RNN_CROSS})
 RNN_AND_CROSS = frozenset({ROLE_RNN_CROSS, ROLE_CROSS})
@@ -204,8 +205,8 @@ class BahdanauAttention(ClassicAttention):
         w_query, w_energy = self.step_weights()
         projected_query = F.linear(query, w_query)  # [B,Tq,A]
         # [B,Tq,1,A] + [B,1,Tk,A] -> [B,Tq,Tk,A] -> [B,Tq,Tk]
-        # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
-        energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
+        # In place on the sum's fresh storage (autograd allows it: the sum saves nothing).
+        energy = tanh_(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
         return F.linear(energy, w_energy).squeeze(-1)
 
     def step_weights(self) -> tuple[Tensor, Tensor]:
@@ -293,8 +294,8 @@ class LuongConcatAttention(ClassicAttention):
     def score(self, query: Tensor, keys: Tensor, precomputed: Any) -> Tensor:
         projected_keys = self.precompute(keys) if precomputed is None else precomputed
         projected_query = query @ self.concat_proj.weight[:, : self.query_dim].t()  # [B,Tq,A]
-        # tanh_ on the sum's own fresh storage (autograd allows it: the sum saves nothing).
-        energy = (projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).tanh_()
+        # In place on the sum's fresh storage (autograd allows it: the sum saves nothing).
+        energy = tanh_(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1))
         return self.energy(energy).squeeze(-1)  # [B,Tq,Tk]
 
 
