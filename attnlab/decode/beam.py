@@ -31,6 +31,7 @@ from torch import Tensor
 from attnlab.attention_map import last_layer_head_mean
 from attnlab.config import DecodeConfig
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
+from attnlab.decode.order import in_input_order, longest_first
 from attnlab.decode.penalties import coverage_from_totals, length_penalty, step_log_probs
 from attnlab.decode.topk import search_topk
 from attnlab.nn.output_layer import search_with_folded_output
@@ -113,6 +114,9 @@ def beam_search(
     nbest = min(cfg.nbest, beams)
     budget = budget.to(device=device, dtype=torch.long).clamp(min=1)
     with_weights = need_attention or beta != 0.0
+    order = longest_first(src_mask)
+    if order is not None:
+        src, src_mask, budget = (t.index_select(0, order) for t in (src, src_mask, budget))
 
     enc = model.encode(src, src_mask)
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # [B*K]
@@ -262,9 +266,7 @@ def beam_search(
             kept_rows = (still.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
             active = active[still]
             new_scores = new_scores[still]
-            enc = enc.index_select(
-                kept_rows
-            )  # rows of one sentence are identical: no reorder needed
+            enc = enc.keep(kept_rows)  # rows of one sentence are identical: no reorder
         origin_kept = new_origin[kept_rows]
         state = select_state(state, origin_kept)
         if beta != 0.0:
@@ -275,7 +277,7 @@ def beam_search(
         scores = new_scores.float()
         prev = new_tokens_flat[kept_rows]
 
-    return _collect(
+    nbests = _collect(
         pool,
         nbest,
         hist_token,
@@ -286,6 +288,7 @@ def beam_search(
         cfg,
         need_attention,
     )
+    return in_input_order(nbests, order)
 
 
 def _collect(

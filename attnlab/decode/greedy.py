@@ -13,10 +13,11 @@ import torch
 from torch import Tensor
 
 from attnlab.decode.hypothesis import Hypothesis, build_hypotheses
+from attnlab.decode.order import in_input_order, longest_first
 from attnlab.decode.penalties import step_log_probs
 from attnlab.decode.topk import row_argmax
 from attnlab.nn.output_layer import search_with_folded_output
-from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, select_state
+from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, keep_state
 
 
 def max_lengths(src_mask: Tensor, ratio: float, const: int) -> Tensor:
@@ -60,7 +61,12 @@ def greedy_decode(
     ``max_len`` is the number of decoding steps allowed (</s> included), an int or one per
     sentence ([B]). ``alpha``/``beta`` only fill in the reported penalties and score.
     """
-    return decode_one_path(
+    order = longest_first(src_mask)
+    if order is not None:
+        src, src_mask = src.index_select(0, order), src_mask.index_select(0, order)
+        if isinstance(max_len, Tensor):
+            max_len = max_len.to(src.device).index_select(0, order)
+    hypotheses = decode_one_path(
         model,
         src,
         src_mask,
@@ -72,6 +78,7 @@ def greedy_decode(
         beta,
         length_norm,
     )
+    return in_input_order(hypotheses, order)
 
 
 @search_with_folded_output
@@ -135,8 +142,8 @@ def decode_one_path(
             # Drop finished rows from the batch (state, encoder output, inputs).
             kept = keep.nonzero().squeeze(1)
             rows, prev, row_budget = rows[kept], chosen[kept], row_budget[kept]
-            state = select_state(state, kept)
-            enc = enc.index_select(kept)
+            state = keep_state(state, kept)
+            enc = enc.keep(kept)
         else:
             prev = chosen
 

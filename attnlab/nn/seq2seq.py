@@ -13,7 +13,9 @@ Token ids: pad 0, unk 1, bos 2, eos 3 (see attnlab.data.vocab).
   sampling), decided per token and vectorised over the batch.
 
 Beam search reorders ``state`` and ``enc`` along dim 0 with ``select_state`` /
-``EncoderOutput.index_select``, so every tensor in them must be batch-first.
+``EncoderOutput.index_select``, and the searches drop finished rows with ``keep_state`` /
+``EncoderOutput.keep`` (views of the first rows when they can), so every tensor in them must
+be batch-first and read-only to ``step``.
 """
 
 from __future__ import annotations
@@ -41,10 +43,35 @@ class EncoderOutput:
             extras={k: v.index_select(0, index) for k, v in self.extras.items()},
         )
 
+    def keep(self, kept: Tensor) -> EncoderOutput:
+        """Rows ``kept`` (ascending, as ``nonzero`` gives them): views when they are the first
+        rows, else copies. A search dropping its finished sentences mostly drops a suffix:
+        the searches order a batch longest source first (``longest_first``)."""
+        if not is_prefix(kept):
+            return self.index_select(kept)
+        n = kept.numel()
+        return EncoderOutput(
+            self.states[:n], self.mask[:n], {k: v[:n] for k, v in self.extras.items()}
+        )
+
+
+def is_prefix(kept: Tensor) -> bool:
+    """Whether ascending row indices ``kept`` are 0, 1, ..., n - 1."""
+    n = kept.numel()
+    return n == 0 or int(kept[-1]) == n - 1
+
 
 def select_state(state: DecoderState, index: Tensor) -> DecoderState:
     """Rows ``index`` of every batch-first tensor in a decoder state."""
     return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+def keep_state(state: DecoderState, kept: Tensor) -> DecoderState:
+    """Rows ``kept`` (ascending) of a decoder state: views when they are the first rows."""
+    if not is_prefix(kept):
+        return select_state(state, kept)
+    n = kept.numel()
+    return {k: v[:n] for k, v in state.items()}
 
 
 @dataclass
