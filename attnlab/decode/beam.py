@@ -120,8 +120,8 @@ def beam_search(
 
     enc = model.encode(src, src_mask)
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # [B*K]
-    enc = enc.index_select(expand)
-    state = model.start_state(enc)
+    state = select_state(model.start_state(enc), expand)
+    enc = model.beam_encoder(enc, beams)  # B*K rows, or B rows shared by each K (group)
 
     active = torch.arange(batch, device=device)  # sentences still searching, [A]
     # Every group starts from one beam (the others are empty), so step 0 is not K copies.
@@ -266,7 +266,8 @@ def beam_search(
             kept_rows = (still.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
             active = active[still]
             new_scores = new_scores[still]
-            enc = enc.keep(kept_rows)  # rows of one sentence are identical: no reorder
+            # A sentence's rows are identical: no reorder, only its rows (or its one row) kept.
+            enc = enc.keep(still if enc.group == beams else kept_rows)
         origin_kept = new_origin[kept_rows]
         state = select_state(state, origin_kept)
         if beta != 0.0:

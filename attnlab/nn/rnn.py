@@ -49,6 +49,7 @@ RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 Hidden = Tensor | tuple[Tensor, Tensor]
 
 _PRE = "attn_pre"  # EncoderOutput.extras key(s) of the attention's precomputed key work
+_CTX = "ctx_proj"  # a beam's grouped encoder output: H W_ctxᵀ (see RNNSeq2Seq.beam_encoder)
 
 
 class RNNEncoder(nn.Module):
@@ -220,6 +221,20 @@ class RNNSeq2Seq(Seq2Seq):
             extras.update(_pack(self.attention.precompute(states)))
         return EncoderOutput(states, src_mask, extras)
 
+    def beam_encoder(self, enc: EncoderOutput, beams: int) -> EncoderOutput:
+        """Where the lean step runs: one row per sentence (its beams share it, nothing is
+        copied) and the context's share of the GRU input and of W_c applied to every source
+        state once: c_t W_ctxᵀ = Σ_j α_tj (h_j W_ctxᵀ), so a step multiplies K·S weights by
+        [S, 4H] per sentence instead of K contexts by [D, 4H]. (Greedy's one row per sentence
+        would gain nothing: it takes about S steps.)"""
+        if beams == 1 or not self.fast_path(FastPath.STEP, enc.states):
+            return super().beam_encoder(enc, beams)
+        d = enc.states.shape[-1]
+        e = self.embed.embedding_dim
+        w_ctx = torch.cat([self.rnn.weight_ih_l0[:, e : e + d], self.combine.weight[:, :d]])
+        extras = {**enc.extras, _CTX: F.linear(enc.states, w_ctx)}  # [B,S,3H+H]
+        return EncoderOutput(enc.states, enc.mask, extras, group=beams)
+
     def _memory(self, enc: EncoderOutput) -> _Memory:
         return _Memory(enc.states, enc.mask, _unpack(enc.extras))
 
@@ -294,7 +309,10 @@ class RNNSeq2Seq(Seq2Seq):
         need_weights: bool = False,
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         if self.fast_path(FastPath.STEP, enc.states):
+            if enc.group > 1:
+                return self._lean_grouped_step(prev_tokens, state, enc, need_weights)
             return self._lean_step(prev_tokens, state, enc, need_weights)
+        enc = enc.ungrouped()
         hidden: Hidden = state["hidden"].transpose(0, 1).contiguous()
         if "cell" in state:
             hidden = (hidden, state["cell"].transpose(0, 1).contiguous())
@@ -372,6 +390,42 @@ class RNNSeq2Seq(Seq2Seq):
             new_state["feed"] = attentional
         new_state["pos"] = state["pos"] + 1
         cross = weights.unsqueeze(1) if need_weights else None  # [B,1,1,S]
+        return self.output.step_logits(attentional), new_state, cross
+
+    def _lean_grouped_step(
+        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput, need_weights: bool
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """``_lean_step`` over an encoder output shared by each sentence's K beams
+        (``beam_encoder``): the beams are the K queries of their sentence's attention, and
+        the context enters the GRU input and W_c through H W_ctxᵀ. The same function; the
+        sums run in another order, so values agree to float rounding, not bitwise."""
+        attention: BahdanauAttention = self.attention  # type: ignore[assignment]
+        rnn, beams = self.rnn, enc.group
+        h = state["hidden"][:, 0]  # [R,H], R = A·K rows
+        rows, hidden = h.shape
+        d, e, g3 = enc.states.shape[-1], self.embed.embedding_dim, 3 * hidden
+        scores = attention.score_step(h.view(-1, beams, hidden), enc.extras[_PRE])  # [A,K,S]
+        weights = masked_softmax(scores, enc.mask.unsqueeze(1))  # [A,K,S]
+        shared = torch.bmm(weights, enc.extras[_CTX]).view(rows, -1)  # [R,3H+H]: c W_ctxᵀ
+        w_ih = rnn.weight_ih_l0  # columns: [embedding; context; h̃_{t-1}]
+        embedded = torch.embedding(self.embed.weight, prev_tokens)  # [R,E]
+        gi = torch.addmm(shared[:, :g3], embedded, w_ih[:, :e].t())
+        if self.input_feeding:
+            gi.addmm_(state["feed"], w_ih[:, e + d :].t())
+        gi += rnn.bias_ih_l0
+        gh = torch.addmm(rnn.bias_hh_l0, h, rnn.weight_hh_l0.t())
+        # nn.GRU's cell: r, z = σ(.), n = tanh(gi_n + r·gh_n), h' = (1 − z)·n + z·h
+        rz = torch.add(gi[:, : 2 * hidden], gh[:, : 2 * hidden]).sigmoid_()
+        r, z = rz[:, :hidden], rz[:, hidden:]
+        n = tanh_(torch.addcmul(gi[:, 2 * hidden :], r, gh[:, 2 * hidden :]))
+        h_new = torch.addcmul(n, z, h - n)
+        combined = torch.addmm(shared[:, g3:], h_new, self.combine.weight[:, d:].t())
+        attentional = tanh_(combined.add_(self.combine.bias))  # [R,H]
+        new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
+        if self.input_feeding:
+            new_state["feed"] = attentional
+        new_state["pos"] = state["pos"] + 1
+        cross = weights.view(rows, 1, 1, -1) if need_weights else None  # [R,1,1,S]
         return self.output.step_logits(attentional), new_state, cross
 
     def _forward_fused(

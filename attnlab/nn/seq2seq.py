@@ -20,8 +20,9 @@ be batch-first and read-only to ``step``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import torch
 from torch import Tensor, nn
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -34,6 +35,9 @@ class EncoderOutput:
     states: Tensor  # [B, S, D] encoder states (memory for cross-attention)
     mask: Tensor  # [B, S] bool, True for real tokens
     extras: dict[str, Tensor] = field(default_factory=dict)  # batch-first, arch-specific
+    # Decoder rows per encoder row: 1, or a beam's K (``Seq2Seq.beam_encoder``), where the K
+    # consecutive decoder rows of a sentence read its one encoder row.
+    group: int = 1
 
     def index_select(self, index: Tensor) -> EncoderOutput:
         """Rows ``index`` of every tensor (beam expansion / reordering)."""
@@ -41,7 +45,15 @@ class EncoderOutput:
             states=self.states.index_select(0, index),
             mask=self.mask.index_select(0, index),
             extras={k: v.index_select(0, index) for k, v in self.extras.items()},
+            group=self.group,
         )
+
+    def ungrouped(self) -> EncoderOutput:
+        """One encoder row per decoder row (each row repeated ``group`` times)."""
+        if self.group == 1:
+            return self
+        rows = torch.arange(self.states.shape[0], device=self.states.device)
+        return replace(self.index_select(rows.repeat_interleave(self.group)), group=1)
 
     def keep(self, kept: Tensor) -> EncoderOutput:
         """Rows ``kept`` (ascending, as ``nonzero`` gives them): views when they are the first
@@ -50,9 +62,8 @@ class EncoderOutput:
         if not is_prefix(kept):
             return self.index_select(kept)
         n = kept.numel()
-        return EncoderOutput(
-            self.states[:n], self.mask[:n], {k: v[:n] for k, v in self.extras.items()}
-        )
+        extras = {k: v[:n] for k, v in self.extras.items()}
+        return EncoderOutput(self.states[:n], self.mask[:n], extras, self.group)
 
 
 def is_prefix(kept: Tensor) -> bool:
@@ -97,6 +108,12 @@ class Seq2Seq(nn.Module):
 
     def start_state(self, enc: EncoderOutput) -> DecoderState:  # pragma: no cover
         raise NotImplementedError
+
+    def beam_encoder(self, enc: EncoderOutput, beams: int) -> EncoderOutput:
+        """``enc`` for ``beams`` consecutive decoder rows per sentence. By default each row
+        repeated; a model whose ``step`` reads a grouped output (``EncoderOutput.group``)
+        may return one row per sentence, and work shared by its beams done once."""
+        return replace(enc, group=beams).ungrouped()
 
     def step(
         self,
