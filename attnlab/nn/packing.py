@@ -108,7 +108,11 @@ class Packing:
         self.batch, self.length = mask.shape
         self.mask = mask
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
-        self.pad_index = (~mask).reshape(-1).nonzero().squeeze(1)  # [B·T - N] of the padding
+        # For each of the B·T positions its packed row, or N (a zero row appended) at padding:
+        # unpack is one gather (index_select runs in parallel; index_copy_ does not).
+        rows = self.index.shape[0]
+        self.source_row = torch.full((self.batch * self.length,), rows, device=mask.device)
+        self.source_row[self.index] = torch.arange(rows, device=mask.device)
         # Whether every sentence has at least one real token (no all-masked attention row).
         self.all_nonempty = bool(mask.any(dim=1).all())
         self._key_bias: dict[object, Tensor] = {}
@@ -131,10 +135,14 @@ class Packing:
 
     def unpack(self, x: Tensor) -> Tensor:
         """[N, ...] -> [B, T, ...] with zeros at the padded positions."""
-        # Zeros at the padding only, then the rows in place (autograd tracks the copy for x):
-        # the real rows are written once, not zeroed first.
-        out = x.new_empty(self.batch * self.length, *x.shape[1:])
-        out.index_fill_(0, self.pad_index, 0).index_copy_(0, self.index, x)
+        if x.requires_grad and torch.is_grad_enabled():
+            return _Unpack.apply(x, self)
+        return self.gather_rows(x)
+
+    def gather_rows(self, x: Tensor) -> Tensor:
+        """``unpack`` without autograd: [x; 0] gathered at ``source_row``."""
+        with_zero = torch.cat([x, x.new_zeros(1, *x.shape[1:])])
+        out = with_zero.index_select(0, self.source_row)
         return out.view(self.batch, self.length, *x.shape[1:])
 
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
@@ -165,6 +173,21 @@ class Packing:
         return None
 
 
+class _Unpack(torch.autograd.Function):
+    """``Packing.unpack`` under autograd: the backward is ``pack`` (each real row's gradient;
+    the zero row's is dropped), not index_select's scatter-add."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, pack: Packing) -> Tensor:  # type: ignore[override]
+        ctx.pack = pack
+        return pack.gather_rows(x)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return ctx.pack.pack(grad), None
+
+
 class _UnpackHeads(torch.autograd.Function):
     """[N, G·H·dh] packed rows -> G tensors [B,H,T,dh] (views of one zero-padded buffer).
     The backward gathers each head-split gradient's real rows straight into [N, G·H·dh]; the
@@ -172,7 +195,7 @@ class _UnpackHeads(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:  # type: ignore[override]
-        padded = pack.unpack(x).view(pack.batch, pack.length, groups, heads, -1)
+        padded = pack.gather_rows(x).view(pack.batch, pack.length, groups, heads, -1)
         outputs = padded.transpose(1, 3).unbind(2)
         ctx.pack, ctx.shape, ctx.dtype = pack, outputs[0].shape, x.dtype
         return outputs
