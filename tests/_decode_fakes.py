@@ -11,10 +11,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import torch
 from torch import Tensor
 
+from attnlab.config import DecodeConfig
 from attnlab.decode.penalties import step_log_probs
+from attnlab.decode.search import decode_batch
 from attnlab.nn.seq2seq import BOS_ID, EOS_ID, EncoderOutput, Seq2Seq
 
 HASH_MOD = 1_000_003
@@ -122,3 +125,18 @@ def pad_batch(rows: list[list[int]]) -> tuple[Tensor, Tensor]:
     for i, r in enumerate(rows):
         src[i, : len(r)] = torch.tensor(r)
     return src, src != 0
+
+
+def assert_batch_decodes_as_alone(
+    model: Seq2Seq, sources: list[list[int]], cfg: DecodeConfig
+) -> None:
+    """Every sentence of a padded batch gets, through ``decode_batch``, what it gets alone:
+    the same n-best tokens, scores to 1e-4, and attention over its own source only."""
+    src, mask = pad_batch(sources)
+    together = decode_batch(model, src, mask, cfg, need_attention=True)
+    for sentence, nbest in zip(sources, together, strict=True):
+        s, m = pad_batch([sentence])
+        (alone,) = decode_batch(model, s, m, cfg, need_attention=True)
+        assert [h.tokens for h in alone] == [h.tokens for h in nbest]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in nbest], abs=1e-4)
+        assert nbest[0].attention.shape[-1] == len(sentence)

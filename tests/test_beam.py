@@ -7,7 +7,13 @@ import math
 
 import pytest
 import torch
-from _decode_fakes import HashModel, exhaustive_best, pad_batch, sequence_log_prob
+from _decode_fakes import (
+    HashModel,
+    assert_batch_decodes_as_alone,
+    exhaustive_best,
+    pad_batch,
+    sequence_log_prob,
+)
 
 from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig
 from attnlab.decode.beam import beam_search
@@ -222,14 +228,9 @@ def test_real_model_beam_alone_equals_batched(arch):
     torch.manual_seed(0)
     model = build_model(ExperimentConfig(model=ModelConfig(arch=arch)), 20, 15).eval()
     src, mask = pad_batch(SOURCES)
-    cfg = DecodeConfig(beam=4, nbest=2, alpha=0.6, beta=0.2)
-    together = decode_batch(model, src, mask, cfg, need_attention=True)
-    for sentence, nbest in zip(SOURCES, together, strict=True):
-        s, m = pad_batch([sentence])
-        (alone,) = decode_batch(model, s, m, cfg, need_attention=True)
-        assert [h.tokens for h in alone] == [h.tokens for h in nbest]
-        assert [h.score for h in alone] == pytest.approx([h.score for h in nbest], abs=1e-4)
-        assert nbest[0].attention.shape[1] == len(sentence)
+    assert_batch_decodes_as_alone(
+        model, SOURCES, DecodeConfig(beam=4, nbest=2, alpha=0.6, beta=0.2)
+    )
     # beam 1 through decode_batch's beam path equals greedy on the real model too
     greedy = greedy_decode(model, src, mask, max_len=12)
     one = beam_search(model, src, mask, DecodeConfig(beam=1), torch.full((4,), 12))

@@ -25,15 +25,20 @@ def _logistic_route(x: Tensor) -> bool:
     return x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled())
 
 
+def _from_doubled(y: Tensor) -> Tensor:
+    """y = 2x in place -> tanh(x) = 2·σ(y) − 1."""
+    return y.sigmoid_().mul_(2.0).sub_(1.0)
+
+
 def tanh_(x: Tensor) -> Tensor:
     """``x.tanh_()``: in place, and returns ``x``."""
     if not _logistic_route(x):
         return x.tanh_()
-    return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+    return _from_doubled(x.mul_(2.0))
 
 
 def tanh(x: Tensor, out: Tensor) -> Tensor:
     """``torch.tanh(x, out=out)`` (``out`` may be ``x``); returns ``out``."""
     if not _logistic_route(x):
         return torch.tanh(x, out=out)
-    return torch.mul(x, 2.0, out=out).sigmoid_().mul_(2.0).sub_(1.0)
+    return _from_doubled(torch.mul(x, 2.0, out=out))

@@ -385,11 +385,17 @@ class RNNSeq2Seq(Seq2Seq):
             torch.cat([context, h_new.unsqueeze(1)], dim=-1), self.combine.weight, self.combine.bias
         )
         attentional = tanh_(combined).squeeze(1)  # [B,H]
+        cross = weights.unsqueeze(1) if need_weights else None  # [B,1,1,S]
+        return self._lean_result(h_new, attentional, state, cross)
+
+    def _lean_result(
+        self, h_new: Tensor, attentional: Tensor, state: DecoderState, cross: Tensor | None
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """The lean steps' logits and new state from s_t [R,H] and h̃_t [R,H]."""
         new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
         if self.input_feeding:
             new_state["feed"] = attentional
         new_state["pos"] = state["pos"] + 1
-        cross = weights.unsqueeze(1) if need_weights else None  # [B,1,1,S]
         return self.output.step_logits(attentional), new_state, cross
 
     def _lean_grouped_step(
@@ -421,12 +427,8 @@ class RNNSeq2Seq(Seq2Seq):
         h_new = torch.addcmul(n, z, h - n)
         combined = torch.addmm(shared[:, g3:], h_new, self.combine.weight[:, d:].t())
         attentional = tanh_(combined.add_(self.combine.bias))  # [R,H]
-        new_state: DecoderState = {"hidden": h_new.unsqueeze(1)}
-        if self.input_feeding:
-            new_state["feed"] = attentional
-        new_state["pos"] = state["pos"] + 1
         cross = weights.view(rows, 1, 1, -1) if need_weights else None  # [R,1,1,S]
-        return self.output.step_logits(attentional), new_state, cross
+        return self._lean_result(h_new, attentional, state, cross)
 
     def _forward_fused(
         self, tgt_in: Tensor, hidden: Hidden, memory: _Memory, need_weights: bool

@@ -238,11 +238,16 @@ class SetupView(Vertical):
         for row in self.query(".field, CorpusPreview"):
             row.display = _row_shown(row, arch, task)
 
+    def _wanted_groups(self) -> list[tuple[str, list[HParamInfo]]]:
+        """The hyper-parameter groups the menus' current values call for."""
+        assert self.menus is not None
+        values = self.form_values()
+        return hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
+
     async def _rebuild_hparams(self) -> None:
         if self.menus is None:
             return
-        values = self.form_values()
-        groups = hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
+        groups = self._wanted_groups()
         shape = _shape(groups)
         if shape == self._shown_groups:
             return
@@ -376,11 +381,7 @@ class SetupView(Vertical):
     @property
     def rebuilding(self) -> bool:
         """Whether the shown hyper-parameter inputs lag the menus (a rebuild is pending)."""
-        if self.menus is None:
-            return False
-        values = self.form_values()
-        groups = hparam_groups(self.menus, values.get("model.arch", "rnn"), values)
-        return _shape(groups) != self._shown_groups
+        return self.menus is not None and _shape(self._wanted_groups()) != self._shown_groups
 
     def _identified(self, config: ExperimentConfig) -> ExperimentConfig:
         """``config`` named and described by what it is: the loaded preset's name and
