@@ -231,6 +231,33 @@ def test_cpu_keep_mask_is_unbiased_and_its_elements_independent(p):
     assert abs(mask.mean().item() - 1.0) < 5 * sd * scale * 2
 
 
+def test_cpu_keep_mask_is_decided_by_torchs_generator():
+    """The mask's bits come from numpy, but its seed from torch's global generator: a seed or
+    a restored RNG state (a resumed checkpoint) gives the same masks, and each call draws anew,
+    in this thread and in another."""
+    import threading
+
+    from attnlab.nn.dropout import keep_mask
+
+    torch.manual_seed(7)
+    first, second = keep_mask((64, 33), 0.3, torch.float32), keep_mask((64, 33), 0.3, torch.float32)
+    assert not torch.equal(first, second)
+    torch.manual_seed(7)
+    assert torch.equal(keep_mask((64, 33), 0.3, torch.float32), first)
+    state = torch.get_rng_state()
+    again = keep_mask((5, 7), 0.5, torch.float64)
+    torch.set_rng_state(state)
+    assert torch.equal(keep_mask((5, 7), 0.5, torch.float64), again)
+    elsewhere: list[torch.Tensor] = []
+    torch.manual_seed(7)
+    worker = threading.Thread(
+        target=lambda: elsewhere.append(keep_mask((64, 33), 0.3, torch.float32))
+    )
+    worker.start()
+    worker.join()
+    assert torch.equal(elsewhere[0], first)
+
+
 def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
     """attention_with_dropout on the CPU = softmax(q·kᵀ/√d + mask) ∘ M @ v for the mask M it
     drew, written here with loops in float64; causal, bool and additive masks, GQA, a scale."""
