@@ -37,14 +37,16 @@ class _WordSource(threading.local):
     def __init__(self) -> None:
         self.bits = np.random.SFC64(0)
         self.state = self.bits.state
+        self.seed = np.zeros(4, dtype=np.uint64)  # SFC64's a, b, c and counter
+        self.seed_words = torch.from_numpy(self.seed[:3].view(np.int64))  # torch's view of a-c
 
     def words(self, count: int) -> np.ndarray:
-        """``count`` uniform 64-bit words from an SFC64 state of three words drawn from torch's
-        global generator (counter 1, the first 12 outputs discarded, as SFC64's own seeding)."""
-        seed = torch.empty(3, dtype=torch.int64).random_().tolist()
-        self.state["state"]["state"] = np.array([*seed, 1], dtype=np.uint64)
+        """``count`` uniform 64-bit words from an SFC64 state whose three words torch's global
+        generator draws (the counter at 1); a random state needs no warm-up."""
+        self.seed_words.random_(-(2**63), 2**63 - 1)
+        self.seed[3] = 1
+        self.state["state"]["state"] = self.seed
         self.bits.state = self.state
-        self.bits.random_raw(12)
         return self.bits.random_raw(count)
 
 
