@@ -204,6 +204,19 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout():
     torch.testing.assert_close(x.grad, kept.float() / 0.75)
     assert torch.equal(drop.eval()(x), x)
     assert torch.equal(Dropout(0.0).train()(x), x)
+    # The fused residual draws the same mask as the layer: x + drop(y), and its gradients.
+    base = torch.randn(400, 500, requires_grad=True)
+    torch.manual_seed(4)
+    fused = drop.train().residual(base, x)
+    torch.manual_seed(4)
+    plain = base + drop(x)
+    torch.testing.assert_close(fused, plain)
+    x.grad = None
+    fused.sum().backward()
+    torch.testing.assert_close(x.grad, ((plain - base) != 0).float() / 0.75)
+    torch.testing.assert_close(base.grad, torch.ones_like(base))
+    assert torch.equal(drop.eval().residual(base, x), base + x)
+    drop.train()
     assert drop_probability(0.25) == 0.25 and drop_probability(0.1) == 6554 / 65536
     # A p that rounds to 1 at 2⁻¹⁶ is torch's own dropout (no division by a zero keep rate).
     assert torch.isfinite(Dropout(1 - 1e-6).train()(x)).all()
@@ -310,6 +323,31 @@ def test_cpu_attention_dropout_is_sdpa_math_with_the_mask_it_drew(monkeypatch):
             for j in range(tk):
                 expected[bi, hi, i] += e[j] / sum(e) * float(m[bi, hi, i, j]) * v[bi, g, j]
         torch.testing.assert_close(out, expected)
+
+
+def test_cpu_attention_dropout_gradients_pass_gradcheck(monkeypatch):
+    """The in-place masking of the scores keeps autograd exact: gradcheck in float64 with the
+    mask held fixed, for causal, bool and additive masks on strided (head-split) inputs."""
+    from attnlab.nn import dropout as module
+
+    torch.manual_seed(3)
+    fixed = module.keep_mask((2, 2, 4, 4), 0.4, torch.float64)
+    monkeypatch.setattr(module, "keep_mask", lambda shape, p, dtype: fixed)
+    bool_mask = torch.rand(2, 1, 4, 4) > 0.4
+    bool_mask[..., 0] = True
+    bias = torch.randn(2, 1, 1, 4, dtype=torch.float64)
+    packed = torch.randn(2, 4, 3, 2, 3, dtype=torch.float64, requires_grad=True)
+    for case in (
+        dict(is_causal=True),
+        dict(attn_mask=bool_mask),
+        dict(attn_mask=bias, scale=0.7),
+    ):
+
+        def attend(x, case=case):
+            q, k, v = x.transpose(1, 3).unbind(2)  # [B,H,T,dh] views with gaps, as in training
+            return module.attention_with_dropout(q, k, v, dropout_p=0.4, **case)
+
+        assert torch.autograd.gradcheck(attend, (packed,))
 
 
 def test_step_cross_weights_equal_forward_cross_weights():

@@ -85,6 +85,12 @@ class Dropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
 
+    def residual(self, x: Tensor, y: Tensor) -> Tensor:
+        """``x + self(y)``; on the CPU mask path one fused pass (addcmul), not two."""
+        if not cheap_mask_applies(y, self.p, self.training):
+            return x + self(y)
+        return torch.addcmul(x, y, keep_mask(y.shape, self.p, y.dtype))
+
 
 def attention_with_dropout(
     q: Tensor,
@@ -108,16 +114,16 @@ def attention_with_dropout(
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-1, -2)).mul_(scale)  # [B,H,Tq,Tk]
+    # Scaling q (not the scores) is also the copy the product would make of the strided heads.
+    scores = (q * scale) @ k.transpose(-1, -2)  # [B,H,Tq,Tk]; masked in place below
     if is_causal:
         tq, tk = scores.shape[-2:]
-        future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu_(1)
-        scores = scores.masked_fill(future, float("-inf"))
+        future = torch.full((tq, tk), float("-inf"), dtype=scores.dtype, device=q.device)
+        scores.add_(future.triu_(1))
     if attn_mask is not None:
-        scores = (
-            scores.masked_fill(~attn_mask, float("-inf"))
-            if attn_mask.dtype == torch.bool
-            else scores + attn_mask
-        )
+        if attn_mask.dtype == torch.bool:
+            scores.masked_fill_(~attn_mask, float("-inf"))
+        else:
+            scores.add_(attn_mask)
     weights = torch.softmax(scores, dim=-1)
     return (weights * keep_mask(weights.shape, dropout_p, weights.dtype)) @ v

@@ -137,7 +137,7 @@ class Sublayer(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
     def out(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + self.dropout(y)
+        x = self.dropout.residual(x, y)
         return x if self.pre_norm else self.norm(x)
 
 
