@@ -53,18 +53,26 @@ class _WordSource(threading.local):
 _WORDS = _WordSource()
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
-    """A CPU inverted-dropout mask of ``shape``: 1 / (1 - p') with probability 1 - p', else 0,
-    p' = ``drop_probability(p)``; independent elements, decided by torch's global generator."""
+def keep_bits(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
+    """A CPU keep/drop mask of ``shape``: 1 with probability 1 - p', else 0, p' =
+    ``drop_probability(p)``; independent elements, decided by torch's global generator."""
     n = math.prod(shape)
     words = _WORDS.words((n + 3) // 4)
     quarters = torch.from_numpy(words.view(np.int16)[:n]).view(shape)  # uniform on [-2¹⁵, 2¹⁵)
-    dropped = round(p * LEVELS)  # how many of the 2¹⁶ values mean "drop"
     # The comparison writes 1.0 / 0.0 straight into the float mask: a bool mask and its
     # conversion take four times as long on the CPU.
     mask = torch.empty(shape, dtype=dtype)
-    torch.ge(quarters, dropped - LEVELS // 2, out=mask)
-    return mask.mul_(LEVELS / (LEVELS - dropped))
+    return torch.ge(quarters, round(p * LEVELS) - LEVELS // 2, out=mask)
+
+
+def keep_scale(p: float) -> float:
+    """1 / (1 - p'): what inverted dropout multiplies the kept values by."""
+    return LEVELS / (LEVELS - round(p * LEVELS))
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
+    """A CPU inverted-dropout mask of ``shape``: ``keep_bits`` times ``keep_scale(p)``."""
+    return keep_bits(shape, p, dtype).mul_(keep_scale(p))
 
 
 def cheap_mask_applies(x: Tensor, p: float, training: bool) -> bool:
@@ -86,10 +94,11 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
     def residual(self, x: Tensor, y: Tensor) -> Tensor:
-        """``x + self(y)``; on the CPU mask path one fused pass (addcmul), not two."""
+        """``x + self(y)``; on the CPU mask path one fused pass (addcmul) that also applies
+        the scale, so the mask is used as drawn."""
         if not cheap_mask_applies(y, self.p, self.training):
             return x + self(y)
-        return torch.addcmul(x, y, keep_mask(y.shape, self.p, y.dtype))
+        return torch.addcmul(x, y, keep_bits(y.shape, self.p, y.dtype), value=keep_scale(self.p))
 
 
 def attention_with_dropout(

@@ -52,6 +52,10 @@ class Layout(Protocol):
         """(B, T) of the padded batch that ``x`` (in this layout) belongs to."""
         ...
 
+    def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
+        """``linear`` applied to ``x``, in the padded layout: ``unpack(linear(x))``."""
+        ...
+
     def project_heads(
         self, x: Tensor, linears: Sequence[nn.Linear], heads: int
     ) -> tuple[Tensor, ...]:
@@ -82,6 +86,9 @@ class Padded:
 
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
         return x.shape[0], x.shape[1]
+
+    def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
+        return linear(x)
 
     def project_heads(
         self, x: Tensor, linears: Sequence[nn.Linear], heads: int
@@ -131,6 +138,12 @@ class Packing:
 
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [N, ...] (the real rows, in batch-major order)."""
+        if x.requires_grad and torch.is_grad_enabled():
+            return _Pack.apply(x, self)
+        return self.take_rows(x)
+
+    def take_rows(self, x: Tensor) -> Tensor:
+        """``pack`` without autograd: the real rows of [B, T, ...] gathered."""
         return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
 
     def unpack(self, x: Tensor) -> Tensor:
@@ -148,16 +161,26 @@ class Packing:
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
         return self.batch, self.length
 
+    def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
+        """The product runs on the real rows only, straight into the buffer that the padded
+        gather reads (no copy of the rows to append the zero row)."""
+        if not _fusable(x):
+            return self.unpack(linear(x))
+        return _LinearUnpack.apply(x, linear.weight, linear.bias, self)
+
     def project_heads(
         self, x: Tensor, linears: Sequence[nn.Linear], heads: int
     ) -> tuple[Tensor, ...]:
         """The projections run on the real rows only, as one fused matmul (e.g. QKV), the
         weights staying separate parameters; the heads come back padded (zeros at padding)."""
         if len(linears) == 1:
-            return unpack_heads(linears[0](x), self, 1, heads)
-        weight = torch.cat([linear.weight for linear in linears])
-        bias = torch.cat([linear.bias for linear in linears])
-        return unpack_heads(F.linear(x, weight, bias), self, len(linears), heads)
+            weight, bias = linears[0].weight, linears[0].bias
+        else:
+            weight = torch.cat([linear.weight for linear in linears])
+            bias = torch.cat([linear.bias for linear in linears])
+        if not _fusable(x):
+            return unpack_heads(F.linear(x, weight, bias), self, len(linears), heads)
+        return _LinearUnpackHeads.apply(x, weight, bias, self, len(linears), heads)
 
     def merge_heads(self, context: Tensor) -> Tensor:
         return self.pack(context.transpose(1, 2)).flatten(1)  # [N,H·dh]
@@ -173,6 +196,66 @@ class Packing:
         return None
 
 
+def _fusable(x: Tensor) -> bool:
+    """Whether a product may be written into the padded gather's buffer by hand (``out=``
+    bypasses CPU autocast, so not under it)."""
+    return x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+
+
+def _linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, pack: Packing) -> Tensor:
+    """[x·Wᵀ + b; 0]: the rows' product in a buffer with the zero row that padding gathers."""
+    rows = x.new_empty(pack.rows + 1, weight.shape[0])
+    if bias is None:
+        torch.mm(x, weight.t(), out=rows[:-1])
+    else:
+        torch.addmm(bias, x, weight.t(), out=rows[:-1])
+    rows[-1].zero_()
+    return rows
+
+
+def _linear_backward(ctx, grad_rows: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """F.linear's gradients (x, weight, bias) from the gradient of its output rows."""
+    x, weight = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    return (
+        grad_rows @ weight if need_x else None,
+        grad_rows.t() @ x if need_w else None,
+        grad_rows.sum(0) if need_b and ctx.has_bias else None,
+    )
+
+
+class _LinearUnpack(torch.autograd.Function):
+    """``unpack(F.linear(x, weight, bias))`` with the product written into [rows; 0]."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, pack: Packing) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, weight)
+        ctx.pack, ctx.has_bias = pack, bias is not None
+        rows = _linear_rows(x, weight, bias, pack)
+        return rows.index_select(0, pack.source_row).view(pack.batch, pack.length, -1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        return (*_linear_backward(ctx, ctx.pack.take_rows(grad)), None)
+
+
+class _Pack(torch.autograd.Function):
+    """``Packing.pack`` under autograd: the backward is ``unpack`` (one parallel gather that
+    writes the zeros at padding with the rows), not index_select's zero-fill and serial
+    index_add."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, pack: Packing) -> Tensor:  # type: ignore[override]
+        ctx.pack = pack
+        return pack.take_rows(x)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return ctx.pack.gather_rows(grad), None
+
+
 class _Unpack(torch.autograd.Function):
     """``Packing.unpack`` under autograd: the backward is ``pack`` (each real row's gradient;
     the zero row's is dropped), not index_select's scatter-add."""
@@ -185,31 +268,63 @@ class _Unpack(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return ctx.pack.pack(grad), None
+        return ctx.pack.take_rows(grad), None
+
+
+def _head_views(padded_rows: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:
+    """Padded rows [B·T, G·H·dh] -> G views [B,H,T,dh]."""
+    padded = padded_rows.view(pack.batch, pack.length, groups, heads, -1)
+    return padded.transpose(1, 3).unbind(2)
+
+
+def _head_grad_rows(ctx, grads: tuple[Tensor | None, ...]) -> Tensor:
+    """The G gradients [B,H,T,dh] -> the packed rows' gradient [N, G·H·dh]: one strided copy
+    lays them out as the forward's padded rows, one gather takes the real rows (the autograd
+    of view / transpose / unbind would copy the padded gradients twice, and index_select's
+    would zero-fill and add serially)."""
+    pack: Packing = ctx.pack
+    heads = [  # None: an output the loss does not use
+        torch.zeros(ctx.shape, dtype=ctx.dtype, device=pack.mask.device) if g is None else g
+        for g in grads
+    ]
+    padded = torch.stack([g.transpose(1, 2) for g in heads], dim=2)
+    return pack.take_rows(padded).flatten(1)
 
 
 class _UnpackHeads(torch.autograd.Function):
-    """[N, G·H·dh] packed rows -> G tensors [B,H,T,dh] (views of one zero-padded buffer).
-    The backward gathers each head-split gradient's real rows straight into [N, G·H·dh]; the
-    autograd of view / transpose / unbind would first copy the padded gradients twice."""
+    """[N, G·H·dh] packed rows -> G tensors [B,H,T,dh] (views of one zero-padded buffer)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:  # type: ignore[override]
-        padded = pack.gather_rows(x).view(pack.batch, pack.length, groups, heads, -1)
-        outputs = padded.transpose(1, 3).unbind(2)
+        outputs = _head_views(pack.gather_rows(x), pack, groups, heads)
         ctx.pack, ctx.shape, ctx.dtype = pack, outputs[0].shape, x.dtype
         return outputs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        pack: Packing = ctx.pack
-        rows = []
-        for grad in grads:  # [B,H,T,dh] each (SDPA gives them [B,T,H,dh]-major: free reshape)
-            if grad is None:  # an output that the loss does not use
-                grad = torch.zeros(ctx.shape, dtype=ctx.dtype, device=pack.mask.device)
-            rows.append(pack.pack(grad.transpose(1, 2)).flatten(1))
-        return torch.cat(rows, dim=1), None, None, None
+        return _head_grad_rows(ctx, grads), None, None, None
+
+
+class _LinearUnpackHeads(torch.autograd.Function):
+    """``unpack_heads(F.linear(x, weight, bias), ...)`` with the product written into
+    [rows; 0]."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, pack: Packing, groups: int, heads: int
+    ) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(x, weight)
+        ctx.pack, ctx.has_bias = pack, bias is not None
+        rows = _linear_rows(x, weight, bias, pack)
+        outputs = _head_views(rows.index_select(0, pack.source_row), pack, groups, heads)
+        ctx.shape, ctx.dtype = outputs[0].shape, x.dtype
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        return (*_linear_backward(ctx, _head_grad_rows(ctx, grads)), None, None, None)
 
 
 def unpack_heads(x: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:

@@ -337,7 +337,7 @@ class TransformerSeq2Seq(Seq2Seq):
             weights["cross"].append(cw)
             for key in selected:
                 selected[key].append(sel.get(key))
-        logits = layout.unpack(self.output(self.decoder_norm(x)))
+        logits = layout.project(self.decoder_norm(x), self.output)
         if not need_weights:
             return logits, {}, {}
         return logits, _stacked(weights), _stacked(selected)

@@ -165,8 +165,8 @@ class MultiHeadLatentAttention(MultiHeadBase):
     def _latent(self, x: Tensor, layout: Layout, start: int = 0) -> Tensor:
         """x rows in ``layout`` at absolute positions start.. -> [B,T,kv_rank + rope_dim]:
         the latent c and the shared (rotated) key part k_R."""
-        c = layout.unpack(self.kv_down(x))
-        k_r = layout.unpack(self.k_rope(x))
+        c = layout.project(x, self.kv_down)
+        k_r = layout.project(x, self.k_rope)
         if self.rope is not None:
             k_r = self.rope(k_r, start)
         return torch.cat([c, k_r], dim=-1)
