@@ -123,16 +123,30 @@ def attention_with_dropout(
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    # Scaling q (not the scores) is also the copy the product would make of the strided heads.
-    scores = (q * scale) @ k.transpose(-1, -2)  # [B,H,Tq,Tk]; masked in place below
-    if is_causal:
-        tq, tk = scores.shape[-2:]
-        future = torch.full((tq, tk), float("-inf"), dtype=scores.dtype, device=q.device)
-        scores.add_(future.triu_(1))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores.masked_fill_(~attn_mask, float("-inf"))
-        else:
-            scores.add_(attn_mask)
+    bias = _additive_mask(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.dtype, q.device)
+    scores = q @ k.transpose(-1, -2)  # [B,H,Tq,Tk]
+    # bias + scale·scores in one pass over the scores (the mask and the scale together).
+    scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)
     weights = torch.softmax(scores, dim=-1)
     return (weights * keep_mask(weights.shape, dropout_p, weights.dtype)) @ v
+
+
+def _additive_mask(
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    tq: int,
+    tk: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor | None:
+    """SDPA's masks as one additive bias (0 / -inf; a float mask as given), broadcastable to
+    the scores; None without a mask."""
+    bias = None
+    if is_causal:  # top-left aligned, as SDPA's is_causal
+        bias = torch.full((tq, tk), float("-inf"), dtype=dtype, device=device).triu_(1)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            blocked = torch.zeros(attn_mask.shape, dtype=dtype, device=device)
+            attn_mask = blocked.masked_fill_(~attn_mask, float("-inf"))
+        bias = attn_mask if bias is None else bias + attn_mask
+    return bias

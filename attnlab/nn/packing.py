@@ -136,6 +136,10 @@ class Packing:
     def rows(self) -> int:
         return self.index.shape[0]
 
+    def positions(self) -> Tensor:
+        """[N] each real row's position in its sentence."""
+        return self.index % self.length
+
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [N, ...] (the real rows, in batch-major order)."""
         if x.requires_grad and torch.is_grad_enabled():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
@@ -57,6 +58,19 @@ class AbsolutePositions(nn.Module):
         if self.kind == "sinusoidal":
             return x + self.table[start:end].to(x.dtype)
         return x + self.embedding.weight[start:end]
+
+    def add_scaled(self, x: Tensor, scale: float, positions: Tensor, end: int) -> Tensor:
+        """scale · x + P[positions] for rows x [N, D] at ``positions`` [N] (all < ``end``):
+        the padding-free layout's embeddings, scale and positions in one pass."""
+        if self.kind not in ("sinusoidal", "learned"):
+            return x * scale
+        if end > self.max_positions:
+            raise AttnlabError(
+                f"sequence of length {end} exceeds the model's {self.max_positions} "
+                f"{self.kind} positions"
+            )
+        table = self.table.to(x.dtype) if self.kind == "sinusoidal" else self.embedding.weight
+        return torch.add(F.embedding(positions, table), x, alpha=scale)
 
 
 class Rotary(nn.Module):

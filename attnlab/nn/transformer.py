@@ -289,9 +289,18 @@ class TransformerSeq2Seq(Seq2Seq):
 
     # -- embeddings ---------------------------------------------------------------------------
 
-    def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        x = embedding(tokens) * math.sqrt(self.d_model)
-        return self.embed_dropout(self.positions(x, start))
+    def _embed(
+        self, embedding: nn.Embedding, tokens: Tensor, start: int = 0, layout: Layout = PADDED
+    ) -> Tensor:
+        """Token embeddings · √d_model + positions, dropped out, in ``layout``: a packed batch
+        embeds its real tokens only (the ids are packed first; nothing is done for padding)."""
+        scale = math.sqrt(self.d_model)
+        if isinstance(layout, Packing):
+            rows = embedding(layout.take_rows(tokens))
+            x = self.positions.add_scaled(rows, scale, layout.positions(), layout.length)
+        else:
+            x = self.positions(embedding(tokens) * scale, start)
+        return self.embed_dropout(x)
 
     # -- encoder ------------------------------------------------------------------------------
 
@@ -300,7 +309,7 @@ class TransformerSeq2Seq(Seq2Seq):
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """-> the source's final states in ``layout`` (+ every layer's weights and selected
         cells [B,L,H,S,S] on request, None when not asked or not given)."""
-        x = layout.pack(self._embed(self.src_embed, src))
+        x = self._embed(self.src_embed, src, layout=layout)
         weights, selected = [], []
         for layer in self.encoder_layers:
             x, w, sel = layer(x, layout, src_mask, need_weights)
@@ -328,7 +337,7 @@ class TransformerSeq2Seq(Seq2Seq):
         """-> logits [B,T,V] (zeros at padding in the packed layout), the weights by model key
         (``dec_self``, ``cross``) and the selected cells by model key (both empty without
         need_weights)."""
-        x = layout.pack(self._embed(self.tgt_embed, tgt_in))
+        x = self._embed(self.tgt_embed, tgt_in, layout=layout)
         weights: dict[str, list[Tensor | None]] = {"dec_self": [], "cross": []}
         selected: dict[str, list[Tensor | None]] = {"dec_self": [], "cross": []}
         for layer in self.decoder_layers:
