@@ -143,7 +143,7 @@ class Packing:
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [N, ...] (the real rows, in batch-major order)."""
         if x.requires_grad and torch.is_grad_enabled():
-            return _Pack.apply(x, self)
+            return _Move.apply(x, self, True)
         return self.take_rows(x)
 
     def take_rows(self, x: Tensor) -> Tensor:
@@ -153,7 +153,7 @@ class Packing:
     def unpack(self, x: Tensor) -> Tensor:
         """[N, ...] -> [B, T, ...] with zeros at the padded positions."""
         if x.requires_grad and torch.is_grad_enabled():
-            return _Unpack.apply(x, self)
+            return _Move.apply(x, self, False)
         return self.gather_rows(x)
 
     def gather_rows(self, x: Tensor) -> Tensor:
@@ -244,35 +244,21 @@ class _LinearUnpack(torch.autograd.Function):
         return (*_linear_backward(ctx, ctx.pack.take_rows(grad)), None)
 
 
-class _Pack(torch.autograd.Function):
-    """``Packing.pack`` under autograd: the backward is ``unpack`` (one parallel gather that
-    writes the zeros at padding with the rows), not index_select's zero-fill and serial
-    index_add."""
+class _Move(torch.autograd.Function):
+    """``pack`` (``to_packed``) or ``unpack`` under autograd, whose backward is the opposite
+    move: pack's is the zero-padded gather (not index_select's zero-fill and serial
+    index_add), unpack's takes each real row's gradient (the zero row's is dropped)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, pack: Packing) -> Tensor:  # type: ignore[override]
-        ctx.pack = pack
-        return pack.take_rows(x)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return ctx.pack.gather_rows(grad), None
-
-
-class _Unpack(torch.autograd.Function):
-    """``Packing.unpack`` under autograd: the backward is ``pack`` (each real row's gradient;
-    the zero row's is dropped), not index_select's scatter-add."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, pack: Packing) -> Tensor:  # type: ignore[override]
-        ctx.pack = pack
-        return pack.gather_rows(x)
+    def forward(ctx, x: Tensor, pack: Packing, to_packed: bool) -> Tensor:  # type: ignore[override]
+        ctx.pack, ctx.to_packed = pack, to_packed
+        return pack.take_rows(x) if to_packed else pack.gather_rows(x)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return ctx.pack.take_rows(grad), None
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        pack: Packing = ctx.pack
+        return (pack.gather_rows(grad) if ctx.to_packed else pack.take_rows(grad)), None, None
 
 
 def _head_views(padded_rows: Tensor, pack: Packing, groups: int, heads: int) -> tuple[Tensor, ...]:
