@@ -545,3 +545,29 @@ def test_reverse_transformer_learns_short_reversals(tmp_path):
     summary = Trainer(config, tmp_path / "run", device="cpu", install_signals=False).run()
     assert summary["reason"] == "finished"
     assert summary["best"]["exact_match"] >= 0.9, summary["best"]
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned", "none"])
+def test_absolute_positions_scale_and_add_by_position_and_refuse_past_the_table(kind):
+    """scale · x + P[p] row by row (padded rows broadcast over the batch, packed rows each at
+    its own position); a position past the table is a one-line error that names both."""
+    from attnlab.errors import AttnlabError
+    from attnlab.nn.positions import AbsolutePositions
+
+    positions_module = AbsolutePositions(kind, 4, 16)
+    table = {
+        "sinusoidal": getattr(positions_module, "table", None),
+        "learned": getattr(getattr(positions_module, "embedding", None), "weight", None),
+        "none": torch.zeros(16, 4),
+    }[kind]
+    x = torch.randn(3, 5, 4)
+    padded = positions_module(x, 2.0, torch.arange(7, 12), 12)
+    rows = positions_module(x[0], 2.0, torch.tensor([0, 3, 1, 15, 2]), 16)
+    for b in range(3):
+        for t in range(5):
+            torch.testing.assert_close(padded[b, t], 2.0 * x[b, t] + table[7 + t])
+    for i, p in enumerate([0, 3, 1, 15, 2]):
+        torch.testing.assert_close(rows[i], 2.0 * x[0, i] + table[p])
+    if kind != "none":
+        with pytest.raises(AttnlabError, match="length 17 exceeds the model's 16"):
+            positions_module(x, 1.0, torch.arange(12, 17), 17)

@@ -26,9 +26,14 @@ from torch import Tensor, nn
 LEVELS = 1 << 16  # the resolution of the drop probability
 
 
+def _dropped(p: float) -> int:
+    """How many of the 2¹⁶ values of a quarter mean "drop" for probability ``p``."""
+    return round(p * LEVELS)
+
+
 def drop_probability(p: float) -> float:
     """The drop probability the CPU mask realises for ``p``: ``p`` rounded to 2⁻¹⁶."""
-    return round(p * LEVELS) / LEVELS
+    return _dropped(p) / LEVELS
 
 
 class _WordSource(threading.local):
@@ -37,14 +42,13 @@ class _WordSource(threading.local):
     def __init__(self) -> None:
         self.bits = np.random.SFC64(0)
         self.state = self.bits.state
-        self.seed = np.zeros(4, dtype=np.uint64)  # SFC64's a, b, c and counter
+        self.seed = np.array([0, 0, 0, 1], dtype=np.uint64)  # SFC64's a, b, c and counter 1
         self.seed_words = torch.from_numpy(self.seed[:3].view(np.int64))  # torch's view of a-c
 
     def words(self, count: int) -> np.ndarray:
         """``count`` uniform 64-bit words from an SFC64 state whose three words torch's global
         generator draws (the counter at 1); a random state needs no warm-up."""
         self.seed_words.random_(-(2**63), 2**63 - 1)
-        self.seed[3] = 1
         self.state["state"]["state"] = self.seed
         self.bits.state = self.state
         return self.bits.random_raw(count)
@@ -62,12 +66,12 @@ def keep_bits(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype)
     # The comparison writes 1.0 / 0.0 straight into the float mask: a bool mask and its
     # conversion take four times as long on the CPU.
     mask = torch.empty(shape, dtype=dtype)
-    return torch.ge(quarters, round(p * LEVELS) - LEVELS // 2, out=mask)
+    return torch.ge(quarters, _dropped(p) - LEVELS // 2, out=mask)
 
 
 def keep_scale(p: float) -> float:
     """1 / (1 - p'): what inverted dropout multiplies the kept values by."""
-    return LEVELS / (LEVELS - round(p * LEVELS))
+    return LEVELS / (LEVELS - _dropped(p))
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
@@ -77,7 +81,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype)
 
 def cheap_mask_applies(x: Tensor, p: float, training: bool) -> bool:
     """CPU training with a drop probability that stays below 1 after rounding to 2⁻¹⁶."""
-    return training and p > 0.0 and round(p * LEVELS) < LEVELS and x.device.type == "cpu"
+    return training and p > 0.0 and _dropped(p) < LEVELS and x.device.type == "cpu"
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:

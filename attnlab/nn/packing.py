@@ -52,6 +52,11 @@ class Layout(Protocol):
         """(B, T) of the padded batch that ``x`` (in this layout) belongs to."""
         ...
 
+    def token_rows(self, tokens: Tensor, start: int = 0) -> tuple[Tensor, Tensor, int]:
+        """Token ids [B, T] -> (this layout's ids, their positions in the sentence (from
+        ``start``), one past the last position)."""
+        ...
+
     def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
         """``linear`` applied to ``x``, in the padded layout: ``unpack(linear(x))``."""
         ...
@@ -86,6 +91,10 @@ class Padded:
 
     def batch_shape(self, x: Tensor) -> tuple[int, int]:
         return x.shape[0], x.shape[1]
+
+    def token_rows(self, tokens: Tensor, start: int = 0) -> tuple[Tensor, Tensor, int]:
+        end = start + tokens.shape[1]
+        return tokens, torch.arange(start, end, device=tokens.device), end
 
     def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
         return linear(x)
@@ -136,9 +145,10 @@ class Packing:
     def rows(self) -> int:
         return self.index.shape[0]
 
-    def positions(self) -> Tensor:
-        """[N] each real row's position in its sentence."""
-        return self.index % self.length
+    def token_rows(self, tokens: Tensor, start: int = 0) -> tuple[Tensor, Tensor, int]:
+        """The real tokens' ids [N] and positions [N] (a packed batch is a full pass: start 0);
+        nothing is embedded for padding."""
+        return self.take_rows(tokens), self.index % self.length, self.length
 
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [N, ...] (the real rows, in batch-major order)."""
@@ -166,17 +176,16 @@ class Packing:
         return self.batch, self.length
 
     def project(self, x: Tensor, linear: nn.Linear) -> Tensor:
-        """The product runs on the real rows only, straight into the buffer that the padded
-        gather reads (no copy of the rows to append the zero row)."""
-        if not _fusable(x):
-            return self.unpack(linear(x))
-        return _LinearUnpack.apply(x, linear.weight, linear.bias, self)
+        """``project_heads`` with one linear and one head: [B, T, F]."""
+        (padded,) = self.project_heads(x, (linear,), 1)
+        return padded.squeeze(1)
 
     def project_heads(
         self, x: Tensor, linears: Sequence[nn.Linear], heads: int
     ) -> tuple[Tensor, ...]:
         """The projections run on the real rows only, as one fused matmul (e.g. QKV), the
-        weights staying separate parameters; the heads come back padded (zeros at padding)."""
+        weights staying separate parameters, straight into the buffer that the padded gather
+        reads; the heads come back padded (zeros at padding)."""
         if len(linears) == 1:
             weight, bias = linears[0].weight, linears[0].bias
         else:
@@ -228,22 +237,6 @@ def _linear_backward(ctx, grad_rows: Tensor) -> tuple[Tensor | None, Tensor | No
     )
 
 
-class _LinearUnpack(torch.autograd.Function):
-    """``unpack(F.linear(x, weight, bias))`` with the product written into [rows; 0]."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, pack: Packing) -> Tensor:  # type: ignore[override]
-        ctx.save_for_backward(x, weight)
-        ctx.pack, ctx.has_bias = pack, bias is not None
-        rows = _linear_rows(x, weight, bias, pack)
-        return rows.index_select(0, pack.source_row).view(pack.batch, pack.length, -1)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        return (*_linear_backward(ctx, ctx.pack.take_rows(grad)), None)
-
-
 class _Move(torch.autograd.Function):
     """``pack`` (``to_packed``) or ``unpack`` under autograd, whose backward is the opposite
     move: pack's is the zero-padded gather (not index_select's zero-fill and serial
@@ -277,7 +270,10 @@ def _head_grad_rows(ctx, grads: tuple[Tensor | None, ...]) -> Tensor:
         torch.zeros(ctx.shape, dtype=ctx.dtype, device=pack.mask.device) if g is None else g
         for g in grads
     ]
-    padded = torch.stack([g.transpose(1, 2) for g in heads], dim=2)
+    if len(heads) == 1:  # [B,T,1,H,dh] as a view (a single head needs no copy)
+        padded = heads[0].transpose(1, 2).unsqueeze(2)
+    else:
+        padded = torch.stack([g.transpose(1, 2) for g in heads], dim=2)
     return pack.take_rows(padded).flatten(1)
 
 

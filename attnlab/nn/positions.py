@@ -34,7 +34,7 @@ def sinusoid_table(length: int, dim: int) -> Tensor:
 
 
 class AbsolutePositions(nn.Module):
-    """Adds position vectors to embeddings: x[B,T,D] + P[start:start+T]."""
+    """Scales token embeddings and adds position vectors: scale · x + P[positions]."""
 
     def __init__(self, kind: str, dim: int, max_positions: int):
         super().__init__()
@@ -46,22 +46,9 @@ class AbsolutePositions(nn.Module):
             self.embedding = nn.Embedding(max_positions, dim)
             nn.init.normal_(self.embedding.weight, std=dim**-0.5)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        if self.kind not in ("sinusoidal", "learned"):
-            return x
-        end = start + x.shape[1]
-        if end > self.max_positions:
-            raise AttnlabError(
-                f"sequence of length {end} exceeds the model's {self.max_positions} "
-                f"{self.kind} positions"
-            )
-        if self.kind == "sinusoidal":
-            return x + self.table[start:end].to(x.dtype)
-        return x + self.embedding.weight[start:end]
-
-    def add_scaled(self, x: Tensor, scale: float, positions: Tensor, end: int) -> Tensor:
-        """scale · x + P[positions] for rows x [N, D] at ``positions`` [N] (all < ``end``):
-        the padding-free layout's embeddings, scale and positions in one pass."""
+    def forward(self, x: Tensor, scale: float, positions: Tensor, end: int) -> Tensor:
+        """scale · x + P[positions] in one pass: x [..., D] token embeddings whose positions
+        (``positions``, broadcast against x's leading dims) are all below ``end``."""
         if self.kind not in ("sinusoidal", "learned"):
             return x * scale
         if end > self.max_positions:

@@ -292,14 +292,10 @@ class TransformerSeq2Seq(Seq2Seq):
     def _embed(
         self, embedding: nn.Embedding, tokens: Tensor, start: int = 0, layout: Layout = PADDED
     ) -> Tensor:
-        """Token embeddings · √d_model + positions, dropped out, in ``layout``: a packed batch
-        embeds its real tokens only (the ids are packed first; nothing is done for padding)."""
-        scale = math.sqrt(self.d_model)
-        if isinstance(layout, Packing):
-            rows = embedding(layout.take_rows(tokens))
-            x = self.positions.add_scaled(rows, scale, layout.positions(), layout.length)
-        else:
-            x = self.positions(embedding(tokens) * scale, start)
+        """Token embeddings · √d_model + positions, dropped out, in ``layout`` (a packed batch
+        embeds its real tokens only: ``Layout.token_rows``)."""
+        ids, positions, end = layout.token_rows(tokens, start)
+        x = self.positions(embedding(ids), math.sqrt(self.d_model), positions, end)
         return self.embed_dropout(x)
 
     # -- encoder ------------------------------------------------------------------------------
