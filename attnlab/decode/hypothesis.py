@@ -59,7 +59,7 @@ def build_hypotheses(
     cp = (
         coverage_penalty(head_mean, src_mask, beta)
         if head_mean is not None
-        else torch.zeros(n, dtype=torch.float64)
+        else torch.zeros(n, dtype=torch.float64, device=log_prob.device)
     )
     score = final_score(log_prob, lp, cp)
 

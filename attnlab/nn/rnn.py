@@ -48,6 +48,17 @@ RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 # An RNN hidden state: h [L,B,H] (GRU) or (h, c) (LSTM), layer-first as torch's RNNs want it.
 Hidden = Tensor | tuple[Tensor, Tensor]
 
+
+def run_rnn(rnn: nn.RNNBase, inputs: Any, hidden: Hidden | None = None) -> tuple[Any, Hidden]:
+    """``rnn(inputs, hidden)``. cuDNN's RNN has no backward in eval mode, and gradients do
+    flow through an eval-mode model (attribution maps, head importance): there the call
+    takes torch's native CUDA kernels instead."""
+    if rnn.training or not torch.is_grad_enabled() or rnn.weight_ih_l0.device.type != "cuda":
+        return rnn(inputs, hidden)
+    with torch.backends.cudnn.flags(enabled=False):
+        return rnn(inputs, hidden)
+
+
 _PRE = "attn_pre"  # EncoderOutput.extras key(s) of the attention's precomputed key work
 _CTX = "ctx_proj"  # a beam's grouped encoder output: H W_ctxᵀ (see RNNSeq2Seq.beam_encoder)
 
@@ -95,7 +106,7 @@ class RNNEncoder(nn.Module):
         packed = pack_padded_sequence(
             embedded, lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        outputs, final = self.rnn(packed)
+        outputs, final = run_rnn(self.rnn, packed)
         states, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
         states = states.contiguous()  # a transposed view otherwise: every step would copy it
         if isinstance(final, tuple):
@@ -265,7 +276,7 @@ class RNNSeq2Seq(Seq2Seq):
         if feed is not None:
             parts.append(feed)
         rnn_in = torch.cat(parts, dim=-1) if len(parts) > 1 else embedded
-        output, hidden = self.rnn(rnn_in, hidden)
+        output, hidden = run_rnn(self.rnn, rnn_in, hidden)
         if not self.attend_previous:
             attended = self._attend(output, pos, memory, need_weights)
         return output, attended.context, hidden, attended
@@ -458,7 +469,7 @@ class RNNSeq2Seq(Seq2Seq):
     ) -> ModelOutput:
         """Luong wiring, no input feeding, gold inputs: one RNN call, attention with Tq = T."""
         steps = tgt_in.shape[1]
-        output, _ = self.rnn(self.dropout(self.embed(tgt_in)), hidden)  # [B,T,H]
+        output, _ = run_rnn(self.rnn, self.dropout(self.embed(tgt_in)), hidden)  # [B,T,H]
         positions = torch.arange(steps, device=tgt_in.device).unsqueeze(0)  # [1,T]
         attended = self._attend(output, positions, memory, need_weights)
         logits = self.output(self._attentional(output, attended.context))  # [B,T,V]

@@ -89,8 +89,9 @@ class RelativeAttention(MultiHeadBase):
         weights = masked_softmax(scores, mask)
         dropped = dropout(weights, self.dropout_p, self.training)
         # Σ_j α_ij a^V_clip(j-i): add each weight into its distance bucket, then mix a^V.
+        # The weights' dtype: float32 under autocast (softmax), while q is bf16 there.
         per_bucket = torch.zeros(
-            b, h, tq, 2 * self.max_relative + 1, dtype=q.dtype, device=q.device
+            b, h, tq, 2 * self.max_relative + 1, dtype=dropped.dtype, device=q.device
         )
         per_bucket.scatter_add_(-1, bucket, dropped)
         context = dropped @ v + per_bucket @ self.rel_values.weight
