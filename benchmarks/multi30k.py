@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -69,14 +70,28 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         raise AttnlabError(
             f"{run_dir} already holds a run; pass --resume to continue it or --out for a new folder"
         )
-    summary = Trainer(
+    trainer = Trainer(
         config, run_dir, device=args.device, dataset=dataset, resume=resume, install_signals=True
-    ).run()
+    )
+    # A time cap stops the run the way the lab's Stop does (a checkpoint at that step).
+    max_seconds = getattr(args, "max_seconds", 0)
+    timer = threading.Timer(max_seconds, trainer.control, args=("stop",)) if max_seconds else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        summary = trainer.run()
+    finally:
+        if timer is not None:
+            timer.cancel()
     if summary.get("reason") == "interrupted":
         raise AttnlabError(
             f"{name} interrupted at step {summary['step']}; rerun with --resume to continue"
         )
-    loaded = load_checkpoint(Path(summary["best_checkpoint"]), device=args.device_resolved)
+    best = Path(summary["best_checkpoint"])
+    if not (best / META_FILE).is_file():  # stopped before its first evaluation
+        best = checkpoint_dir(run_dir, "last")
+    loaded = load_checkpoint(best, device=args.device_resolved)
     decode_cfg = replace(config.decode, beam=1, sample=False, nbest=1)
     # The same scoring as `attnlab eval RUN --split test` (greedy, sacrebleu on detokenised text).
     test = evaluate_split(
@@ -87,6 +102,12 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         device=args.device_resolved,
         max_sentences=args.test_sentences,
     )
+    tokens_per_s = summary["tokens_per_s"] or 0.0
+    achieved = None
+    if config.model.arch == "transformer":  # model FLOP/s of the training loop (flops.py)
+        from flops import flops_per_target_token
+
+        achieved = flops_per_target_token(loaded.model, dataset.splits.train) * tokens_per_s
     return {
         "preset": name,
         "published_bleu": PUBLISHED.get(name),
@@ -96,10 +117,13 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "test_loss": round(test["loss"], 4),
         "bleu_lc_signature": test["bleu_lc_signature"],
         "steps": summary["step"],
+        "budget_steps": config.train.max_steps,
+        "reason": summary["reason"],
         "params": summary["params"],
         "wall_s": round(summary["wall_s"], 1),
         "prepare_s": round(prepare_s, 2),
-        "tokens_per_s": round(summary["tokens_per_s"] or 0.0, 1),
+        "tokens_per_s": round(tokens_per_s, 1),
+        "train_tflops": None if achieved is None else round(achieved / 1e12, 3),
         "device": summary["device"],
         "best_dev": {
             k: summary["best"].get(k) for k in ("bleu", "chrf", "loss") if k in summary["best"]
