@@ -29,6 +29,16 @@ TINY_OVERRIDES = (
     "train.samples=2",
 )
 
+# The tiny model as a 1+1-layer Transformer (d_model 16, 2 heads): add to TINY_OVERRIDES.
+TINY_TRANSFORMER = (
+    "model.arch=transformer",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.ff=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+)
+
 
 def tiny_config(name: str = "tiny", *overrides: str) -> ExperimentConfig:
     """A fresh tiny config; ``overrides`` (``key=value``) apply after ``TINY_OVERRIDES``."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from _norm_variants import SIGNED, SPARSE, SUB, SubStochasticTest, registered
-from _tiny import tiny_config
+from _tiny import TINY_TRANSFORMER, tiny_config
 from rich.console import Console
 
 from attnlab.attention_map import AttentionMap
@@ -35,14 +35,7 @@ from attnlab.viz.diverging import NEGATIVE, POSITIVE, ZERO
 from attnlab.viz.export import export_heatmap
 from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
 
-TRANSFORMER = (
-    "model.arch=transformer",
-    "model.d_model=16",
-    "model.heads=2",
-    "model.ff=32",
-    "model.enc_layers=1",
-    "model.dec_layers=1",
-)
+TRANSFORMER = TINY_TRANSFORMER
 
 
 def _transformer(*overrides: str):

@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from _tiny import TINY_TRANSFORMER
 from test_transformer import SRC_V, TGT_V, ragged_batch
 
 from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig
@@ -146,12 +147,7 @@ def test_compiled_training_on_cuda_follows_eager(tmp_path, tiny_config):
     config = apply_overrides(
         tiny_config,
         [
-            "model.arch=transformer",
-            "model.d_model=16",
-            "model.heads=2",
-            "model.ff=32",
-            "model.enc_layers=1",
-            "model.dec_layers=1",
+            *TINY_TRANSFORMER,
             "model.dropout=0",
             "train.amp=false",
             "train.eval_every=100",

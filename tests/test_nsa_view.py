@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _tiny import TINY_TRANSFORMER
 from _tui_support import lab_config, ready, workers_idle
 from click.testing import CliRunner
 from test_transformer import decode_with_cache, make_model, random_batch
@@ -211,12 +212,7 @@ def test_rich_renderer_marks_exactly_the_selected_cells(tmp_path: Path) -> None:
 # -- the CLI and the lab ---------------------------------------------------------------------------
 
 OVERRIDES = [
-    "model.arch=transformer",
-    "model.d_model=16",
-    "model.heads=2",
-    "model.ff=32",
-    "model.enc_layers=1",
-    "model.dec_layers=1",
+    *TINY_TRANSFORMER,
     "data.max_len=6",
     "model.self_attention=nsa",
     *(f"model.nsa.{k}={v}" for k, v in NSA.items()),

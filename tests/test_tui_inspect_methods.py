@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from _tiny import TINY_TRANSFORMER
 from _tui_support import ready
 from test_tui_inspect_engine import saved_run
 
@@ -15,12 +16,7 @@ from attnlab.tui.views.inspect import InspectReady, InspectView
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 
 TRANSFORMER = [
-    "model.arch=transformer",
-    "model.d_model=16",
-    "model.heads=2",
-    "model.ff=32",
-    "model.enc_layers=1",
-    "model.dec_layers=1",
+    *TINY_TRANSFORMER,
     "data.max_len=5",
 ]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _tiny import TINY_TRANSFORMER
 from _tui_support import ready, tiny_config, until, workers_idle, write_run
 from textual.widgets import Static
 
@@ -31,12 +32,7 @@ from attnlab.tui.widgets.plots import MetricPlot
 
 SIZE = (100, 30)
 TRANSFORMER = [
-    "model.arch=transformer",
-    "model.d_model=16",
-    "model.heads=2",
-    "model.ff=32",
-    "model.enc_layers=1",
-    "model.dec_layers=1",
+    *TINY_TRANSFORMER,
     "data.max_len=5",
 ]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _norm_variants import SPARSE, SUB, registered
+from _tiny import TINY_TRANSFORMER
 from _tui_support import lab_config, ready, workers_idle, write_run
 from test_tui_inspect_engine import saved_run
 from textual.widgets import Static
@@ -187,12 +188,7 @@ async def test_sparse_map_marks_its_exact_zeros(lab) -> None:
 
 async def test_inspect_reads_each_role_of_a_decoded_run(tmp_path: Path) -> None:
     overrides = [
-        "model.arch=transformer",
-        "model.d_model=16",
-        "model.heads=2",
-        "model.ff=32",
-        "model.enc_layers=1",
-        "model.dec_layers=1",
+        *TINY_TRANSFORMER,
         "data.max_len=5",
         f"model.self_attention={SPARSE}",
         f"model.cross_attention={SUB}",
