@@ -15,7 +15,8 @@ would start after ``--deadline`` seconds is skipped with that reason):
    ``attnlab eval --split test``), and the model FLOP/s of its training loop at the preset's
    own batches;
 3. the Transformer's model FLOPs utilisation in bf16 on synthetic batches of ``--mfu-batch``
-   sentences of ``--mfu-len`` tokens each (``model_flops`` below says how FLOPs are counted);
+   sentences of ``--mfu-len`` tokens each (``model_flops`` below says how FLOPs are counted),
+   eager and, with ``--mfu-compile``, compiled;
 4. greedy and beam-5 decoding, sentences/s, with the trained Transformer on the test sources;
 5. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
    ``--nproc 1``: exit code, wall time and tokens/s from the run's events;
@@ -151,14 +152,17 @@ def _vocab_sizes(args: argparse.Namespace, fallback: int) -> tuple[int, int]:
     return len(loaded.src_vocab), len(loaded.tgt_vocab)
 
 
-def seconds_per_step(model: Any, optimizer: Any, b: int, n: int, args: argparse.Namespace) -> float:
-    """Mean seconds of a bf16-autocast training step on a synthetic batch of ``b`` x ``n``."""
+def seconds_per_step(
+    model: Any, optimizer: Any, b: int, n: int, vocab: tuple[int, int], args: argparse.Namespace
+) -> float:
+    """Mean seconds of a bf16-autocast training step on a synthetic batch of ``b`` x ``n``
+    (``model`` may be a compiled module: its compilation falls in the warm-up)."""
     import torch
 
     from attnlab.device import autocast
     from attnlab.evaluate import token_loss_sum
 
-    src_v, tgt_v = model.src_embed.num_embeddings, model.tgt_embed.num_embeddings
+    src_v, tgt_v = vocab
     gen = torch.Generator(device="cpu").manual_seed(0)
     src = torch.randint(4, src_v, (b, n), generator=gen).to(args.device)
     tgt = torch.randint(4, tgt_v, (b, n + 1), generator=gen).to(args.device)
@@ -197,23 +201,29 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     peak = peak_flops(name, args.peak_tflops)
     n = args.mfu_len
     rows = []
-    for b in args.mfu_batch:
+    runs = [(b, compiled) for b in args.mfu_batch for compiled in (False, True)]
+    for b, compiled in runs:
+        if compiled and not args.mfu_compile:
+            continue
         torch.manual_seed(0)
         model = build_model(config, src_v, tgt_v)
         flops = model_flops(model, [n] * b, [n] * b)
         model = model.to(args.device).train()
+        optimizer = make_optimizer(model, config.train)
         if on_cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(args.device)
+        stepped = torch.compile(model) if compiled else model  # as train.compile does
         try:
-            seconds = seconds_per_step(model, make_optimizer(model, config.train), b, n, args)
+            seconds = seconds_per_step(stepped, optimizer, b, n, (src_v, tgt_v), args)
         except torch.OutOfMemoryError:
-            rows.append({"batch": b, "error": "out of memory"})
+            rows.append({"batch": b, "compiled": compiled, "error": "out of memory"})
             break
         memory = torch.cuda.max_memory_allocated(args.device) if on_cuda else 0
         rows.append(
             {
                 "batch": b,
+                "compiled": compiled,
                 "tokens_per_step": 2 * b * n,
                 "step_ms": round(seconds * 1e3, 2),
                 "achieved_tflops": round(flops / seconds / 1e12, 2),
@@ -373,8 +383,9 @@ def print_table(report: dict[str, Any]) -> None:
     mfu = report.get("mfu") or {}
     for row in mfu.get("rows", []):
         shown = "?" if row.get("mfu") is None else f"{100 * row['mfu']:.1f} %"
+        compiled = " (compiled)" if row.get("compiled") else ""
         table.add_row(
-            f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}",
+            f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}{compiled}",
             row.get("error")
             or f"{shown}: {row['achieved_tflops']} TFLOP/s, {row['step_ms']} ms/step, "
             f"{row['peak_memory_gib']} GiB",
@@ -437,6 +448,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--mfu-len", type=int, default=32, help="source and target tokens per sentence"
     )
     parser.add_argument("--mfu-steps", type=int, default=20)
+    parser.add_argument(
+        "--mfu-compile",
+        action="store_true",
+        help="also time each MFU batch size with torch.compile (what train.compile does)",
+    )
     parser.add_argument(
         "--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)"
     )
