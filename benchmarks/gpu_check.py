@@ -119,7 +119,7 @@ def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, 
         # Training stops at --preset-seconds, and at the deadline at the latest.
         caps = [args.preset_seconds] if args.preset_seconds else []
         if args.deadline:
-            caps.append(max(1.0, args.deadline - (time.perf_counter() - args.started)))
+            caps.append(max(1.0, seconds_left(args)))
         bench = argparse.Namespace(
             set=[f"train.device={args.device.type}", *args.set],
             steps=args.steps,
@@ -201,10 +201,8 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     peak = peak_flops(name, args.peak_tflops)
     n = args.mfu_len
     rows = []
-    runs = [(b, compiled) for b in args.mfu_batch for compiled in (False, True)]
-    for b, compiled in runs:
-        if compiled and not args.mfu_compile:
-            continue
+    modes = (False, True) if args.mfu_compile else (False,)
+    for b, compiled in [(b, compiled) for b in args.mfu_batch for compiled in modes]:
         torch.manual_seed(0)
         model = build_model(config, src_v, tgt_v)
         flops = model_flops(model, [n] * b, [n] * b)
@@ -290,7 +288,7 @@ def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
         argv += ["--set", item]
     timeout = args.ddp_timeout
     if args.deadline:  # the deadline, and a minute for start-up and the one evaluation
-        timeout = min(timeout, args.deadline + 60 - (time.perf_counter() - args.started))
+        timeout = min(timeout, seconds_left(args) + 60)
     start = time.perf_counter()
     try:
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -319,8 +317,13 @@ def failure(err: Exception) -> dict[str, Any]:
     return {"error": f"{type(err).__name__}: {str(err)[:300]}", "where": where}
 
 
+def seconds_left(args: argparse.Namespace) -> float:
+    """Seconds until --deadline (negative past it; only meaningful when one is set)."""
+    return args.deadline - (time.perf_counter() - args.started)
+
+
 def past_deadline(args: argparse.Namespace) -> bool:
-    return bool(args.deadline) and time.perf_counter() - args.started > args.deadline
+    return bool(args.deadline) and seconds_left(args) < 0
 
 
 def run_part(args: argparse.Namespace, report: dict[str, Any], key: str, part: Callable) -> None:
@@ -335,8 +338,7 @@ def run_part(args: argparse.Namespace, report: dict[str, Any], key: str, part: C
             result = part(args)
         except Exception as err:  # one part failing must not hide the others' figures
             result = failure(err)
-        if isinstance(result, dict):
-            result["seconds"] = round(time.perf_counter() - start, 1)
+        result["seconds"] = round(time.perf_counter() - start, 1)
         report[key] = result
     args.save()
 

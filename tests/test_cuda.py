@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from _tiny import TINY_TRANSFORMER
-from test_transformer import SRC_V, TGT_V, ragged_batch
+from test_transformer import SRC_V, TGT_V, forward_and_grads, ragged_batch
 
 from attnlab.config import DecodeConfig, ExperimentConfig, ModelConfig
 from attnlab.decode.search import decode_sorted
@@ -64,18 +64,6 @@ def _model(model_kwargs: dict) -> torch.nn.Module:
     return build_model(ExperimentConfig(model=ModelConfig(**model_kwargs)), SRC_V, TGT_V).eval()
 
 
-def _logits_and_grads(model, batch):
-    """Logits at the real target positions and every gradient of a loss touching all of them."""
-    src, src_mask, tgt_in = batch
-    model.zero_grad(set_to_none=True)
-    logits = model(src, src_mask, tgt_in).logits.float()
-    real = tgt_in != PAD_ID
-    weights = torch.linspace(-1.0, 1.0, logits.shape[-1], device=logits.device)
-    (logits[real] * weights).sin().sum().backward()
-    grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    return logits[real].detach().cpu(), grads
-
-
 @pytest.fixture
 def exact_cuda(monkeypatch):
     """float32 on CUDA without TF32, so the CPU's float32 is a fair reference."""
@@ -90,12 +78,15 @@ def test_forward_and_gradients_on_cuda_equal_the_cpu(model_kwargs, exact_cuda):
     cpu_model = _model(model_kwargs)
     cuda_model = copy.deepcopy(cpu_model).to(CUDA)
     batch = ragged_batch()
-    cpu_logits, cpu_grads = _logits_and_grads(cpu_model, batch)
-    cuda_logits, cuda_grads = _logits_and_grads(cuda_model, [t.to(CUDA) for t in batch])
-    torch.testing.assert_close(cuda_logits, cpu_logits, atol=1e-4, rtol=1e-4)
+    real = batch[2] != PAD_ID
+    # packed=True: each device's own paths (the CPU's fast ones, CUDA's padded one).
+    cpu_logits, cpu_grads = forward_and_grads(cpu_model, *batch, packed=True)
+    on_cuda = [t.to(CUDA) for t in batch]
+    cuda_logits, cuda_grads = forward_and_grads(cuda_model, *on_cuda, packed=True)
+    torch.testing.assert_close(cuda_logits.cpu()[real], cpu_logits[real], atol=1e-4, rtol=1e-4)
     assert cuda_grads.keys() == cpu_grads.keys()
     for name, grad in cpu_grads.items():
-        torch.testing.assert_close(cuda_grads[name], grad, atol=1e-4, rtol=1e-3, msg=name)
+        torch.testing.assert_close(cuda_grads[name].cpu(), grad, atol=1e-4, rtol=1e-3, msg=name)
 
 
 @pytest.mark.parametrize("model_kwargs", CASES)

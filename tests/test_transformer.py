@@ -138,7 +138,7 @@ def forward_and_grads(model, src, src_mask, tgt_in, packed: bool):
     set_reference_mode(model, not packed)
     model.zero_grad(set_to_none=True)
     logits = model(src, src_mask, tgt_in).logits
-    weights = torch.linspace(-1.0, 1.0, logits.shape[-1])  # any loss that touches every logit
+    weights = torch.linspace(-1.0, 1.0, logits.shape[-1], device=logits.device)  # touches all
     (logits[tgt_in != PAD_ID] * weights).sin().sum().backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     return logits.detach(), grads
