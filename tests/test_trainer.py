@@ -385,14 +385,52 @@ def test_compile_failure_falls_back_to_eager_with_one_note(
     assert err.count("note: torch.compile failed") == 1
 
 
+def test_a_loss_that_cannot_compile_falls_back_to_eager_with_one_note(
+    tmp_path, tiny_config, monkeypatch, capsys
+):
+    """train.compile compiles the loss too: if only the loss fails at its call, training goes
+    on eagerly (model and loss) from that step, said once, with the weights of compile off."""
+
+    def compile_(fn, *args, **kwargs):
+        if getattr(fn, "__name__", "") != "token_loss_sum":
+            return fn
+
+        def broken(*a, **k):
+            raise RuntimeError("loss backend exploded")
+
+        return broken
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    config = replace(tiny_config, train=replace(tiny_config.train, compile=True, eval_every=1000))
+    assert Trainer(config, tmp_path / "on").run()["reason"] == "finished"
+    notes = [e for e in iter_events(tmp_path / "on") if e["type"] == "note"]
+    assert len(notes) == 1 and "loss backend exploded" in notes[0]["message"]
+    assert capsys.readouterr().err.count("note: torch.compile failed") == 1
+    Trainer(replace(config, train=replace(config.train, compile=False)), tmp_path / "off").run()
+    on, _ = read_tensors(tmp_path / "on" / "checkpoints" / "last" / "model.safetensors")
+    off, _ = read_tensors(tmp_path / "off" / "checkpoints" / "last" / "model.safetensors")
+    assert all(torch.equal(on[k], off[k]) for k in on)
+
+
 def test_compiled_training_equals_eager_when_compile_is_the_identity(
     tmp_path, tiny_config, monkeypatch
 ):
-    """With compile on, the trainer steps through the compiled callable (here the module
-    itself): the same weights as compile off."""
-    monkeypatch.setattr(torch, "compile", lambda module, *a, **k: module)
+    """With compile on, the trainer steps through the compiled callables of the model and of
+    the loss (here wrappers that call the original): the same weights as compile off."""
+    called = []
+
+    def identity_compile(fn, *args, **kwargs):
+        def compiled(*a, **k):
+            called.append(getattr(fn, "__name__", type(fn).__name__))
+            return fn(*a, **k)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", identity_compile)
     config = replace(tiny_config, train=replace(tiny_config.train, compile=True, eval_every=1000))
     Trainer(config, tmp_path / "on").run()
+    steps = config.train.max_steps
+    assert called.count("token_loss_sum") == steps and len(called) == 2 * steps
     Trainer(replace(config, train=replace(config.train, compile=False)), tmp_path / "off").run()
     on, _ = read_tensors(tmp_path / "on" / "checkpoints" / "last" / "model.safetensors")
     off, _ = read_tensors(tmp_path / "off" / "checkpoints" / "last" / "model.safetensors")

@@ -271,15 +271,19 @@ class Trainer:
             if not (self.resume and self.dist.is_primary):  # a resumed rank 0 keeps its RNG
                 torch.manual_seed(cfg.seed + self.dist.rank + 7919 * self.step)
                 random.seed(cfg.seed + self.dist.rank + 7919 * self.step)
+        self.train_loss = token_loss_sum
         if cfg.compile:
             try:
                 self.train_model = torch.compile(self._eager_model)
+                # Compiled, the loss reads the logits once in their own dtype (bf16 under
+                # autocast) instead of writing and reading a float32 copy of them.
+                self.train_loss = torch.compile(token_loss_sum)
             except Exception as err:  # e.g. no compiler on this platform
                 self._compile_failed(err)
 
     def _compile_failed(self, err: BaseException) -> None:
         """One line on stderr and in the events; training goes on eagerly."""
-        self.train_model = self._eager_model
+        self.train_model, self.train_loss = self._eager_model, token_loss_sum
         cause = f"{type(err).__name__}: {_first_line(err)}"
         message = f"torch.compile failed ({cause}); training eagerly"
         if self.dist.is_primary:
@@ -292,15 +296,25 @@ class Trainer:
     def _forward(self, batch: Any, ratio: float) -> Any:
         args = (batch.src, batch.src_mask, batch.tgt_in)
         with autocast(self.device, self.config.train.amp):
-            if self.train_model is self._eager_model:
-                return self.train_model(*args, teacher_forcing=ratio)
-            try:
-                return self.train_model(*args, teacher_forcing=ratio)
-            except Exception as err:  # compilation happens at the call (and on new shapes)
-                if is_out_of_memory(err):
-                    raise
-                self._compile_failed(err)
-                return self.train_model(*args, teacher_forcing=ratio)
+            return self._call("train_model", *args, teacher_forcing=ratio)
+
+    def _loss_sum(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._call("train_loss", logits, targets, self.config.train.label_smoothing)
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``self.<name>(...)`` (``train_model`` or ``train_loss``). Compiled, a failure at
+        the call (compilation happens there, and again on new shapes) turns both back to
+        eager, said once, and the call is made again eagerly."""
+        fn = getattr(self, name)
+        if fn is self._eager_model or fn is token_loss_sum:  # eager: its errors are real
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            if is_out_of_memory(err):
+                raise
+            self._compile_failed(err)
+            return getattr(self, name)(*args, **kwargs)
 
     def _sync_control(self, tokens: int) -> tuple[ControlCommand | None, int]:
         """Rank 0's control word and any rank's signal, agreed by every rank (plus the global
@@ -433,7 +447,7 @@ class Trainer:
             for group in optimizer.param_groups:
                 group["lr"] = last_lr
             out = self._forward(batch, last_ratio)
-            loss_sum = token_loss_sum(out.logits, batch.tgt_out, cfg.label_smoothing)
+            loss_sum = self._loss_sum(out.logits, batch.tgt_out)
             optimizer.zero_grad(set_to_none=True)
             # Normalised by the global token count; DDP averages gradients over the N ranks,
             # hence × N: the update equals one process's on the merged batches.
