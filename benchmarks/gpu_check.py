@@ -14,14 +14,22 @@ would start after ``--deadline`` seconds is skipped with that reason):
    ``run_preset``: steps, wall time, training tokens/s, test BLEU (greedy, the scoring of
    ``attnlab eval --split test``), and the model FLOP/s of its training loop at the preset's
    own batches;
-3. the Transformer's model FLOPs utilisation in bf16 on synthetic batches of ``--mfu-batch``
+3. greedy and beam-5 decoding, sentences/s, with the trained Transformer on the test sources;
+4. with ``--profile-steps N``, N steps of the real training loop under torch.profiler: ms per
+   step, the device's busy time, kernel launches and host syncs per step, the top operators;
+5. the Transformer's model FLOPs utilisation in bf16 on synthetic batches of ``--mfu-batch``
    sentences of ``--mfu-len`` tokens each (``model_flops`` below says how FLOPs are counted),
-   eager and, with ``--mfu-compile``, compiled;
-4. greedy and beam-5 decoding, sentences/s, with the trained Transformer on the test sources;
-5. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
+   eager and, with ``--mfu-compile``, compiled (the model and the loss, as ``train.compile``);
+   the eager rows first, and a row that would start after the deadline is skipped;
+6. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
    ``--nproc 1``: exit code, wall time and tokens/s from the run's events;
-6. the two GRU presets, as in 2 (last, so that a deadline cuts them first).
-The JSON (``--out``) is rewritten after every part, so a run cut short keeps what it measured.
+7. the two GRU presets, as in 2 (last, so that a deadline cuts them first).
+``--side-by-side`` trains the presets other than the Transformer each in its own process
+(benchmarks/multi30k.py) at once, right after the Transformer, while the tests and the DDP
+run go on; MFU, decoding and the profile wait for them to finish (they time the device).
+Sharing the device and the CPU only slows a run, so those wall times are upper bounds.
+``--skip PART ...`` leaves parts out. The JSON (``--out``) is rewritten after every part, so
+a run cut short keeps what it measured.
 Without CUDA it says so and exits 0. ``--device cpu`` runs the same parts on the CPU (a smoke
 test of this script; its figures mean nothing for a GPU).
 
@@ -64,6 +72,7 @@ PEAK_BF16 = (
 )
 from flops import model_flops  # noqa: E402  (one home: also throughput.py's fraction of peak)
 
+PARTS = ("tests", "train", "mfu", "decoding", "profile", "ddp")
 # The Transformer first: its figure is the headline, and a --deadline cuts from the end.
 PRESETS = ("multi30k-transformer", "multi30k-gru-bahdanau", "multi30k-gru-none")
 TRANSFORMER_RUN = Path("presets") / "multi30k-transformer"
@@ -116,10 +125,6 @@ def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, 
         if past_deadline(args):
             results.append({"preset": name, "skipped": "past --deadline"})
             continue
-        # Training stops at --preset-seconds, and at the deadline at the latest.
-        caps = [args.preset_seconds] if args.preset_seconds else []
-        if args.deadline:
-            caps.append(max(1.0, seconds_left(args)))
         bench = argparse.Namespace(
             set=[f"train.device={args.device.type}", *args.set],
             steps=args.steps,
@@ -130,7 +135,7 @@ def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, 
             out=str(Path(args.runs) / "presets"),
             resume=False,
             device_resolved=args.device,
-            max_seconds=min(caps, default=0),
+            max_seconds=preset_cap(args),
         )
         print(f"== training {name}", file=sys.stderr, flush=True)
         try:
@@ -139,6 +144,148 @@ def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, 
             results.append({"preset": name, **failure(err)})
         args.save()
     return results
+
+
+def preset_cap(args: argparse.Namespace) -> float:
+    """Seconds a preset may train: --preset-seconds, and the deadline at the latest (0: none)."""
+    caps = [args.preset_seconds] if args.preset_seconds else []
+    if args.deadline:
+        caps.append(max(1.0, seconds_left(args)))
+    return min(caps, default=0)
+
+
+SideBySide = list[tuple[str, subprocess.Popen, Path]]
+
+
+def launch_side_by_side(args: argparse.Namespace, names: list[str]) -> SideBySide:
+    """Each preset in its own process (benchmarks/multi30k.py), all started at once. They share
+    the device and the CPU, so each wall time is an upper bound of that preset's run alone;
+    at these batch sizes a step is bound by kernel launches, so the device has room."""
+    out = Path(args.runs) / "presets"
+    started = []
+    for name in names:
+        argv = [sys.executable, str(REPO / "benchmarks" / "multi30k.py"), "--presets", name]
+        argv += ["--device", args.device.type, "--out", str(out), "--json"]
+        argv += ["--steps", str(args.steps), "--test-sentences", str(args.test_sentences)]
+        argv += ["--max-seconds", str(preset_cap(args))]
+        for item in [f"train.device={args.device.type}", *args.set]:
+            argv += ["--set", item]
+        log = Path(args.out).with_suffix(f".{name}.log")
+        print(f"== training {name} (side by side)", file=sys.stderr, flush=True)
+        with log.open("w") as sink:  # the child keeps its own handle
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+        started.append((name, proc, log))
+    return started
+
+
+def collect_side_by_side(args: argparse.Namespace, started: SideBySide) -> list[dict[str, Any]]:
+    """Each side-by-side preset's figures (multi30k.py's JSON), or why there are none."""
+    results = []
+    for name, proc, log in started:
+        # Training stops itself at the deadline; the test scoring after it gets 5 minutes.
+        timeout = max(seconds_left(args), 0) + 300 if args.deadline else None
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            results.append({"preset": name, "error": f"still running past --deadline; {log}"})
+            continue
+        figures = Path(args.runs) / "presets" / f"{name}.json"
+        if code != 0 or not figures.is_file():
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            results.append({"preset": name, "error": f"exit {code}: {tail[-300:]}"})
+            continue
+        results.append({**json.loads(figures.read_text()), "side_by_side": True})
+    return results
+
+
+def profile_training(args: argparse.Namespace) -> dict[str, Any]:
+    """The real training loop (Trainer on the Transformer preset's batches) under
+    torch.profiler: per step, the wall time unprofiled, the device's busy time, kernel
+    launches, host syncs, and the operators that take the host's and the device's time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from attnlab.data.dataset import load_dataset
+    from attnlab.events import Step
+    from attnlab.experiment import apply_overrides, load_preset
+    from attnlab.train.trainer import Trainer
+
+    window = 25  # steps between the loop's log syncs, as in the preset
+    profiled = max(window, -(-args.profile_steps // window) * window)
+    steps = 2 * window + profiled  # a window to warm up, one timed unprofiled, then profiled
+    overrides = [f"train.device={args.device.type}", *args.set]
+    overrides += [f"train.max_steps={steps}", f"train.eval_every={steps}"]
+    overrides += [f"train.log_every={window}", "train.eval_sentences=20"]
+    config = apply_overrides(load_preset("multi30k-transformer"), overrides)
+    activities = [ProfilerActivity.CPU]
+    if args.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    prof = profile(activities=activities)
+    marks: dict[int, float] = {}
+
+    def on_event(event: Any) -> None:  # called in the training loop, at each Step event
+        if not isinstance(event, Step) or event.step % window:
+            return
+        synchronize(args.device)
+        marks[event.step] = time.perf_counter()
+        if event.step == 2 * window:
+            prof.start()
+        elif event.step == steps:
+            prof.stop()
+
+    run_dir = Path(args.runs) / f"profile-{time.strftime('%H%M%S')}"
+    trainer = Trainer(
+        config, run_dir, on_event, device=args.device.type, dataset=load_dataset(config.data)
+    )
+    trainer.run()
+    averages = prof.key_averages()
+    table = averages.table(sort_by="self_cpu_time_total", row_limit=40)
+    if args.device.type == "cuda":
+        table += "\n" + averages.table(sort_by="self_device_time_total", row_limit=40)
+    Path(args.out).with_suffix(".profile.txt").write_text(table)
+    return {
+        "steps_profiled": profiled,
+        "ms_per_step": round((marks[2 * window] - marks[window]) * 1e3 / window, 2),
+        "profiled_ms_per_step": round((marks[steps] - marks[2 * window]) * 1e3 / profiled, 2),
+        **summarise_profile(averages, profiled),
+    }
+
+
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def summarise_profile(averages: Any, steps: int) -> dict[str, Any]:
+    """Per-step figures of a profile's ``key_averages()``. The device's busy time counts the
+    kernels and copies on the device only, as the profiler's "Self CUDA time total" does: the
+    host operators that launched them and the annotations on the device's timeline (e.g.
+    ``Optimizer.step``) repeat that time and are left out."""
+    from torch.autograd import DeviceType
+
+    def per_step(value: float) -> float:
+        return round(value / steps, 3)
+
+    def calls(names: tuple[str, ...]) -> float:
+        return per_step(sum(e.count for e in averages if e.key in names))
+
+    on_device = [
+        e
+        for e in averages
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
+    top_host = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+    top_device = sorted(on_device, key=lambda e: e.self_device_time_total, reverse=True)[:12]
+    return {
+        "device_busy_ms_per_step": per_step(sum(e.self_device_time_total for e in on_device) / 1e3),
+        "kernels_per_step": per_step(sum(e.count for e in on_device)),
+        "kernel_launches_per_step": calls(LAUNCH_CALLS),
+        "host_syncs_per_step": calls(SYNC_CALLS),
+        "aten_ops_per_step": per_step(sum(e.count for e in averages if e.key.startswith("aten::"))),
+        "top_host_ms_per_step": {e.key: per_step(e.self_cpu_time_total / 1e3) for e in top_host},
+        "top_device_ms_per_step": {
+            e.key[:80]: per_step(e.self_device_time_total / 1e3) for e in top_device
+        },
+    }
 
 
 def _vocab_sizes(args: argparse.Namespace, fallback: int) -> tuple[int, int]:
@@ -153,14 +300,19 @@ def _vocab_sizes(args: argparse.Namespace, fallback: int) -> tuple[int, int]:
 
 
 def seconds_per_step(
-    model: Any, optimizer: Any, b: int, n: int, vocab: tuple[int, int], args: argparse.Namespace
+    model: Any,
+    loss_sum: Callable,
+    optimizer: Any,
+    b: int,
+    n: int,
+    vocab: tuple[int, int],
+    args: argparse.Namespace,
 ) -> float:
     """Mean seconds of a bf16-autocast training step on a synthetic batch of ``b`` x ``n``
-    (``model`` may be a compiled module: its compilation falls in the warm-up)."""
+    (``model`` and ``loss_sum`` may be compiled: their compilation falls in the warm-up)."""
     import torch
 
     from attnlab.device import autocast
-    from attnlab.evaluate import token_loss_sum
 
     src_v, tgt_v = vocab
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -171,7 +323,7 @@ def seconds_per_step(
     def step() -> None:
         with autocast(args.device, True):
             out = model(src, mask, tgt[:, :-1])
-        loss = token_loss_sum(out.logits, tgt[:, 1:]) / (b * n)
+        loss = loss_sum(out.logits, tgt[:, 1:]) / (b * n)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -190,6 +342,7 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     """Model FLOP/s of bf16 training steps on synthetic batches, one row per batch size."""
     import torch
 
+    from attnlab.evaluate import token_loss_sum
     from attnlab.experiment import load_preset
     from attnlab.nn.model import build_model
     from attnlab.train.trainer import make_optimizer
@@ -202,7 +355,11 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     n = args.mfu_len
     rows = []
     modes = (False, True) if args.mfu_compile else (False,)
-    for b, compiled in [(b, compiled) for b in args.mfu_batch for compiled in modes]:
+    # Eager rows first: a deadline cuts the compiled ones (each compiles for minutes).
+    for compiled, b in [(compiled, b) for compiled in modes for b in args.mfu_batch]:
+        if past_deadline(args):
+            rows.append({"batch": b, "compiled": compiled, "error": "skipped: past --deadline"})
+            continue
         torch.manual_seed(0)
         model = build_model(config, src_v, tgt_v)
         flops = model_flops(model, [n] * b, [n] * b)
@@ -211,9 +368,12 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
         if on_cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(args.device)
-        stepped = torch.compile(model) if compiled else model  # as train.compile does
+        loss_sum = token_loss_sum
+        if compiled:  # as train.compile does: the model and the loss, each compiled afresh
+            torch._dynamo.reset()
+            model, loss_sum = torch.compile(model), torch.compile(token_loss_sum)
         try:
-            seconds = seconds_per_step(stepped, optimizer, b, n, (src_v, tgt_v), args)
+            seconds = seconds_per_step(model, loss_sum, optimizer, b, n, (src_v, tgt_v), args)
         except torch.OutOfMemoryError:
             rows.append({"batch": b, "compiled": compiled, "error": "out of memory"})
             break
@@ -363,6 +523,8 @@ def _preset_row(r: dict[str, Any]) -> str:
     )
     if r.get("train_tflops") is not None:
         text += f", {r['train_tflops']} model TFLOP/s"
+    if r.get("side_by_side"):
+        text += " (side by side: the wall time is an upper bound)"
     return text
 
 
@@ -394,11 +556,20 @@ def print_table(report: dict[str, Any]) -> None:
         )
     if "rows" not in mfu:
         table.add_row("MFU bf16", _status(mfu) or "skipped")
-    dec = report.get("decoding") or {}
+    dec = report.get("decoding") or {"skipped": "not run"}
     table.add_row(
         "decoding",
         _status(dec) or ", ".join(f"{k} {v}" for k, v in dec.items() if k != "seconds"),
     )
+    prof = report.get("profile")
+    if prof is not None:
+        table.add_row(
+            "training loop",
+            _status(prof)
+            or f"{prof['ms_per_step']} ms/step, device busy {prof['device_busy_ms_per_step']} ms, "
+            f"{prof['kernel_launches_per_step']} launches, {prof['host_syncs_per_step']} syncs "
+            "per step (operators: the .profile.txt beside the JSON)",
+        )
     ddp = report.get("ddp") or {"skipped": "not run"}
     table.add_row(
         f"train --nproc {ddp.get('nproc', '?')}",
@@ -437,8 +608,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="SECTION.KEY=VALUE",
         help="extra config override for every training (e.g. data.path=...)",
     )
-    parser.add_argument("--skip-tests", action="store_true")
-    parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument(
+        "--skip", nargs="+", default=[], choices=PARTS, help="parts not to run", metavar="PART"
+    )
+    parser.add_argument("--skip-tests", action="store_true", help="as --skip tests")
+    parser.add_argument("--skip-train", action="store_true", help="as --skip train")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="train the presets other than the Transformer in their own processes at once, "
+        "alongside the tests and the DDP run (wall times: upper bounds of a run alone)",
+    )
     parser.add_argument("--tests-timeout", type=int, default=300)
     parser.add_argument(
         "--tests-k", default="cuda", help="pytest -k expression of the CUDA tests to run"
@@ -458,9 +638,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)"
     )
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="profile N steps of the real training loop (0: no profile part)",
+    )
     parser.add_argument("--ddp-steps", type=int, default=300)
     parser.add_argument("--ddp-timeout", type=int, default=240)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.skip = set(args.skip)
+    for part, flag in (("tests", args.skip_tests), ("train", args.skip_train)):
+        if flag:
+            args.skip.add(part)
+    if not args.profile_steps:
+        args.skip.add("profile")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,16 +677,38 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.started = time.perf_counter()
     args.save = lambda: Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    if not args.skip_tests:
-        run_part(args, report, "cuda_tests", run_cuda_tests)
-    # The Transformer (which MFU's vocabulary and the decoding figures use) first, the other
-    # presets last: a --deadline cuts from the end.
-    first, rest = args.presets[:1], args.presets[1:]
-    report["presets"] = [] if args.skip_train else train_presets(args, first)
-    run_part(args, report, "mfu", measure_mfu)
-    run_part(args, report, "decoding", measure_decoding)
-    run_part(args, report, "ddp", run_ddp)
-    if not args.skip_train:
+    parts = {
+        "cuda_tests": ("tests", run_cuda_tests),
+        "mfu": ("mfu", measure_mfu),
+        "decoding": ("decoding", measure_decoding),
+        "profile": ("profile", profile_training),
+        "ddp": ("ddp", run_ddp),
+    }
+
+    def run(*keys: str) -> None:
+        for key in keys:
+            name, part = parts[key]
+            if name not in args.skip:
+                run_part(args, report, key, part)
+
+    train = "train" not in args.skip
+    # The Transformer (which MFU's vocabulary and the decoding figures use) trains first and
+    # alone; the other presets last (a --deadline cuts from the end), or side by side with
+    # the parts whose figures do not suffer from sharing the device (pass/fail, exit code).
+    first = [n for n in args.presets if n == TRANSFORMER_RUN.name] if train else []
+    rest = [n for n in args.presets if n not in first] if train else []
+    side_by_side = args.side_by_side and bool(rest)
+    if not side_by_side:
+        run("cuda_tests")
+    report["presets"] = train_presets(args, first)
+    if side_by_side:  # the device-bound figures wait for the side-by-side presets to finish
+        side = launch_side_by_side(args, rest)
+        run("cuda_tests", "ddp")
+        report["presets"] += collect_side_by_side(args, side)
+        args.save()
+        run("decoding", "profile", "mfu")
+    else:
+        run("decoding", "profile", "mfu", "ddp")
         report["presets"] += train_presets(args, rest)
     report["total_s"] = round(time.perf_counter() - args.started, 1)
     args.save()

@@ -74,7 +74,7 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
         config, run_dir, device=args.device, dataset=dataset, resume=resume, install_signals=True
     )
     # A time cap stops the run the way the lab's Stop does (a checkpoint at that step).
-    max_seconds = getattr(args, "max_seconds", 0)
+    max_seconds = args.max_seconds
     timer = threading.Timer(max_seconds, trainer.control, args=("stop",)) if max_seconds else None
     if timer is not None:
         timer.daemon = True
@@ -169,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="SECTION.KEY=VALUE",
         help="extra config override",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0,
+        help="stop each preset's training after N s, as the lab's Stop does (0 = its budget)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(

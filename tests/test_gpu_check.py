@@ -67,18 +67,59 @@ def test_model_flops_by_hand_for_a_one_layer_transformer():
     assert gpu_check.model_flops(model, src, tgt) == pytest.approx(dense + attention)
 
 
+def test_profile_summary_counts_device_time_once_and_per_step():
+    """The device's busy time is the kernels' own time (as the profiler's "Self CUDA time
+    total"): not again through the host operator that launched a kernel, nor through an
+    annotation on the device's timeline (``Optimizer.step``)."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(key, device, count=1, cpu_us=0.0, device_us=0.0, annotation=False):
+        return SimpleNamespace(
+            key=key,
+            device_type=device,
+            count=count,
+            self_cpu_time_total=cpu_us,
+            self_device_time_total=device_us,
+            is_user_annotation=annotation,
+        )
+
+    cpu, cuda = DeviceType.CPU, DeviceType.CUDA
+    averages = [
+        event("aten::mm", cpu, count=6, cpu_us=900.0, device_us=80.0),  # its kernels' time
+        event("gemm_kernel", cuda, count=2, device_us=30.0),
+        event("copy_kernel", cuda, count=3, device_us=50.0),
+        event("Optimizer.step#AdamW.step", cuda, device_us=500.0, annotation=True),
+        event("cudaLaunchKernel", cpu, count=4, cpu_us=40.0),
+        event("cuLaunchKernelEx", cpu, count=1, cpu_us=10.0),
+        event("cudaStreamSynchronize", cpu, count=2, cpu_us=5.0),
+    ]
+    summary = gpu_check.summarise_profile(averages, steps=2)
+    assert summary["device_busy_ms_per_step"] == pytest.approx((30 + 50) / 1e3 / 2)
+    assert summary["kernels_per_step"] == 2.5
+    assert summary["kernel_launches_per_step"] == 2.5
+    assert summary["host_syncs_per_step"] == 1.0
+    assert summary["aten_ops_per_step"] == 3.0
+    assert list(summary["top_device_ms_per_step"]) == ["copy_kernel", "gemm_kernel"]
+    assert next(iter(summary["top_host_ms_per_step"])) == "aten::mm"
+
+
 MULTI30K = REPO.parent / "shared" / "corpora" / "multi30k"
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/corpora/multi30k is absent")
 def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
-    """``--device cpu`` walks the whole script at toy sizes: a preset stopped by its time cap
-    (before its budget), the MFU rows, decoding with the trained Transformer and a one-process
-    torchrun job; the JSON holds each part's figures and no part failed."""
+    """``--device cpu`` walks the whole script at toy sizes: the Transformer preset stopped by
+    its time cap (before its budget), a GRU preset in its own process beside the tests' slot
+    and a one-process torchrun job (``--side-by-side``), the MFU rows, decoding with the
+    trained Transformer and the training loop's profile; the JSON holds each part's figures
+    and no part failed."""
     out = tmp_path / "check.json"
     argv = [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu"]
-    argv += ["--skip-tests", "--presets", "multi30k-transformer", "--preset-seconds", "3"]
+    argv += ["--skip", "tests", "--presets", "multi30k-transformer", "multi30k-gru-none"]
+    argv += ["--side-by-side", "--preset-seconds", "3", "--profile-steps", "3"]
     argv += ["--set", "data.max_pairs=200", "--set", "data.max_len=12", "--test-sentences", "5"]
     argv += ["--mfu-batch", "2", "3", "--mfu-len", "4", "--mfu-steps", "1", "--ddp-steps", "2"]
     argv += ["--runs", str(tmp_path / "runs"), "--out", str(out)]
@@ -86,16 +127,24 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
-    [preset] = report["presets"]
-    assert "error" not in preset, preset
-    assert preset["reason"] == "stopped" and preset["steps"] < preset["budget_steps"] == 2270
-    assert preset["n_test"] == 5 and preset["train_tflops"] is not None
+    transformer, gru = report["presets"]
+    for preset in (transformer, gru):
+        assert "error" not in preset, preset
+        assert preset["reason"] == "stopped" and preset["steps"] < preset["budget_steps"] == 2270
+        assert preset["n_test"] == 5
+    assert transformer["train_tflops"] is not None and "side_by_side" not in transformer
+    assert gru["preset"] == "multi30k-gru-none" and gru["side_by_side"] is True
     assert [row["batch"] for row in report["mfu"]["rows"]] == [2, 3]
     assert all(row["mfu"] is None for row in report["mfu"]["rows"])  # no bf16 peak for a CPU
     assert report["decoding"]["sentences"] == 5 and report["decoding"]["greedy_sent_per_s"] > 0
     ddp = report["ddp"]
     assert (ddp["nproc"], ddp["exit_code"], ddp["steps"], ddp["reason"]) == (1, 0, 2, "finished")
+    profile = report["profile"]
+    assert profile["steps_profiled"] == 25  # whole log windows: the loop's syncs as in a run
+    assert profile["ms_per_step"] > 0 and profile["aten_ops_per_step"] > 100
+    assert "aten::mm" in out.with_suffix(".profile.txt").read_text()
     assert "multi30k-transformer" in done.stdout and "train --nproc 1" in done.stdout
+    assert "upper bound" in done.stdout and "training loop" in done.stdout
 
 
 def test_a_failing_part_is_reported_with_where_and_the_rest_still_run(tmp_path):
