@@ -21,6 +21,7 @@ would start after ``--deadline`` seconds is skipped with that reason):
    sentences of ``--mfu-len`` tokens each (``model_flops`` below says how FLOPs are counted),
    eager and, with ``--mfu-compile``, compiled (the model and the loss, as ``train.compile``);
    the eager rows first, and a row that would start after the deadline is skipped;
+   ``--mfu-profile N`` profiles N more steps of each row (the device's busy time, top kernels);
 6. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
    ``--nproc 1``: exit code, wall time and tokens/s from the run's events;
 7. the two GRU presets, as in 2 (last, so that a deadline cuts them first).
@@ -203,7 +204,7 @@ def profile_training(args: argparse.Namespace) -> dict[str, Any]:
     """The real training loop (Trainer on the Transformer preset's batches) under
     torch.profiler: per step, the wall time unprofiled, the device's busy time, kernel
     launches, host syncs, and the operators that take the host's and the device's time."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     from attnlab.data.dataset import load_dataset
     from attnlab.events import Step
@@ -217,10 +218,7 @@ def profile_training(args: argparse.Namespace) -> dict[str, Any]:
     overrides += [f"train.max_steps={steps}", f"train.eval_every={steps}"]
     overrides += [f"train.log_every={window}", "train.eval_sentences=20"]
     config = apply_overrides(load_preset("multi30k-transformer"), overrides)
-    activities = [ProfilerActivity.CPU]
-    if args.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    prof = profile(activities=activities)
+    prof = profile(activities=profiler_activities(args.device))
     marks: dict[int, float] = {}
 
     def on_event(event: Any) -> None:  # called in the training loop, at each Step event
@@ -249,6 +247,13 @@ def profile_training(args: argparse.Namespace) -> dict[str, Any]:
         "profiled_ms_per_step": round((marks[steps] - marks[2 * window]) * 1e3 / profiled, 2),
         **summarise_profile(averages, profiled),
     }
+
+
+def profiler_activities(device: Any) -> list[Any]:
+    from torch.profiler import ProfilerActivity
+
+    extra = [ProfilerActivity.CUDA] if device.type == "cuda" else []
+    return [ProfilerActivity.CPU, *extra]
 
 
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -307,10 +312,12 @@ def seconds_per_step(
     n: int,
     vocab: tuple[int, int],
     args: argparse.Namespace,
-) -> float:
+) -> tuple[float, dict[str, Any] | None]:
     """Mean seconds of a bf16-autocast training step on a synthetic batch of ``b`` x ``n``
-    (``model`` and ``loss_sum`` may be compiled: their compilation falls in the warm-up)."""
+    (``model`` and ``loss_sum`` may be compiled: their compilation falls in the warm-up), and
+    with ``--mfu-profile N`` the device's busy time and top kernels over N more steps."""
     import torch
+    from torch.profiler import profile
 
     from attnlab.device import autocast
 
@@ -335,7 +342,16 @@ def seconds_per_step(
     for _ in range(args.mfu_steps):
         step()
     synchronize(args.device)
-    return (time.perf_counter() - start) / args.mfu_steps
+    seconds = (time.perf_counter() - start) / args.mfu_steps
+    if not args.mfu_profile:
+        return seconds, None
+    with profile(activities=profiler_activities(args.device)) as prof:
+        for _ in range(args.mfu_profile):
+            step()
+        synchronize(args.device)
+    summary = summarise_profile(prof.key_averages(), args.mfu_profile)
+    kept = ("device_busy_ms_per_step", "kernels_per_step", "top_device_ms_per_step")
+    return seconds, {key: summary[key] for key in kept}
 
 
 def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
@@ -373,7 +389,9 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
             torch._dynamo.reset()
             model, loss_sum = torch.compile(model), torch.compile(token_loss_sum)
         try:
-            seconds = seconds_per_step(model, loss_sum, optimizer, b, n, (src_v, tgt_v), args)
+            seconds, profiled = seconds_per_step(
+                model, loss_sum, optimizer, b, n, (src_v, tgt_v), args
+            )
         except torch.OutOfMemoryError:
             rows.append({"batch": b, "compiled": compiled, "error": "out of memory"})
             break
@@ -387,6 +405,7 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
                 "achieved_tflops": round(flops / seconds / 1e12, 2),
                 "mfu": None if peak is None else round(flops / seconds / peak, 4),
                 "peak_memory_gib": round(memory / 2**30, 2),
+                **({"profile": profiled} if profiled else {}),
             }
         )
     return {
@@ -528,6 +547,16 @@ def _preset_row(r: dict[str, Any]) -> str:
     return text
 
 
+def _busy(row: dict[str, Any]) -> str:
+    """', device busy X ms (top: kernel Y ms)' for a profiled MFU row."""
+    prof = row.get("profile")
+    if not prof:
+        return ""
+    top = next(iter(prof["top_device_ms_per_step"].items()), None)
+    shown = f" (top: {top[0][:40]} {top[1]} ms)" if top else ""
+    return f", device busy {prof['device_busy_ms_per_step']} ms{shown}"
+
+
 def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -552,7 +581,7 @@ def print_table(report: dict[str, Any]) -> None:
             f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}{compiled}",
             row.get("error")
             or f"{shown}: {row['achieved_tflops']} TFLOP/s, {row['step_ms']} ms/step, "
-            f"{row['peak_memory_gib']} GiB",
+            f"{row['peak_memory_gib']} GiB{_busy(row)}",
         )
     if "rows" not in mfu:
         table.add_row("MFU bf16", _status(mfu) or "skipped")
@@ -634,6 +663,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--mfu-compile",
         action="store_true",
         help="also time each MFU batch size with torch.compile (what train.compile does)",
+    )
+    parser.add_argument(
+        "--mfu-profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N more steps of each MFU row: the device's busy time and top kernels",
     )
     parser.add_argument(
         "--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)"

@@ -122,6 +122,7 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     argv += ["--side-by-side", "--preset-seconds", "3", "--profile-steps", "3"]
     argv += ["--set", "data.max_pairs=200", "--set", "data.max_len=12", "--test-sentences", "5"]
     argv += ["--mfu-batch", "2", "3", "--mfu-len", "4", "--mfu-steps", "1", "--ddp-steps", "2"]
+    argv += ["--mfu-profile", "1"]
     argv += ["--runs", str(tmp_path / "runs"), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "ATTNLAB_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
@@ -136,6 +137,8 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     assert gru["preset"] == "multi30k-gru-none" and gru["side_by_side"] is True
     assert [row["batch"] for row in report["mfu"]["rows"]] == [2, 3]
     assert all(row["mfu"] is None for row in report["mfu"]["rows"])  # no bf16 peak for a CPU
+    # Profiled rows: no device timeline on a CPU (summarise_profile's counting is tested above).
+    assert all(row["profile"]["kernels_per_step"] == 0 for row in report["mfu"]["rows"])
     assert report["decoding"]["sentences"] == 5 and report["decoding"]["greedy_sent_per_s"] > 0
     ddp = report["ddp"]
     assert (ddp["nproc"], ddp["exit_code"], ddp["steps"], ddp["reason"]) == (1, 0, 2, "finished")
