@@ -683,6 +683,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ddp-steps", type=int, default=300)
     parser.add_argument("--ddp-timeout", type=int, default=240)
     args = parser.parse_args(argv)
+    at_least = {name: 0 for name in ("deadline", "steps", "preset_seconds", "test_sentences")}
+    at_least |= {name: 0 for name in ("mfu_profile", "peak_tflops", "profile_steps")}
+    at_least |= {name: 1 for name in ("tests_timeout", "mfu_len", "mfu_steps", "ddp_steps")}
+    at_least["ddp_timeout"] = 1
+    for name, low in at_least.items():
+        if (value := getattr(args, name)) < low:
+            parser.error(f"--{name.replace('_', '-')} must be at least {low}: {value}")
+    if min(args.mfu_batch) < 1:
+        parser.error(f"--mfu-batch: each size must be at least 1: {args.mfu_batch}")
     args.skip = set(args.skip)
     for part, flag in (("tests", args.skip_tests), ("train", args.skip_train)):
         if flag:

@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         help="continue runs found under --out from their last checkpoint",
     )
     args = parser.parse_args(argv)
+    for name in ("steps", "max_pairs", "eval_sentences", "test_sentences", "max_seconds"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be at least 0: {getattr(args, name)}")
 
     from attnlab.device import resolve_device
     from attnlab.errors import AttnlabError

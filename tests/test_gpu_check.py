@@ -35,6 +35,21 @@ def test_without_cuda_it_says_so_and_exits_0(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mfu-profile", "-1"], "--mfu-profile must be at least 0: -1"),
+        (["--mfu-batch", "4", "0"], "--mfu-batch: each size must be at least 1: [4, 0]"),
+        (["--ddp-steps", "0"], "--ddp-steps must be at least 1: 0"),
+        (["--skip", "bogus"], "invalid choice: 'bogus'"),
+    ],
+)
+def test_bad_arguments_get_one_line_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_peak_table_by_device_name_and_override():
     assert gpu_check.peak_flops("NVIDIA H200") == 989.5e12
     assert gpu_check.peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12
