@@ -71,6 +71,7 @@ PEAK_BF16 = (
     ("H100", 989.5e12),
     ("A100", 312e12),
 )
+import multi30k  # noqa: E402  (its run_preset trains each preset; its argument checks)
 from flops import model_flops  # noqa: E402  (one home: also throughput.py's fraction of peak)
 
 PARTS = ("tests", "train", "mfu", "decoding", "profile", "ddp")
@@ -119,25 +120,13 @@ def run_cuda_tests(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
-    import multi30k
-
     results = []
     for name in names:
         if past_deadline(args):
             results.append({"preset": name, "skipped": "past --deadline"})
             continue
-        bench = argparse.Namespace(
-            set=[f"train.device={args.device.type}", *args.set],
-            steps=args.steps,
-            max_pairs=0,
-            eval_sentences=0,
-            test_sentences=args.test_sentences,
-            device=args.device.type,
-            out=str(Path(args.runs) / "presets"),
-            resume=False,
-            device_resolved=args.device,
-            max_seconds=preset_cap(args),
-        )
+        bench = multi30k.parse_args(preset_argv(args, name))
+        bench.device_resolved = args.device
         print(f"== training {name}", file=sys.stderr, flush=True)
         try:
             results.append(multi30k.run_preset(name, bench))
@@ -145,6 +134,17 @@ def train_presets(args: argparse.Namespace, names: list[str]) -> list[dict[str, 
             results.append({"preset": name, **failure(err)})
         args.save()
     return results
+
+
+def preset_argv(args: argparse.Namespace, name: str) -> list[str]:
+    """benchmarks/multi30k.py's arguments for one preset as this check trains it, in this
+    process (``train_presets``) or in its own (``--side-by-side``)."""
+    argv = ["--presets", name, "--device", args.device.type]
+    argv += ["--out", str(Path(args.runs) / "presets"), "--steps", str(args.steps)]
+    argv += ["--test-sentences", str(args.test_sentences), "--max-seconds", str(preset_cap(args))]
+    for item in [f"train.device={args.device.type}", *args.set]:
+        argv += ["--set", item]
+    return argv
 
 
 def preset_cap(args: argparse.Namespace) -> float:
@@ -162,15 +162,10 @@ def launch_side_by_side(args: argparse.Namespace, names: list[str]) -> SideBySid
     """Each preset in its own process (benchmarks/multi30k.py), all started at once. They share
     the device and the CPU, so each wall time is an upper bound of that preset's run alone;
     at these batch sizes a step is bound by kernel launches, so the device has room."""
-    out = Path(args.runs) / "presets"
     started = []
     for name in names:
-        argv = [sys.executable, str(REPO / "benchmarks" / "multi30k.py"), "--presets", name]
-        argv += ["--device", args.device.type, "--out", str(out), "--json"]
-        argv += ["--steps", str(args.steps), "--test-sentences", str(args.test_sentences)]
-        argv += ["--max-seconds", str(preset_cap(args))]
-        for item in [f"train.device={args.device.type}", *args.set]:
-            argv += ["--set", item]
+        script = str(REPO / "benchmarks" / "multi30k.py")
+        argv = [sys.executable, script, *preset_argv(args, name), "--json"]
         log = Path(args.out).with_suffix(f".{name}.log")
         print(f"== training {name} (side by side)", file=sys.stderr, flush=True)
         with log.open("w") as sink:  # the child keeps its own handle
@@ -564,7 +559,7 @@ def print_table(report: dict[str, Any]) -> None:
     table = Table(title=f"attnlab gpu_check — {report['device']} — {report['date']}")
     table.add_column("check", style="bold")
     table.add_column("result")
-    tests = report.get("cuda_tests") or {"skipped": "--skip-tests"}
+    tests = report.get("cuda_tests") or {"skipped": "--skip tests"}
     table.add_row(
         "CUDA tests",
         _status(tests) or f"{'ok' if tests.get('ok') else 'FAILED'}: {tests.get('summary')}",
@@ -640,8 +635,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip", nargs="+", default=[], choices=PARTS, help="parts not to run", metavar="PART"
     )
-    parser.add_argument("--skip-tests", action="store_true", help="as --skip tests")
-    parser.add_argument("--skip-train", action="store_true", help="as --skip train")
     parser.add_argument(
         "--side-by-side",
         action="store_true",
@@ -683,19 +676,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ddp-steps", type=int, default=300)
     parser.add_argument("--ddp-timeout", type=int, default=240)
     args = parser.parse_args(argv)
-    at_least = {name: 0 for name in ("deadline", "steps", "preset_seconds", "test_sentences")}
-    at_least |= {name: 0 for name in ("mfu_profile", "peak_tflops", "profile_steps")}
-    at_least |= {name: 1 for name in ("tests_timeout", "mfu_len", "mfu_steps", "ddp_steps")}
-    at_least["ddp_timeout"] = 1
-    for name, low in at_least.items():
-        if (value := getattr(args, name)) < low:
-            parser.error(f"--{name.replace('_', '-')} must be at least {low}: {value}")
+    counts = ("deadline", "steps", "preset_seconds", "test_sentences", "mfu_profile")
+    sizes = ("tests_timeout", "mfu_len", "mfu_steps", "ddp_steps", "ddp_timeout")
+    minimums = dict.fromkeys((*counts, "peak_tflops", "profile_steps"), 0)
+    multi30k.require_at_least(parser, args, minimums | dict.fromkeys(sizes, 1))
     if min(args.mfu_batch) < 1:
         parser.error(f"--mfu-batch: each size must be at least 1: {args.mfu_batch}")
     args.skip = set(args.skip)
-    for part, flag in (("tests", args.skip_tests), ("train", args.skip_train)):
-        if flag:
-            args.skip.add(part)
     if not args.profile_steps:
         args.skip.add("profile")
     return args

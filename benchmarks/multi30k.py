@@ -132,7 +132,18 @@ def run_preset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def require_at_least(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, minimums: dict[str, float]
+) -> None:
+    """One line naming the flag (``parser.error``, exit 2) for a value under its minimum
+    (``minimums``: option dest -> smallest valid value; also gpu_check's)."""
+    for name, low in minimums.items():
+        if (value := getattr(args, name)) < low:
+            parser.error(f"--{name.replace('_', '-')} must be at least {low}: {value}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (gpu_check builds one per preset, for this process or its own)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--presets",
@@ -183,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         help="continue runs found under --out from their last checkpoint",
     )
     args = parser.parse_args(argv)
-    for name in ("steps", "max_pairs", "eval_sentences", "test_sentences", "max_seconds"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must be at least 0: {getattr(args, name)}")
+    counts = ("steps", "max_pairs", "eval_sentences", "test_sentences", "max_seconds")
+    require_at_least(parser, args, dict.fromkeys(counts, 0))
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     from attnlab.device import resolve_device
     from attnlab.errors import AttnlabError
 
