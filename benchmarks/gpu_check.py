@@ -22,6 +22,7 @@ would start after ``--deadline`` seconds is skipped with that reason):
    eager and, with ``--mfu-compile``, compiled (the model and the loss, as ``train.compile``);
    the eager rows first, and a row that would start after the deadline is skipped;
    ``--mfu-profile N`` profiles N more steps of each row (the device's busy time, top kernels);
+   ``--mfu-set SECTION.KEY=VALUE`` changes the model of these rows only (e.g. a wider one);
 6. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
    ``--nproc 1``: exit code, wall time and tokens/s from the run's events;
 7. the two GRU presets, as in 2 (last, so that a deadline cuts them first).
@@ -349,16 +350,23 @@ def seconds_per_step(
     return seconds, {key: summary[key] for key in kept}
 
 
+def mfu_config(overrides: list[str]) -> Any:
+    """The Transformer preset that the MFU rows time, with ``--mfu-set`` applied (e.g. a wider
+    model, to see how far the same code gets where matmuls are larger)."""
+    from attnlab.experiment import apply_overrides, load_preset
+
+    return apply_overrides(load_preset("multi30k-transformer"), overrides)
+
+
 def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     """Model FLOP/s of bf16 training steps on synthetic batches, one row per batch size."""
     import torch
 
     from attnlab.evaluate import token_loss_sum
-    from attnlab.experiment import load_preset
     from attnlab.nn.model import build_model
     from attnlab.train.trainer import make_optimizer
 
-    config = load_preset("multi30k-transformer")
+    config = mfu_config(args.mfu_set)
     src_v, tgt_v = _vocab_sizes(args, config.data.subword_vocab)
     on_cuda = args.device.type == "cuda"
     name = torch.cuda.get_device_name(args.device) if on_cuda else "cpu"
@@ -407,6 +415,7 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
         "device": name,
         "sentence_tokens": n,
         "vocab": [src_v, tgt_v],
+        "overrides": list(args.mfu_set),
         "peak_tflops": None if peak is None else round(peak / 1e12, 1),
         "rows": rows,
     }
@@ -572,8 +581,9 @@ def print_table(report: dict[str, Any]) -> None:
     for row in mfu.get("rows", []):
         shown = "?" if row.get("mfu") is None else f"{100 * row['mfu']:.1f} %"
         compiled = " (compiled)" if row.get("compiled") else ""
+        changed = "".join(f", {item}" for item in mfu.get("overrides", []))
         table.add_row(
-            f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}{compiled}",
+            f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}{compiled}{changed}",
             row.get("error")
             or f"{shown}: {row['achieved_tflops']} TFLOP/s, {row['step_ms']} ms/step, "
             f"{row['peak_memory_gib']} GiB{_busy(row)}",
@@ -665,6 +675,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="profile N more steps of each MFU row: the device's busy time and top kernels",
     )
     parser.add_argument(
+        "--mfu-set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override the preset for the MFU rows only (e.g. model.d_model=1024)",
+    )
+    parser.add_argument(
         "--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (TFLOP/s)"
     )
     parser.add_argument(
@@ -682,6 +699,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     multi30k.require_at_least(parser, args, minimums | dict.fromkeys(sizes, 1))
     if min(args.mfu_batch) < 1:
         parser.error(f"--mfu-batch: each size must be at least 1: {args.mfu_batch}")
+    if args.mfu_set:
+        from attnlab.errors import AttnlabError
+
+        try:  # refused now, not minutes into the run
+            mfu_config(args.mfu_set)
+        except AttnlabError as err:
+            parser.error(str(err).replace("--set", "--mfu-set", 1))  # the flag given
     args.skip = set(args.skip)
     if not args.profile_steps:
         args.skip.add("profile")

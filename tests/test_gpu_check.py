@@ -42,12 +42,21 @@ def test_without_cuda_it_says_so_and_exits_0(tmp_path):
         (["--mfu-batch", "4", "0"], "--mfu-batch: each size must be at least 1: [4, 0]"),
         (["--ddp-steps", "0"], "--ddp-steps must be at least 1: 0"),
         (["--skip", "bogus"], "invalid choice: 'bogus'"),
+        (["--mfu-set", "model.d_modle=512"], "--mfu-set: unknown key model.d_modle (did you mean"),
     ],
 )
 def test_bad_arguments_get_one_line_naming_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         gpu_check.parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_mfu_set_changes_only_the_model_the_mfu_rows_time():
+    config = gpu_check.mfu_config(["model.d_model=512", "model.ff=2048"])
+    preset = gpu_check.mfu_config([])
+    assert (config.model.d_model, config.model.ff) == (512, 2048)
+    assert (preset.model.d_model, preset.model.ff) == (256, 512)
+    assert config.train == preset.train and config.data == preset.data
 
 
 def test_peak_table_by_device_name_and_override():
@@ -137,7 +146,7 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     argv += ["--side-by-side", "--preset-seconds", "3", "--profile-steps", "3"]
     argv += ["--set", "data.max_pairs=200", "--set", "data.max_len=12", "--test-sentences", "5"]
     argv += ["--mfu-batch", "2", "3", "--mfu-len", "4", "--mfu-steps", "1", "--ddp-steps", "2"]
-    argv += ["--mfu-profile", "1"]
+    argv += ["--mfu-profile", "1", "--mfu-set", "model.ff=64"]
     argv += ["--runs", str(tmp_path / "runs"), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "ATTNLAB_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
@@ -151,6 +160,7 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     assert transformer["train_tflops"] is not None and "side_by_side" not in transformer
     assert gru["preset"] == "multi30k-gru-none" and gru["side_by_side"] is True
     assert [row["batch"] for row in report["mfu"]["rows"]] == [2, 3]
+    assert report["mfu"]["overrides"] == ["model.ff=64"] and "model.ff=64" in done.stdout
     assert all(row["mfu"] is None for row in report["mfu"]["rows"])  # no bf16 peak for a CPU
     # Profiled rows: no device timeline on a CPU (summarise_profile's counting is tested above).
     assert all(row["profile"]["kernels_per_step"] == 0 for row in report["mfu"]["rows"])
