@@ -20,6 +20,7 @@ from attnlab.nn.attention.base import (
     ROLE_CROSS,
     ROLE_RNN_CROSS,
     ROLE_SELF,
+    masked_softmax,
 )
 from attnlab.nn.attention.kernel import (
     causal_prefix_attention,
@@ -419,6 +420,56 @@ def test_sliding_window_wider_than_sequence_equals_full_attention(causal, need_w
     torch.testing.assert_close(b.context, a.context, atol=1e-5, rtol=1e-5)
     if need_weights:
         torch.testing.assert_close(b.weights, a.weights, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sliding-window", "dilated"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_window_far_wider_than_the_sequence_costs_what_the_sequence_does(
+    name, causal, monkeypatch
+):
+    """window ≥ T sees every key: the banded path must give the loop reference's full (or
+    per-residue-class) softmax and build no more score cells than window = T - 1 does. The
+    bug: blocks of b + 2w keys with b = max(w, 16) -- a 12-token sentence with window=100000
+    asked for ~10^11 score cells per head."""
+    import attnlab.nn.attention.sparse as sparse
+
+    seen: list[int] = []
+
+    def spy(scores, mask):
+        seen.append(scores.numel())
+        return masked_softmax(scores, mask)
+
+    monkeypatch.setattr(sparse, "masked_softmax", spy)
+    role = ROLE_CAUSAL_SELF if causal else ROLE_SELF
+    t, dilation = 12, 3
+    query, _, key_mask = make_inputs(tq=t, tk=t)
+    extra = {"dilation": dilation} if name == "dilated" else {}
+    narrow, wide = (build(name, role=role, heads=2, window=w, **extra) for w in (t - 1, 100_000))
+    assert all(
+        torch.equal(a, b) for a, b in zip(narrow.parameters(), wide.parameters(), strict=True)
+    )
+    q, k, v = _reference_setup(narrow, query, query)
+    b, h, _, dh = q.shape
+    step = [1, dilation] if name == "dilated" else [1, 1]  # head 0 local, head 1 strided
+    ctx, _ = loop_softmax_attention(
+        lambda bi, hi, i, j: float(q[bi, hi, i] @ k[bi, hi, j]) / math.sqrt(dh),
+        lambda bi, hi, i, j: v[bi, hi, j],
+        lambda hi, i, j: (i - j) % step[hi] == 0 and (not causal or j <= i),
+        b,
+        h,
+        t,
+        t,
+        key_mask,
+    )
+    cells = []
+    for attn in (narrow, wide):
+        seen.clear()
+        banded = attn(query, query, query, key_mask, causal=causal, need_weights=False)
+        cells.append(sum(seen))
+        torch.testing.assert_close(
+            banded.context.double(), out_proj(ctx, attn), atol=1e-5, rtol=1e-5
+        )
+    assert cells[1] == cells[0], cells
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -33,7 +33,9 @@ def banded_attention(
     q, k, v [B,G,T,dh] (G heads or head groups), key_mask [B,G|1,T] -> context [B,G,T,dh].
     """
     bsz, groups, length, dh = q.shape
-    w = window
+    # No key lies more than length - 1 away: a wider window sees the same keys, and the
+    # blocks (b + 2w keys each) would otherwise grow with w, not with T.
+    w = min(window, max(length - 1, 0))
     block = max(w, 16)
     n_blocks = -(-length // block)
     extra = n_blocks * block - length
