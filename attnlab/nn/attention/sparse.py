@@ -179,6 +179,7 @@ class DilatedAttention(SlidingWindowAttention):
 
     def dilations(self) -> list[int]:
         # As in the Sparse Transformer's factorised pattern, the first half of the heads stay
-        # local (d = 1) and the rest are strided, so every residue class still mixes.
+        # local (d = 1) and the rest are strided, so every residue class still mixes (given two
+        # heads or more: one head is strided alone, as docs/models.md says).
         local = self.heads // 2
         return [1] * local + [self.dilation] * (self.heads - local)
