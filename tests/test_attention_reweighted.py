@@ -252,6 +252,47 @@ def test_differential_refuses_an_odd_head_width_and_rotary_halves_with_split_pai
     assert "\n" not in str(raised.value)
 
 
+def paper_lambda_init(layer):
+    """Ye et al. 2024, §2.1: λ_init = 0.8 − 0.6·exp(−0.3·(l − 1)), l ∈ [1, L] the layer index."""
+    return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))
+
+
+def test_differential_lambda_init_follows_the_papers_depth_rule_in_every_layer():
+    """Default ("auto"): layer l of each Transformer stack computes exactly what a differential
+    module with the number λ_init = 0.8 − 0.6·e^(−0.3(l−1)) computes (0.2 in layer 1, not 0.8);
+    a number pins every layer. The numbers are written here, not read from the module."""
+    from attnlab.config import ExperimentConfig, ModelConfig
+    from attnlab.nn.model import build_model
+
+    def model(**params):
+        torch.manual_seed(0)
+        m = ModelConfig(arch="transformer", d_model=D, heads=2, ff=24, enc_layers=3,
+                        dec_layers=2, dropout=0.0, self_attention="differential",
+                        decoder_self_attention="differential", cross_attention="differential",
+                        attn_params=params)  # fmt: skip
+        return build_model(ExperimentConfig(model=m), 11, 11).eval()
+
+    def same_as_number(block, value, query, keys):
+        twin = build_attention(
+            "differential", D, D, role=block.role, heads=2, hparams={"lambda_init": value}
+        ).eval()
+        twin.load_state_dict(block.attn.state_dict())
+        for need_weights in (False, True):
+            got = block.attn(query, keys, keys, key_mask, need_weights=need_weights).context
+            want = twin(query, keys, keys, key_mask, need_weights=need_weights).context
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+    query, keys, key_mask = make_inputs(tq=6, tk=6)
+    assert paper_lambda_init(1) == pytest.approx(0.2) and paper_lambda_init(2) < 0.36
+    auto, pinned = model(), model(lambda_init=0.5)
+    for net, rule in ((auto, paper_lambda_init), (pinned, lambda layer: 0.5)):
+        for layer, enc in enumerate(net.encoder_layers, start=1):
+            same_as_number(enc.self_attn, rule(layer), query, query)
+        for layer, dec in enumerate(net.decoder_layers, start=1):
+            same_as_number(dec.self_attn, rule(layer), query, query)
+            same_as_number(dec.cross_attn, rule(layer), query, keys)
+
+
 def rotate_by_hand(x, start, base=10000.0):
     """Rotary on each half of the last dim separately, pair (2i, 2i+1) of a half of width w by
     angle p·base^(−2i/w), p = start + row; float64 loops."""

@@ -13,6 +13,7 @@ from attnlab.config import ExperimentConfig, ModelConfig
 from attnlab.errors import AttnlabError
 from attnlab.nn.attention import ATTENTION
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF, ROLE_CROSS
+from attnlab.nn.attention.multihead import MultiHeadBase
 from attnlab.nn.model import ARCHITECTURES, build_model
 from attnlab.nn.reference import set_reference_mode
 from attnlab.nn.seq2seq import PAD_ID, select_state
@@ -121,6 +122,31 @@ def test_every_decoder_variant_decodes_with_its_cache_as_the_full_pass(case):
     torch.testing.assert_close(
         torch.stack(cross, dim=3), full.attentions["cross"], atol=1e-5, rtol=1e-5
     )
+
+
+def _rotary_decoder_variants():
+    """Every variant that can be the decoder's self-attention with model.positions = rotary."""
+    for entry in ATTENTION.entries():
+        cls = entry.factory
+        causal = ROLE_CAUSAL_SELF in entry.meta.roles
+        if causal and issubclass(cls, MultiHeadBase) and cls.supports_rotary:
+            yield entry.name
+
+
+@pytest.mark.parametrize("name", list(_rotary_decoder_variants()))
+def test_rotary_decoder_self_attention_decodes_with_its_cache_as_the_full_pass(name):
+    """positions = rotary: each cached step rotates its new key at its absolute position and its
+    query at the end of the cache, so the stepped logits equal the full pass's (a wrong offset,
+    e.g. rotating the step at 0, would not)."""
+    model = make_model(decoder_self_attention=name, positions="rotary")
+    for layer in model.decoder_layers:
+        attn = layer.self_attn.attn
+        assert attn.rotary is not None or getattr(attn, "rope", None) is not None  # mla: its own
+    src, src_mask, tgt_in = random_batch()
+    with torch.no_grad():
+        full = model(src, src_mask, tgt_in).logits
+        cached, _ = decode_with_cache(model, src, src_mask, tgt_in)
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-5)
 
 
 def ragged_batch(empty_source: bool = False):

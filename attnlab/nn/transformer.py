@@ -280,6 +280,12 @@ class TransformerSeq2Seq(Seq2Seq):
         for block in self._attention_blocks():  # rotary self-attention (and MLA's own)
             if isinstance(block.attn, MultiHeadBase):
                 block.attn.set_positions(block.role, m.positions == "rotary")
+        # Each stack counts its layers from 1 (differential's depth-dependent λ_init).
+        for stack in (self.encoder_layers, self.decoder_layers):
+            for depth, layer in enumerate(stack, start=1):
+                for block in (layer.self_attn, getattr(layer, "cross_attn", None)):
+                    if block is not None and isinstance(block.attn, MultiHeadBase):
+                        block.attn.set_depth(depth)
 
     def _attention_blocks(self) -> list[AttentionBlock]:
         blocks = [layer.self_attn for layer in self.encoder_layers]

@@ -124,6 +124,10 @@ class MultiHeadBase(Attention):
         if rotary and role != ROLE_CROSS and self.supports_rotary:
             self.rotary = Rotary(self.head_dim)
 
+    def set_depth(self, layer: int) -> None:
+        """Told by the Transformer which layer of its stack this module is in (1-based); for
+        a variant whose formula depends on depth (differential's λ_init). Default: no-op."""
+
     def project_kv(self, keys: Tensor, values: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
         """keys/values [B,Tk,Dk] (padded) at absolute positions start.. -> k, v [B,H_kv,Tk,dh]."""
         k = split_heads(self.k_proj(keys), self.kv_heads)

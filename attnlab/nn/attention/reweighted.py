@@ -42,6 +42,29 @@ from attnlab.nn.positions import Rotary
 REWEIGHTED_ROLES = frozenset(ALL_ROLES)
 
 
+@dataclass(frozen=True)
+class AutoOrNumber(HParam):
+    """A hyper-parameter that is "auto" or a number in [low, high]."""
+
+    def validate(self, value: Any, key: str = "") -> Any:
+        key = key or f"model.{self.name}"
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise AttnlabError(f'{key} must be "auto" or a number, got {value!r}') from None
+        if not math.isfinite(number):
+            raise AttnlabError(f'{key}={value} must be a finite number or "auto"')
+        if (self.low is not None and number < self.low) or (
+            self.high is not None and number > self.high
+        ):
+            raise AttnlabError(f"{key}={number} is out of range [{self.low}, {self.high}]")
+        return number
+
+
 # -- differential ------------------------------------------------------------------------------
 
 
@@ -70,6 +93,22 @@ class HalfRotary(Rotary):
         return torch.cat([super().forward(first, start), super().forward(second, start)], -1)
 
 
+LAMBDA_INIT = AutoOrNumber(
+    "lambda_init",
+    "auto",
+    "differential: λ_init, the constant in λ and the output scale 1 − λ_init; "
+    '"auto" = the paper\'s depth rule 0.8 − 0.6·e^(−0.3(l−1)), l = the layer '
+    "(1-based, per Transformer stack; 0.2 in layer 1), or a number for every layer",
+    0.0,
+    0.95,
+)
+
+
+def lambda_init_for_layer(layer: int) -> float:
+    """The paper's λ_init of layer ``layer`` (1-based): 0.8 − 0.6·exp(−0.3·(layer − 1))."""
+    return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))
+
+
 @register_attention
 class DifferentialAttention(MultiHeadBase):
     """A = softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d) per head; Ye et al. 2024.
@@ -91,16 +130,7 @@ class DifferentialAttention(MultiHeadBase):
         complexity="O(Tq·Tk·d) time, two softmax maps per head; fused SDPA without weights",
         known_for="Subtracting a second map cancels common-mode attention noise (signed map).",
         paper="Ye et al. 2024, Differential Transformer, arXiv:2410.05258",
-        hparams=(
-            HParam(
-                "lambda_init",
-                0.8,
-                "differential: λ_init, the constant in λ and the output scale 1 − λ_init "
-                "(the paper's depth rule 0.8 − 0.6·e^(−0.3(l−1)) tends to 0.8)",
-                0.0,
-                0.95,
-            ),
-        ),
+        hparams=(LAMBDA_INIT,),
         normalisation=NORM_SIGNED,
     )
 
@@ -117,11 +147,12 @@ class DifferentialAttention(MultiHeadBase):
         key_dim: int,
         heads: int = 1,
         dropout: float = 0.0,
-        lambda_init: float = 0.8,
+        lambda_init: float | str = "auto",
     ):
         super().__init__(query_dim, key_dim, heads, dropout)
         self.check_hparams(heads, {"lambda_init": lambda_init}, head_dim=self.head_dim)
-        self.lambda_init = lambda_init
+        self.lambda_init_setting = LAMBDA_INIT.validate(lambda_init)
+        self.set_depth(1)  # the Transformer tells each module its layer (set_depth)
         half = self.head_dim // 2
         # The paper's re-parameterisation; one λ per layer, shared by its heads (as in the paper).
         self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
@@ -130,6 +161,13 @@ class DifferentialAttention(MultiHeadBase):
         # Per-head RMSNorm over d_h (one gain shared by the heads, as the paper's sub-layer norm).
         self.norm_weight = nn.Parameter(torch.ones(self.head_dim))
         self.norm_eps = 1e-5
+
+    def set_depth(self, layer: int) -> None:
+        # λ_init depends on the layer (Ye et al. 2024, §2.1): 0.8 − 0.6·exp(−0.3·(l − 1)).
+        if self.lambda_init_setting == "auto":
+            self.lambda_init = lambda_init_for_layer(layer)
+        else:
+            self.lambda_init = float(self.lambda_init_setting)
 
     def lam(self) -> Tensor:
         """λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init (a 0-d tensor)."""
@@ -183,29 +221,6 @@ class DifferentialAttention(MultiHeadBase):
 
 
 # -- sigmoid -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AutoOrNumber(HParam):
-    """A hyper-parameter that is "auto" or a number in [low, high]."""
-
-    def validate(self, value: Any, key: str = "") -> Any:
-        key = key or f"model.{self.name}"
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value)
-        except (TypeError, ValueError):
-            raise AttnlabError(f'{key} must be "auto" or a number, got {value!r}') from None
-        if not math.isfinite(number):
-            raise AttnlabError(f'{key}={value} must be a finite number or "auto"')
-        if (self.low is not None and number < self.low) or (
-            self.high is not None and number > self.high
-        ):
-            raise AttnlabError(f"{key}={number} is out of range [{self.low}, {self.high}]")
-        return number
 
 
 @register_attention
