@@ -459,3 +459,35 @@ def test_a_run_killed_inside_its_first_save_resumes_from_the_start(tmp_path, tin
         return [e["loss"] for e in iter_events(directory) if e["type"] == "step"]
 
     assert losses(run_dir)[-6:] == losses(straight)  # the second session repeats the run exactly
+
+
+def test_eval_events_under_amp_equal_a_float32_attnlab_eval(tmp_path, tiny_config, monkeypatch):
+    """``train.amp`` (bf16 autocast on CUDA) is for the training steps only: the eval event
+    must still equal ``attnlab eval`` of the saved checkpoint, which runs in float32. CPU
+    bf16 autocast stands in for CUDA's here, so the check runs without a GPU."""
+    import contextlib
+    import json
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.experiment import apply_overrides
+
+    @contextlib.contextmanager
+    def cpu_amp(device, enabled):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            yield
+
+    monkeypatch.setattr("attnlab.train.trainer.autocast", cpu_amp)
+    config = apply_overrides(
+        tiny_config, ["train.amp=true", "train.max_steps=3", "train.samples=0"]
+    )
+    Trainer(config, tmp_path / "run", device="cpu").run()
+    (event,) = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    last = str(tmp_path / "run" / "checkpoints" / "last")
+    result = CliRunner().invoke(cli, ["eval", last, "--max-sentences", str(event["n"]), "--json"])
+    assert result.exit_code == 0, result.output
+    fresh = json.loads(result.output)
+    assert fresh["step"] == event["step"] == 3
+    for key in ("loss", "bleu", "chrf", "exact_match"):
+        assert fresh[key] == event[key], (key, fresh[key], event[key])
