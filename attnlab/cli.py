@@ -187,9 +187,35 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     return out
 
 
+# The run's stored keys that choose a search (with their defaults): `--decoder NAME` resets
+# those NAME does not read, unless the command line sets them too.
+SEARCH_SELECTORS = (("sample", "false"), ("beam", "1"), ("groups", "1"), ("nbest", "1"))
+
+
 def _pop_decode(kwargs: dict[str, Any]) -> list[str]:
+    """The decoding flags as ``decode.*`` overrides of a loaded run's config.
+
+    ``--decoder NAME`` replaces the run's stored choice of search: a run trained with, say,
+    ``decode.sample = true`` is scored with ``--decoder greedy`` (the search of its eval
+    events) instead of failing on a contradiction the command line cannot remove.
+    Contradicting flags on the command line itself stay an error.
+    """
     keys = [key for _flag, key, _kind, _help in DECODE_FLAGS] + ["sample"]
-    return decode_overrides({k: kwargs.pop(k, None) for k in keys})
+    values = {k: kwargs.pop(k, None) for k in keys}
+    overrides = decode_overrides(values)
+    name = values.get("decoder")
+    if name:
+        from attnlab.decode.search import DECODERS
+
+        if name in DECODERS:
+            reads = {param.key for param in DECODERS.get(name).factory.spec.params}
+            resets = [
+                f"decode.{key}={default}"
+                for key, default in SEARCH_SELECTORS
+                if not values.get(key) and key not in reads
+            ]
+            overrides = [*resets, *overrides]
+    return overrides
 
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])

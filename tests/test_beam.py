@@ -291,3 +291,75 @@ def test_beam_equals_a_reference_that_ranks_every_candidate(beams, alpha, chunk,
         tokens, score, finished = reference_beam(model, sentence, beams, 12, alpha)
         assert (best.tokens, best.finished) == (tokens, finished)
         assert best.score == pytest.approx(score, abs=1e-4)
+
+
+def reference_diverse_beam(model, src, beams, groups, diversity, steps, alpha=0.0, beta=0.0):
+    """Diverse beam search (Vijayakumar et al. 2016) for one sentence, in float64 lists.
+
+    Groups of K/G beams expand in turn; group g ranks its candidates by log P − λ·(how many
+    beams of groups before g chose the token at this step), keeps true log P as the score,
+    and follows the plain beam rules (a </s> in the top K/G finishes; the best K/G that do
+    not end refill). Stops when every group has K/G finished ones or at the budget, where the
+    live beams are cut. Returns every (tokens, GNMT score, finished), best first.
+    """
+    per_group = beams // groups
+    s = torch.tensor([src])
+    enc = model.encode(s, torch.ones_like(s, dtype=torch.bool))
+    start = ([], 0.0, model.start_state(enc), [0.0] * len(src))
+    live = [[start] for _ in range(groups)]
+    done, n_done = [], [0] * groups
+
+    def score(log_prob, length, coverage):
+        cp = sum(math.log(max(min(c, 1.0), 1e-10)) for c in coverage)
+        return log_prob / ((5.0 + length) / 6.0) ** alpha + beta * cp
+
+    for t in range(steps):
+        chosen: dict[int, int] = {}
+        for g in range(groups):
+            cands = []
+            for tokens, log_prob, state, coverage in live[g]:
+                prev = torch.tensor([tokens[-1] if tokens else BOS_ID])
+                logits, new_state, cross = model.step(prev, state, enc, need_weights=True)
+                row = cross[0, -1].double().mean(dim=0).tolist()
+                new_cov = [c + a for c, a in zip(coverage, row, strict=True)]
+                for v, lp in enumerate(step_log_probs(logits.double(), t)[0].tolist()):
+                    if math.isfinite(lp):
+                        ranked_by = log_prob + lp - diversity * chosen.get(v, 0)
+                        cands.append((ranked_by, log_prob + lp, tokens + [v], new_state, new_cov))
+            cands.sort(key=lambda c: -c[0])
+            cands = cands[: 2 * per_group]
+            for _, log_prob, tokens, _, coverage in cands[:per_group]:
+                if tokens[-1] == EOS_ID:
+                    done.append((tokens[:-1], score(log_prob, len(tokens), coverage), True))
+                    n_done[g] += 1
+            live[g] = [(c[2], c[1], c[3], c[4]) for c in cands if c[2][-1] != EOS_ID][:per_group]
+            for tokens, *_ in live[g]:
+                chosen[tokens[-1]] = chosen.get(tokens[-1], 0) + 1
+        if all(n >= per_group for n in n_done):
+            break
+        if t == steps - 1:
+            for group in live:
+                done += [(tok, score(lp, len(tok), cov), False) for tok, lp, _, cov in group]
+    return sorted(done, key=lambda d: (not d[2], -d[1]))
+
+
+@pytest.mark.parametrize(
+    ("beams", "groups", "diversity", "alpha", "beta"),
+    [(4, 2, 0.7, 0.0, 0.0), (6, 3, 1.5, 0.6, 0.0), (6, 2, 0.4, 0.0, 0.3), (4, 4, 2.0, 1.0, 0.2)],
+)
+def test_diverse_beam_equals_a_per_sentence_reference(beams, groups, diversity, alpha, beta):
+    """The batched groups (penalty counts, finished hypotheses, n-best, penalties) equal the
+    paper's algorithm written out per sentence over all candidates."""
+    model = HashModel(vocab=12, scale=3.0, eos_bias=0.8)
+    sources = [[5, 6, 7, 8], [9, 4], [10, 11, 12, 13, 14, 15], [4]]
+    src, mask = pad_batch(sources)
+    cfg = DecodeConfig(
+        beam=beams, groups=groups, diversity=diversity, nbest=beams, alpha=alpha, beta=beta
+    )
+    out = beam_search(model, src, mask, cfg, torch.full((len(sources),), 7))
+    for sentence, nbest in zip(sources, out, strict=True):
+        full = reference_diverse_beam(model, sentence, beams, groups, diversity, 7, alpha, beta)
+        assert len(nbest) == min(beams, len(full))
+        expected = full[: len(nbest)]
+        assert [(h.tokens, h.finished) for h in nbest] == [(e[0], e[2]) for e in expected]
+        assert [h.score for h in nbest] == pytest.approx([e[1] for e in expected], abs=1e-4)

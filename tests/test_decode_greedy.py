@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -189,3 +190,12 @@ def test_decode_sorted_keeps_input_order_and_equals_one_batch(options):
         s, m = pad_batch([sentence])
         (alone,) = decode_batch(model, s, m, cfg)
         assert [h.tokens for h in alone] == [h.tokens for h in nbest]
+
+
+@pytest.mark.parametrize("ratio", [1.1, 2.2, 0.7, 1.5, 1.15, 3.3])
+def test_max_lengths_is_the_exact_ceiling_of_the_decimal_ratio(ratio):
+    """ceil(r·|X|) in exact rational arithmetic: 1.1 · 50 is 55, not 56 (float rounding)."""
+    lengths = list(range(1, 201))
+    mask = torch.arange(200).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    exact = [math.ceil(Fraction(str(ratio)) * n) + 3 for n in lengths]
+    assert max_lengths(mask, ratio, 3).tolist() == exact

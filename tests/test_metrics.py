@@ -232,3 +232,27 @@ def test_lowercased_bleu_matches_joeynmt_published_case() -> None:
     score, signature = corpus_bleu(["This is a test."], ["this is a Tezt."], lowercase=True)
     assert score.score == pytest.approx(42.729, abs=1e-3)
     assert "case:lc" in signature
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_token_loss_is_label_smoothed_over_all_classes_without_pad_targets(epsilon):
+    """Szegedy et al. 2016: q = (1 − ε)·onehot(y) + ε/V over all V classes; <pad> targets
+    add nothing. By hand in float64: Σ over real targets of −Σ_v q_v log p_v."""
+    from attnlab.evaluate import token_loss_sum
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 4, 7, generator=gen)
+    targets = torch.tensor([[3, 5, 2, 0], [6, 2, 0, 0]])  # 0 = <pad>
+    expected = 0.0
+    for b in range(2):
+        for t in range(4):
+            y = int(targets[b, t])
+            if y == 0:
+                continue
+            row = [float(x) for x in logits[b, t].double()]
+            log_z = math.log(sum(math.exp(x) for x in row))
+            for v, x in enumerate(row):
+                q = (1.0 - epsilon) * (v == y) + epsilon / len(row)
+                expected -= q * (x - log_z)
+    got = float(token_loss_sum(logits, targets, label_smoothing=epsilon))
+    assert got == pytest.approx(expected, rel=1e-5)

@@ -459,3 +459,63 @@ def test_a_run_killed_inside_its_first_save_resumes_from_the_start(tmp_path, tin
         return [e["loss"] for e in iter_events(directory) if e["type"] == "step"]
 
     assert losses(run_dir)[-6:] == losses(straight)  # the second session repeats the run exactly
+
+
+def test_eval_events_under_amp_equal_a_float32_attnlab_eval(tmp_path, tiny_config, monkeypatch):
+    """``train.amp`` (bf16 autocast on CUDA) is for the training steps only: the eval event
+    must still equal ``attnlab eval`` of the saved checkpoint, which runs in float32. CPU
+    bf16 autocast stands in for CUDA's here, so the check runs without a GPU."""
+    import contextlib
+    import json
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.experiment import apply_overrides
+
+    @contextlib.contextmanager
+    def cpu_amp(device, enabled):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            yield
+
+    monkeypatch.setattr("attnlab.train.trainer.autocast", cpu_amp)
+    config = apply_overrides(
+        tiny_config, ["train.amp=true", "train.max_steps=3", "train.samples=0"]
+    )
+    Trainer(config, tmp_path / "run", device="cpu").run()
+    (event,) = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    last = str(tmp_path / "run" / "checkpoints" / "last")
+    result = CliRunner().invoke(cli, ["eval", last, "--max-sentences", str(event["n"]), "--json"])
+    assert result.exit_code == 0, result.output
+    fresh = json.loads(result.output)
+    assert fresh["step"] == event["step"] == 3
+    for key in ("loss", "bleu", "chrf", "exact_match"):
+        assert fresh[key] == event[key], (key, fresh[key], event[key])
+
+
+@pytest.mark.parametrize("stored", [["decode.sample=true"], ["decode.beam=3", "decode.nbest=2"]])
+def test_eval_event_of_a_run_stored_with_another_search_is_attnlab_eval_decoder_greedy(
+    tmp_path, tiny_config, stored
+):
+    """Training evaluates greedily whatever ``[decode]`` says; ``attnlab eval --decoder
+    greedy`` reproduces the event although the run's stored config selects another search
+    (before: "decode.decoder=greedy contradicts decode.sample=true", with no flag to drop it)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.experiment import apply_overrides
+
+    config = apply_overrides(tiny_config, [*stored, "train.max_steps=3", "train.samples=0"])
+    Trainer(config, tmp_path / "run", device="cpu").run()
+    (event,) = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    args = ["eval", str(tmp_path / "run"), "--max-sentences", str(event["n"]), "--json"]
+    result = CliRunner().invoke(cli, [*args, "--decoder", "greedy"])
+    assert result.exit_code == 0, result.output
+    fresh = json.loads(result.output)
+    for key in ("loss", "bleu", "chrf", "exact_match"):
+        assert fresh[key] == event[key], (key, fresh[key], event[key])
+    # a contradiction on the command line itself is still refused in one line
+    result = CliRunner().invoke(cli, [*args, "--decoder", "greedy", "--beam", "4"])
+    assert result.exit_code != 0 and "contradicts decode.beam=4" in result.output

@@ -9,7 +9,7 @@ do not end, so finished hypotheses never shrink the beam (as fairseq does).
 Diverse beam search (Vijayakumar et al. 2016, "Diverse Beam Search"): the K beams form G
 groups of K/G; groups are expanded one after another within a step, and group g picks by
 
-    log P(y_t | y_<t, X) - lambda * (number of groups before g that chose y_t at step t)
+    log P(y_t | y_<t, X) - lambda * (number of beams of groups before g that chose y_t at step t)
 
 (Hamming diversity); scores keep the true log-probability. With G = 1 it is plain beam.
 

@@ -23,7 +23,10 @@ from attnlab.nn.seq2seq import BOS_ID, EOS_ID, Seq2Seq, keep_state
 def max_lengths(src_mask: Tensor, ratio: float, const: int) -> Tensor:
     """Per-sentence step budget ceil(ratio * |X|) + const (at least 1); src_mask[B, S] -> [B]."""
     src_len = src_mask.sum(dim=1).to(torch.float64)
-    return (torch.ceil(ratio * src_len) + const).clamp(min=1).long()
+    # Rounded first: the float product can land just above an integer (1.1 * 50 =
+    # 55.000000000000007), and ceil would then add a step the decimal ratio does not give.
+    product = torch.round(ratio * src_len, decimals=9)
+    return (torch.ceil(product) + const).clamp(min=1).long()
 
 
 def as_lengths(max_len: int | Tensor, batch: int, device: torch.device) -> Tensor:

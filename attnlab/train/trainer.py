@@ -575,17 +575,18 @@ class Trainer:
         cfg = self.config.train
         # Batched greedy, whatever decoder the run names for translate / eval.
         decode_cfg = replace(self.config.decode, decoder="greedy", beam=1, sample=False, nbest=1)
-        with autocast(self.device, cfg.amp):
-            result = evaluate_split(
-                self.model,
-                self.dataset,
-                "dev",
-                decode_cfg,
-                device=self.device,
-                max_sentences=cfg.eval_sentences,
-                samples=cfg.samples,
-                normalisations=normalisations_of(self.config),
-            )
+        # In float32, not under train.amp's bf16 autocast: the event must equal what
+        # `attnlab eval` of the checkpoint saved now reports (it runs in float32).
+        result = evaluate_split(
+            self.model,
+            self.dataset,
+            "dev",
+            decode_cfg,
+            device=self.device,
+            max_sentences=cfg.eval_sentences,
+            samples=cfg.samples,
+            normalisations=normalisations_of(self.config),
+        )
         self.model.train()
         samples = result.pop("samples", [])
         if not math.isfinite(float(result["loss"])):
