@@ -280,6 +280,33 @@ def test_translate_method_takes_the_chosen_layer_and_head(runs):
     assert norm.exit_code == 0 and title in " ".join(norm.output.split())  # the title wraps
 
 
+def test_translate_method_maps_are_labelled_as_scores_not_weights(runs):
+    """Attribution scores have no row sum of 1: the piped footer says so (not "each row sums
+    to ~100"); rollout rows printed are explain's own; norm names how it combines heads."""
+    from attnlab.interpret.attribution import explain
+    from attnlab.runs import load_checkpoint
+
+    run, src = runs / "tr", "3 5 7 2"
+    result = invoke("translate", str(run), src, "--show-attention", "--method", "rollout")
+    assert result.exit_code == 0, result.output
+    hyp = result.output.splitlines()[0].split()
+    printed = _plain_rows(result.output, "rollout (target × source), all layers and heads")
+    assert result.output.rstrip().endswith(
+        "(weights x 100; rows: queries, columns: keys; rows need not sum to 100)"
+    )
+    assert "each row sums to ~100" not in result.output
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    tgt = loaded.tgt_vocab.encode(hyp)
+    maps = explain(loaded.model, loaded.src_vocab.encode(src.split()), tgt, len(printed) > len(tgt))
+    assert printed == [[round(100 * float(v)) for v in row] for row in maps["rollout"]]
+    assert any(abs(sum(row) - 100) > len(row) for row in printed)  # not a distribution
+    norm = invoke("translate", str(run), src, "--show-attention", "--method", "norm")
+    layers = loaded.config.model.dec_layers
+    assert f"norm (target × source), layer {layers - 1}/{layers}, heads summed in ‖·‖" in (
+        norm.output
+    )
+
+
 def test_translate_method_refuses_combinations_that_mean_nothing(runs):
     run = str(runs / "tr")
     for args, message in (
