@@ -743,8 +743,9 @@ def eval_command(
     if gold_path is not None:
         from attnlab.cli_inspect import gold_alignment_result
 
+        # the same first --max-sentences sentences the rest of the report scores
         result["gold_alignments"] = gold_alignment_result(
-            loaded, dataset, split, gold_path, alignment_order, torch_device
+            loaded, dataset, split, gold_path, alignment_order, torch_device, max_sentences
         )
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False))

@@ -98,6 +98,23 @@ def test_eval_gold_alignments_user_errors(runs, tmp_path):
     assert result.exit_code == 2 and "has 1 lines but the split has 16" in result.output
 
 
+def test_eval_gold_alignments_score_the_same_max_sentences(runs, tmp_path):
+    """--max-sentences N scores the first N sentences: the gold file's AER too (a file of N
+    lines is accepted; a longer one is read for its first N), so both AERs are one number."""
+    lines = (DATA / "reverse-tiny-dev.align").read_text().splitlines()
+    first = tmp_path / "first8.align"
+    first.write_text("\n".join(lines[:8]) + "\n")
+    for path in (first, DATA / "reverse-tiny-dev.align"):
+        args = ("--json", "--max-sentences", "8", "--gold-alignments", str(path))
+        result = invoke("eval", str(runs / "tr"), *args)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        gold = report["gold_alignments"]
+        assert report["n"] == gold["n"] == 8
+        # the toy's own AER (one batched teacher-forced pass) over the same 8 sentences
+        assert gold["aer"] == pytest.approx(report["aer"])
+
+
 def test_eval_events_carry_entropy(runs):
     from attnlab.events import iter_events
 
