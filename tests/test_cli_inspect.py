@@ -96,6 +96,19 @@ def test_eval_gold_alignments_user_errors(runs, tmp_path):
     short.write_text("0-0\n")
     result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(short)])
     assert result.exit_code == 2 and "has 1 lines but the split has 16" in result.output
+    # a link past its sentence's tokens (here source 99 on line 2) is refused, not scored
+    lines = (DATA / "reverse-tiny-dev.align").read_text().splitlines()
+    n_src = len(lines[1].split())  # reverse: one sure link per token, as many as the source
+    outside = tmp_path / "outside.align"
+    outside.write_text("\n".join([lines[0], lines[1] + " 99?0", *lines[2:]]) + "\n")
+    result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(outside)])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {outside}:2: link 99?0 (src-tgt) is outside sentence 2, which has {n_src} "
+        f"source and {n_src} target tokens; valid: source 0..{n_src - 1}, target 0..{n_src - 1} "
+        "(the model's tokens)"
+    ]
 
 
 def test_eval_gold_alignments_score_the_same_max_sentences(runs, tmp_path):
