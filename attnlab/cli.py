@@ -769,8 +769,9 @@ def eval_command(
     if gold_path is not None:
         from attnlab.cli_inspect import gold_alignment_result
 
+        # the same first --max-sentences sentences the rest of the report scores
         result["gold_alignments"] = gold_alignment_result(
-            loaded, dataset, split, gold_path, alignment_order, torch_device
+            loaded, dataset, split, gold_path, alignment_order, torch_device, max_sentences
         )
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False))
@@ -1015,8 +1016,9 @@ def _chosen_map(
     device: Any,
 ) -> tuple[Any, list[str], list[str], str, str, Any] | None:
     """(matrix, row tokens, column tokens, title, normalisation, selected cells or None) of
-    ``choice`` for one hypothesis; attribution maps (--method) count as softmax-like scores
-    (and have no selected cells: only nsa's self-attention maps do)."""
+    ``choice`` for one hypothesis; attribution maps (--method) are scores with no row sum
+    ("unnormalised", or "signed" where one is negative) and have no selected cells (only nsa's
+    self-attention maps do)."""
     if choice.method == "raw":
         from attnlab.nn.archs import normalisation_of
 
@@ -1036,6 +1038,7 @@ def _chosen_map(
             chosen.selected_matrix,
         )
     from attnlab.cli_inspect import method_map
+    from attnlab.interpret.reports import map_kind
 
     cross = hyp.attention_layers
     n_layers, n_heads = (int(cross.shape[0]), int(cross.shape[1])) if cross is not None else (1, 1)
@@ -1048,10 +1051,15 @@ def _chosen_map(
     if choice.method in ("rollout", "relevancy"):
         where = "all layers and heads"
     else:
-        which = "head average" if choice.head is None else f"head {choice.head}/{n_heads}"
+        # norm sums the heads inside the norm (‖Σ_h α_h f_h(x)‖), gradient averages them
+        every = "heads summed in ‖·‖" if choice.method == "norm" else "head average"
+        which = every if choice.head is None else f"head {choice.head}/{n_heads}"
         where = f"layer {layer}/{n_layers}, {which}"
     title = f"{choice.method} ({axes_text('cross')}), {where}"
-    return matrix[: len(rows), : len(cols)], rows, cols, title, "softmax", None
+    shown = matrix[: len(rows), : len(cols)]
+    # scores, not weights: no row sum of 1 (signed where one is negative, as compare reads them)
+    kind = map_kind(loaded.config, choice.method, shown)
+    return shown, rows, cols, title, kind, None
 
 
 def _role_maps(

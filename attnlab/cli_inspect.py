@@ -53,7 +53,9 @@ def gold_alignment_result(
     if max_sentences > 0:
         examples, golds = examples[:max_sentences], golds[:max_sentences]
     transformer = loaded.config.model.arch == "transformer"
-    report = gold_alignment_report(loaded.model, dataset, examples, golds, device, transformer)
+    report = gold_alignment_report(
+        loaded.model, dataset, examples, golds, device, transformer, str(path), order
+    )
     return {"file": str(path), "order": order, **report}
 
 

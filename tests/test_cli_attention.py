@@ -99,6 +99,35 @@ def test_transformer_roles_layers_heads_plain(tmp_path, tiny_sets):
     )
 
 
+def test_sigmoid_maps_print_plain_without_a_row_sum(tmp_path, tiny_sets):
+    """Sigmoid attention's rows are "unnormalised": the piped map prints (it raised KeyError)
+    with a footer that claims no row sum; the numbers are the model's own forward weights."""
+    sets = ["--set", "model.self_attention=sigmoid", "--set", "model.cross_attention=sigmoid"]
+    run = _train(tmp_path, [*tiny_sets, *sets], "reverse-transformer", "sig")
+    src = "5 9 2 7"
+    footer = "(weights x 100; rows: queries, columns: keys; rows need not sum to 100)"
+    cross = invoke("translate", str(run), src, "--show-attention")
+    assert cross.exit_code == 0, cross.output
+    assert cross.output.rstrip().endswith(footer)
+    enc = invoke("translate", str(run), src, "--show-attention", "--role", "enc-self")
+    assert enc.exit_code == 0, enc.output
+    assert enc.output.rstrip().endswith(footer)
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    n_layers = loaded.config.model.enc_layers
+    title = f"encoder self-attention (source × source), layer {n_layers - 1}/{n_layers}"
+    header, rows = _table(enc.output, f"{title}, head average")
+    ids = loaded.src_vocab.encode(src.split())
+    with torch.no_grad():
+        out = loaded.model(
+            torch.tensor([ids]), torch.tensor([ids]) != 0, torch.tensor([[2]]), need_weights=True
+        )
+    expected = out.attentions["enc_self"][0, -1].mean(0)  # [S, S], heads averaged
+    assert header == src.split()
+    assert [values for _, values in rows] == [
+        [round(100 * float(v)) for v in row] for row in expected
+    ]
+
+
 def test_rnn_has_only_cross_attention(tmp_path, tiny_sets):
     run = _train(tmp_path, tiny_sets, "reverse-bahdanau", "rnn")
     result = invoke("translate", str(run), "1 2 3", "--show-attention", "--role", "enc-self")

@@ -96,6 +96,36 @@ def test_eval_gold_alignments_user_errors(runs, tmp_path):
     short.write_text("0-0\n")
     result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(short)])
     assert result.exit_code == 2 and "has 1 lines but the split has 16" in result.output
+    # a link past its sentence's tokens (here source 99 on line 2) is refused, not scored
+    lines = (DATA / "reverse-tiny-dev.align").read_text().splitlines()
+    n_src = len(lines[1].split())  # reverse: one sure link per token, as many as the source
+    outside = tmp_path / "outside.align"
+    outside.write_text("\n".join([lines[0], lines[1] + " 99?0", *lines[2:]]) + "\n")
+    result = CliRunner().invoke(cli, ["eval", str(runs / "rnn"), "--gold-alignments", str(outside)])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {outside}:2: link 99?0 (src-tgt) is outside sentence 2, which has {n_src} "
+        f"source and {n_src} target tokens; valid: source 0..{n_src - 1}, target 0..{n_src - 1} "
+        "(the model's tokens)"
+    ]
+
+
+def test_eval_gold_alignments_score_the_same_max_sentences(runs, tmp_path):
+    """--max-sentences N scores the first N sentences: the gold file's AER too (a file of N
+    lines is accepted; a longer one is read for its first N), so both AERs are one number."""
+    lines = (DATA / "reverse-tiny-dev.align").read_text().splitlines()
+    first = tmp_path / "first8.align"
+    first.write_text("\n".join(lines[:8]) + "\n")
+    for path in (first, DATA / "reverse-tiny-dev.align"):
+        args = ("--json", "--max-sentences", "8", "--gold-alignments", str(path))
+        result = invoke("eval", str(runs / "tr"), *args)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        gold = report["gold_alignments"]
+        assert report["n"] == gold["n"] == 8
+        # the toy's own AER (one batched teacher-forced pass) over the same 8 sentences
+        assert gold["aer"] == pytest.approx(report["aer"])
 
 
 def test_eval_events_carry_entropy(runs):
@@ -278,6 +308,33 @@ def test_translate_method_takes_the_chosen_layer_and_head(runs):
     norm = invoke("translate", str(run), src, "--show-alignment", "--method", "norm", "--head", "0")
     title = f"alignment from norm (target × source), layer {layers - 1}/{layers}, head 0/{n_heads}"
     assert norm.exit_code == 0 and title in " ".join(norm.output.split())  # the title wraps
+
+
+def test_translate_method_maps_are_labelled_as_scores_not_weights(runs):
+    """Attribution scores have no row sum of 1: the piped footer says so (not "each row sums
+    to ~100"); rollout rows printed are explain's own; norm names how it combines heads."""
+    from attnlab.interpret.attribution import explain
+    from attnlab.runs import load_checkpoint
+
+    run, src = runs / "tr", "3 5 7 2"
+    result = invoke("translate", str(run), src, "--show-attention", "--method", "rollout")
+    assert result.exit_code == 0, result.output
+    hyp = result.output.splitlines()[0].split()
+    printed = _plain_rows(result.output, "rollout (target × source), all layers and heads")
+    assert result.output.rstrip().endswith(
+        "(weights x 100; rows: queries, columns: keys; rows need not sum to 100)"
+    )
+    assert "each row sums to ~100" not in result.output
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    tgt = loaded.tgt_vocab.encode(hyp)
+    maps = explain(loaded.model, loaded.src_vocab.encode(src.split()), tgt, len(printed) > len(tgt))
+    assert printed == [[round(100 * float(v)) for v in row] for row in maps["rollout"]]
+    assert any(abs(sum(row) - 100) > len(row) for row in printed)  # not a distribution
+    norm = invoke("translate", str(run), src, "--show-attention", "--method", "norm")
+    layers = loaded.config.model.dec_layers
+    assert f"norm (target × source), layer {layers - 1}/{layers}, heads summed in ‖·‖" in (
+        norm.output
+    )
 
 
 def test_translate_method_refuses_combinations_that_mean_nothing(runs):

@@ -188,8 +188,9 @@ def test_explain_works_for_an_rnn():
     model = build_model(cfg, 12, 12).to(F64).eval()
     maps = explain(model, [4, 5, 6], [7, 8])
     assert maps["raw"].shape == (3, 3)
-    # one head, no self-attention: relevancy = the cross-attention, rollout = raw
+    # one head, no self-attention: rollout = raw; relevancy = gradient = (∇A ⊙ A)⁺ (not raw)
     assert torch.allclose(maps["rollout"], maps["raw"])
+    assert torch.allclose(maps["relevancy"], maps["gradient"])
     assert model.reference_mode is False  # the fast paths are switched back on
 
 

@@ -93,6 +93,31 @@ async def test_export_key_writes_the_shown_map_through_the_cli_renderer(tmp_path
         assert "rollout (target × source)" in svg.read_text().replace("&#160;", " ")
 
 
+async def test_attribution_diagnostics_read_scores_as_unnormalised_rows(tmp_path: Path) -> None:
+    """Rollout / norm scores are no distributions: the entropy shown is that of each row scaled
+    to sum 1 (a loop here), not −Σ w ln w of the scores divided by their maximum."""
+    import math
+
+    run_dir = saved_run(tmp_path, "tf", TRANSFORMER)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        inspect = await show(app, pilot, run_dir)
+        for _ in range(4):  # rollout, relevancy, gradient, norm
+            await pilot.press("m")
+            await pilot.pause()
+            assert inspect.current_normalisation == "unnormalised"
+            matrix, _rows, cols = inspect.current_matrix()
+            entropies = []
+            for row in matrix.tolist():
+                total = sum(row)
+                if total > 0:
+                    entropies.append(-sum(w / total * math.log(w / total) for w in row if w > 0))
+            expected = sum(entropies) / len(entropies)
+            diag = str(inspect.query_one("#insp-diag", Static).content)
+            line = f"row entropy {expected:.2f} / uniform {math.log(len(cols)):.2f} nats"
+            assert line in diag and "of each row scaled to sum 1" in diag, diag
+
+
 async def test_export_without_a_map_says_so(tmp_path: Path) -> None:
     app = make_app(tmp_path, config=tiny_config())
     async with app.run_test(size=SIZE) as pilot:

@@ -58,6 +58,26 @@ def _aer_by_layer(
     return [aer([(sent[layer], g) for sent, g in pairs]) for layer in range(len(links[0]))]
 
 
+def check_links(
+    examples: Sequence[Any], golds: Sequence[GoldAlignment], where: str, order: str
+) -> None:
+    """Every link must name a token of its own sentence pair: a link past the end (a file in
+    the other order, word indices for a subword model, a line off by one) is refused, not
+    scored as a miss."""
+    for line, (example, gold) in enumerate(zip(examples, golds, strict=True), 1):
+        n_src, n_tgt = len(example.src_tokens), len(example.tgt_tokens)
+        for src, tgt in sorted(gold.possible | gold.sure):
+            if src < n_src and tgt < n_tgt:
+                continue
+            a, b = (src, tgt) if order == "src-tgt" else (tgt, src)
+            link = f"{a}{'-' if (src, tgt) in gold.sure else '?'}{b}"
+            raise AttnlabError(
+                f"{where}:{line}: link {link} ({order}) is outside sentence {line}, which has "
+                f"{n_src} source and {n_tgt} target tokens; valid: source 0..{n_src - 1}, "
+                f"target 0..{n_tgt - 1} (the model's tokens)"
+            )
+
+
 def gold_alignment_report(
     model: Any,
     dataset: Any,
@@ -65,12 +85,15 @@ def gold_alignment_report(
     golds: Sequence[GoldAlignment],
     device: Any,
     transformer: bool,
+    where: str = "the gold alignment file",
+    order: str = "src-tgt",
 ) -> dict[str, Any]:
     if len(golds) != len(examples):
         raise AttnlabError(
             f"the gold alignment file has {len(golds)} lines but the split has {len(examples)} "
             "sentences; one line per sentence pair is needed"
         )
+    check_links(examples, golds, where, order)
     links = per_layer_links(model, dataset, examples, device, shift=False)
     by_layer = _aer_by_layer(links, golds)
     report: dict[str, Any] = {

@@ -40,6 +40,7 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     SELECTED_MARK,
     SELECTED_NOTE,
     UNATTENDED_LABEL,
@@ -485,6 +486,8 @@ _PLAIN_FOOTERS = {
     NORM_SPARSE: "(weights x 100; rows: queries, columns: keys; each row sums to ~100",
     NORM_SUB_STOCHASTIC: "(weights x 100; rows: queries, columns: keys; rows sum to <= 100",
     NORM_SIGNED: "(signed weights x 100; rows: queries, columns: keys; rows may be negative",
+    # sigmoid attention (each weight in (0, 1)) and attribution scores: no fixed row sum
+    NORM_UNNORMALISED: "(weights x 100; rows: queries, columns: keys; rows need not sum to 100",
 }
 
 

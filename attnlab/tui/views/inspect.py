@@ -25,6 +25,7 @@ from attnlab.attention_map import (
     NORM_SOFTMAX,
     NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
+    NORM_UNNORMALISED,
     SELECTED_MARK,
     SELECTED_NOTE,
     UNATTENDED_LABEL,
@@ -449,11 +450,14 @@ class InspectView(Horizontal):
 
     @property
     def current_normalisation(self) -> str:
-        """How the rows of the map on screen are normalised (attribution maps: softmax-like
-        scores, divided by their maximum)."""
+        """How the rows of the map on screen are normalised (attribution maps: scores with no
+        row sum, "unnormalised", or "signed" where one is negative, as ``attnlab compare`` and
+        ``translate --method`` read them; so the entropy is that of each row scaled to sum 1)."""
         kind = self.current_kind
-        if kind is None or is_attribution(kind):
+        if kind is None:
             return NORM_SOFTMAX
+        if is_attribution(kind):
+            return NORM_SIGNED if bool((self.maps[kind] < 0).any()) else NORM_UNNORMALISED
         return self.normalisations.get(kind, NORM_SOFTMAX)
 
     def current_matrix(self) -> tuple[np.ndarray, list[str], list[str]] | None:
