@@ -49,6 +49,7 @@ It returns the checked JSON objects (dicts: ``read_events``, ``read_event_log``,
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -134,8 +135,12 @@ Check = Callable[[Any], bool]
 
 
 def _number(value: Any) -> bool:
-    # null stands for a non-finite float (the writer uses allow_nan=False).
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    # null stands for a non-finite float (the writer uses allow_nan=False), so NaN / Infinity
+    # / 1e999 (which json.loads accepts) can only come from a damaged or hand-edited line:
+    # a wrong value, not a score ("best chrF inf").
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _integer(value: Any) -> bool:
@@ -165,7 +170,10 @@ def _matrix(value: Any) -> bool:
     if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
         return False
     width = len(value[0])
-    return all(len(row) == width and all(type(w) in (int, float) for w in row) for row in value)
+    return all(
+        len(row) == width and all(type(w) in (int, float) and math.isfinite(w) for w in row)
+        for row in value
+    )
 
 
 def _buckets(value: Any) -> bool:

@@ -103,6 +103,24 @@ def test_wrong_typed_fields_are_dropped_and_the_rest_kept(tmp_path: Path) -> Non
     assert "ignored 7 fields of the wrong type" in reader.warning()
 
 
+def test_non_finite_numbers_are_wrong_values_not_scores(tmp_path: Path) -> None:
+    # The writer never writes NaN/Infinity (allow_nan=False, null instead), but json.loads
+    # accepts them and 1e999 overflows to inf: a damaged line must not become "best chrF inf".
+    raw = (
+        b'{"type": "eval", "step": 20, "split": "dev", "bleu": NaN, "chrf": 1e999, '
+        b'"loss": -Infinity, "exact_match": 0.5}\n'
+        b'{"type": "sample", "step": 20, "index": 0, "attention": [[0.5, NaN]]}\n'
+    )
+    run_dir = tmp_path / "r"
+    _write(run_dir, _line(START) + _line(EVAL) + raw)
+    events, reader = read_event_log(run_dir)
+    assert events[2] == {"type": "eval", "step": 20, "split": "dev", "exact_match": 0.5}
+    assert events[3] == {"type": "sample", "step": 20, "index": 0}
+    assert reader.dropped == 4 and "ignored 4 fields of the wrong type" in reader.warning()
+    summary = summarize_run(run_dir)
+    assert (summary.best_bleu, summary.best_chrf) == (12.5, None)
+
+
 def test_unknown_types_and_fields_pass_through() -> None:
     event = {"type": "future", "step": 1, "anything": {"x": [1]}}
     assert check_event(event) == (event, "", 0)
