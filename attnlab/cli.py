@@ -1216,11 +1216,11 @@ def runs(directory: Path) -> None:
             "task": str(r.task),
             "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
-            "steps": str(r.steps),
-            "BLEU": _fmt(r.best_bleu, 1),
-            "chrF": _fmt(r.best_chrf, 1),
-            "EM": _fmt(r.best_exact_match, 2),
-            "tok/s": _fmt(r.tokens_per_s, 0),
+            "steps": _cell(r.steps),
+            "BLEU": _cell(r.best_bleu, 1),
+            "chrF": _cell(r.best_chrf, 1),
+            "EM": _cell(r.best_exact_match, 2),
+            "tok/s": _cell(r.tokens_per_s, 0),
             "status": str(r.status),
         }
         for r in found
@@ -1237,6 +1237,17 @@ def runs(directory: Path) -> None:
     for r in found:  # after the table: skipped log lines, an unreadable config.toml
         for warning in r.warnings:
             click.echo(f"warning: {warning}", err=True)
+
+
+RUNS_CELL = 12  # widest number cell of ``attnlab runs``
+
+
+def _cell(value: float | int | None, digits: int = 2) -> str:
+    """``_fmt`` for the runs table, at most RUNS_CELL characters: a damaged log's 1e308 BLEU or
+    30-digit step reads 1e+308 instead of one wide cell pushing the column off the table
+    for every run."""
+    text = _fmt(value, digits)
+    return text if len(text) <= RUNS_CELL else f"{value:.3g}"
 
 
 RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")

@@ -281,6 +281,23 @@ def test_list_runs_survives_bad_configs_and_logged_pids(tmp_path: Path) -> None:
     assert runs["b"].status == "error" and runs["b"].warnings == []  # that pid cannot be alive
 
 
+def test_a_huge_number_in_one_log_keeps_every_column_at_80(tmp_path: Path) -> None:
+    _bad_run(tmp_path, "good")
+    huge = {"type": "eval", "step": 10**29, "split": "dev", "bleu": 1e308, "chrf": 40.0}
+    _write(tmp_path / "huge", _line(START) + _line(huge))
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["runs", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if " run " in line).split()
+    assert {"steps", "BLEU", "chrF", "EM", "status"} <= set(header)
+    rows = {line.split()[0]: line.split() for line in lines[4:6]}
+    status = header.index("status") - len(header)  # the task cell is empty: count from the end
+    steps, bleu = header.index("steps") - len(header), header.index("BLEU") - len(header)
+    assert (rows["good"][steps], rows["good"][bleu]) == ("10", "12.5")  # not hidden by the other
+    assert (rows["huge"][steps], rows["huge"][bleu]) == ("1e+29", "1e+308")
+    assert rows["good"][status] == "finished"
+
+
 def test_cli_runs_with_bad_lines_shows_the_table_and_a_warning(tmp_path: Path) -> None:
     _bad_run(tmp_path, "bad-run")
     result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["runs", str(tmp_path)])
