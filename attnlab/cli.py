@@ -724,6 +724,7 @@ def eval_command(
     from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
+    from attnlab.runs import jsonable
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
@@ -747,7 +748,7 @@ def eval_command(
             loaded, dataset, split, gold_path, alignment_order, torch_device
         )
     if as_json:
-        click.echo(json.dumps(result, ensure_ascii=False))
+        click.echo(json.dumps(jsonable(result), ensure_ascii=False, allow_nan=False))
         return
     from rich.table import Table
 

@@ -911,6 +911,11 @@ def export_source(run_dir: Path, which: str) -> tuple[Path, str]:
     ``last`` (also when ``best`` was asked for but the run has none yet) or ``checkpoint``
     (``run_dir`` is itself a checkpoint directory)."""
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise AttnlabError(
+            f"{run_dir}: is a file; export takes a run directory or a checkpoint directory "
+            "(an exported .safetensors file is already self-contained)"
+        )
     directory = checkpoint_dir(run_dir, which)
     if resolve_or_none(directory) is not None:
         return directory, which
@@ -937,6 +942,7 @@ def export_checkpoint(
     if out_file.exists() and not force:
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
     directory, _tag = export_source(run_dir, which)
+    load_checkpoint(directory)  # refuse weights the model does not take: eval would refuse the file
     tensors, meta = read_checkpoint(directory)
     metadata = {
         "format": "pt",  # the convention other safetensors loaders check
@@ -1033,8 +1039,22 @@ def _resumable_dir(run_dir: Path) -> Path | None:
 
 
 def has_resumable_checkpoint(run_dir: Path) -> bool:
-    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from."""
-    return _resumable_dir(run_dir) is not None
+    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from.
+
+    False only when there is no ``last`` yet (killed before its first save: the run starts
+    over). A ``last`` directory without its meta.json or trainer_state.json cannot come from a
+    save (they are swapped in whole), so it is refused rather than silently trained over from
+    step 0, which would discard the run's weights and log a second history."""
+    if _resumable_dir(run_dir) is not None:
+        return True
+    last = checkpoint_dir(run_dir, "last")
+    if last.is_dir():
+        missing = [name for name in (META_FILE, STATE_JSON) if not (last / name).is_file()]
+        raise AttnlabError(
+            f"cannot resume {run_dir}: {last} has no {' and no '.join(missing)} (it was not "
+            "written by a save); restore it, or remove it to train this run over from step 0"
+        )
+    return False
 
 
 def read_trainer_state(
@@ -1079,9 +1099,18 @@ def check_resume_weights(
         for k in sorted(set(saved) | set(now))
         if saved.get(k) != now.get(k)
     ]
-    what = "; ".join(changed) if changed else "the vocabularies differ"
+    if not changed:  # same config: the vocabularies differ, or a tensor was damaged
+        have = _shapes(model)
+        name = min(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+        got = "absent" if name not in want else f"shape {list(want[name])}"
+        built = "absent" if name not in have else f"shape {list(have[name])}"
+        raise AttnlabError(
+            f"cannot resume {run_dir}: its checkpoint does not fit the model its config builds: "
+            f"tensor {name} is {got} in {directory} but {built} in the model"
+        )
     raise AttnlabError(
-        f"cannot resume {run_dir}: the architecture changed since its checkpoint: {what}"
+        f"cannot resume {run_dir}: the architecture changed since its checkpoint: "
+        + "; ".join(changed)
     )
 
 

@@ -482,3 +482,95 @@ def test_kill_9_inside_checkpoint_saves_always_leaves_a_resumable_checkpoint(tmp
     # a kill inside the very first save leaves no checkpoint yet; --resume then starts over
     assert figures["loadable"] + figures["no_checkpoint_yet"] == 3
     assert figures["same_losses"] == figures["clean_after_resume"] == 3
+
+
+def _rewrite_weights(path, edit):
+    """Edit a checkpoint's weights in place, keeping its metadata (its step stamp)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+@pytest.mark.parametrize("gone", ["meta.json", "trainer_state.json"])
+def test_resume_refuses_a_last_checkpoint_that_lost_a_file(tmp_path, tiny_config, gone):
+    # Saves swap whole directories in, so such a `last` was damaged by hand; resuming used to
+    # start over at step 0, overwrite its weights and log a second history into events.jsonl.
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    last = run_dir / "checkpoints" / "last"
+    (last / gone).unlink()
+    weights = (last / "model.safetensors").read_bytes()
+    log = (run_dir / "events.jsonl").read_bytes()
+    more = replace(tiny_config, train=replace(tiny_config.train, max_steps=9))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(more, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f"cannot resume {run_dir}: {last} has no {gone} ")
+    assert (last / "model.safetensors").read_bytes() == weights
+    assert (run_dir / "events.jsonl").read_bytes() == log
+
+
+def test_resume_with_a_damaged_tensor_names_it(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    last = run_dir / "checkpoints" / "last"
+    name = sorted(load_checkpoint(last).model.state_dict())[0]
+    _rewrite_weights(last / "model.safetensors", lambda t: t.pop(name))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    message = str(err.value)
+    assert f"tensor {name} is absent in {last} but shape [" in message, message
+    assert "vocabularies" not in message and "architecture changed" not in message
+
+
+@pytest.mark.parametrize("damage", ["missing", "reshaped", "extra"])
+def test_export_refuses_weights_that_eval_would_refuse(tiny_run, tmp_path, damage):
+    last = tiny_run / "checkpoints" / "last"
+    name = sorted(load_checkpoint(last).model.state_dict())[0]
+    edits = {
+        "missing": lambda t: t.pop(name),
+        "reshaped": lambda t: t.__setitem__(name, torch.zeros(3, 3)),
+        "extra": lambda t: t.__setitem__("stray.weight", torch.zeros(2)),
+    }
+    _rewrite_weights(last / "model.safetensors", edits[damage])
+    with pytest.raises(AttnlabError) as refused:
+        load_checkpoint(last)
+    out = tmp_path / "m.safetensors"
+    line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last"))
+    assert line == f"error: {refused.value}"  # the same line as eval / translate give
+    assert not out.exists()
+
+
+def test_export_of_a_file_says_what_export_takes(tiny_run, tmp_path):
+    bundle = tmp_path / "m.safetensors"
+    export_checkpoint(tiny_run, bundle, which="last")
+    text = tmp_path / "notes.txt"
+    text.write_text("a run? no\n")
+    for path in (bundle, text):
+        line = _one_error(_invoke("export", path, "--out", tmp_path / "again.safetensors"))
+        assert line == (
+            f"error: {path}: is a file; export takes a run directory or a checkpoint directory "
+            "(an exported .safetensors file is already self-contained)"
+        )
+
+
+def test_eval_json_stays_json_when_a_score_is_not_finite(tiny_run):
+    # A NaN weight (a damaged file: the trainer saves only finite weights) gives a NaN loss;
+    # --json printed the bare NaN token, which strict JSON parsers (jq, JSON.parse) refuse.
+    last = tiny_run / "checkpoints" / "last"
+    _rewrite_weights(
+        last / "model.safetensors",
+        lambda t: t.update({k: torch.full_like(v, float("nan")) for k, v in t.items()}),
+    )
+    result = _invoke("eval", last, "--json", "--max-sentences", "4")
+    assert result.exit_code == 0, result.output
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    metrics = json.loads(result.output, parse_constant=refuse)
+    assert metrics["loss"] is None and metrics["ppl"] is None and metrics["n"] == 4
