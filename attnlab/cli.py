@@ -756,7 +756,7 @@ def eval_command(
         title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False
     )
     table.add_column("metric", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # wrap, never cut, the BLEU signature
     for key, digits in (
         ("n", 0),
         ("bleu", 2),

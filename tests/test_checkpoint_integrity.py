@@ -574,3 +574,14 @@ def test_eval_json_stays_json_when_a_score_is_not_finite(tiny_run):
 
     metrics = json.loads(result.output, parse_constant=refuse)
     assert metrics["loss"] is None and metrics["ppl"] is None and metrics["n"] == 4
+
+
+def test_the_eval_table_at_80_columns_shows_the_whole_bleu_signature(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["eval", str(last), "--json"])
+    signature = json.loads(result.output)["bleu_signature"]
+    table = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["eval", str(last)])
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80
+    squashed = "".join(table.output.replace("│", "").split())
+    assert f"BLEUsignature{signature}" in squashed, table.output
