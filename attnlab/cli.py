@@ -855,6 +855,10 @@ def translate(
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
+    first = next(((toks, nbest) for toks, nbest in results if nbest), None)
+    if need_maps and first is not None:  # a bad --layer/--head: one line before any output
+        (hyp, tokens), choice = first[1][0], MapChoice(role, layer, head, method)
+        _chosen_map(loaded, first[0], hyp, tokens, choice, torch_device)
     console: Any = _console()
     if export_path is not None:  # also record what is printed, as a colour terminal shows it
         from attnlab.cli_inspect import TeeConsole

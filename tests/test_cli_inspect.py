@@ -293,6 +293,7 @@ def test_translate_method_refuses_combinations_that_mean_nothing(runs):
             "error: " + result.output.split("error: ", 1)[1].strip()
         ]
         assert message in result.output, result.output
+        assert len(result.output.splitlines()) == 1, result.output  # no translation before it
 
 
 def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):
