@@ -418,6 +418,46 @@ class Trainer:
         first_step = self.step + 1  # logged at once: progress and ETA move from the first step
         model.train()
         world = self.dist.world_size
+
+        def log_window() -> None:
+            """One ``step`` event for the steps since the last one (the one sync per window)."""
+            nonlocal window_tokens, window_steps, window_padding, window_busy_s, window_start
+            loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
+            if not math.isfinite(loss_value):
+                raise NonFiniteLoss(
+                    f"loss became {loss_value} between steps {self.step - window_steps + 1} "
+                    f"and {self.step}; {self._kept()}"
+                )
+            seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
+            self.total_tokens += window_tokens
+            self.train_time += seconds
+            self.events.emit(
+                Step(
+                    self.step,
+                    loss=round(loss_value, 6),
+                    lr=last_lr,
+                    tokens_per_s=round(window_tokens / seconds, 1),
+                    tf_ratio=round(last_ratio, 6),
+                    grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
+                    elapsed_s=round(self.elapsed(), 3),
+                    tokens=self.total_tokens,
+                    padding=round(window_padding / max(window_steps, 1), 4),
+                    world_size=world,
+                )
+            )
+            window_loss.zero_()
+            window_padding = 0.0
+            window_tokens, window_steps, window_busy_s = 0, 0, 0.0
+            window_start = time.perf_counter()
+
+        def end_window() -> None:
+            """Before a save that ends the run: log the open window, so its loss and tokens
+            (the saved total a resume continues from) are not lost."""
+            if window_steps:
+                log_window()
+            else:
+                self._check_finite(self._global_loss(window_loss))
+
         while self.step < cfg.max_steps:
             examples = next(batches)  # this rank's share of the step (see _batches)
             cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
@@ -430,14 +470,14 @@ class Trainer:
                 command = self._paused()
                 window_start = time.perf_counter()
             if command == ControlCommand.STOP:
-                self._check_finite(self._global_loss(window_loss))
+                end_window()
                 self._save("last")
                 return DoneReason.STOPPED
             if command == ControlCommand.SAVE:
                 self._check_finite(self._global_loss(window_loss))
                 self._save("last")
             if self._signalled:
-                self._check_finite(self._global_loss(window_loss))
+                end_window()
                 self._save("last")
                 return DoneReason.INTERRUPTED
 
@@ -464,34 +504,7 @@ class Trainer:
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
             if self.step % cfg.log_every == 0 or at_eval or self.step == first_step:
-                # The one sync per window (all ranks: the global loss).
-                loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
-                if not math.isfinite(loss_value):
-                    raise NonFiniteLoss(
-                        f"loss became {loss_value} between steps {self.step - window_steps + 1} "
-                        f"and {self.step}; {self._kept()}"
-                    )
-                seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
-                self.total_tokens += window_tokens
-                self.train_time += seconds
-                self.events.emit(
-                    Step(
-                        self.step,
-                        loss=round(loss_value, 6),
-                        lr=last_lr,
-                        tokens_per_s=round(window_tokens / seconds, 1),
-                        tf_ratio=round(last_ratio, 6),
-                        grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
-                        elapsed_s=round(self.elapsed(), 3),
-                        tokens=self.total_tokens,
-                        padding=round(window_padding / max(window_steps, 1), 4),
-                        world_size=world,
-                    )
-                )
-                window_loss.zero_()
-                window_padding = 0.0
-                window_tokens, window_steps, window_busy_s = 0, 0, 0.0
-                window_start = time.perf_counter()
+                log_window()
             if at_eval:
                 stop_early = self._evaluate_on_primary()
                 window_start = time.perf_counter()  # eval time does not count as training
