@@ -143,6 +143,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _percent(value: Any) -> bool:
+    """null or a score in [0, 100] (BLEU, chrF): 1e308 is a damaged line, not a score."""
+    return _number(value) and (value is None or -1e-9 <= value <= 100 + 1e-9)
+
+
+def _fraction(value: Any) -> bool:
+    """null or a share in [0, 1] (exact match, alignment accuracy, AER)."""
+    return _number(value) and (value is None or -1e-12 <= value <= 1 + 1e-12)
+
+
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -241,20 +251,9 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "chrf_signature": _text,
         "bleu_lc_signature": _text,
         "n": _integer,
-        **dict.fromkeys(
-            (
-                "loss",
-                "ppl",
-                "bleu",
-                "chrf",
-                "bleu_lc",
-                "exact_match",
-                "alignment_accuracy",
-                "elapsed_s",
-                "aer",
-            ),
-            _number,
-        ),
+        **dict.fromkeys(("loss", "ppl", "elapsed_s"), _number),
+        **dict.fromkeys(("bleu", "chrf", "bleu_lc"), _percent),
+        **dict.fromkeys(("exact_match", "alignment_accuracy", "aer"), _fraction),
         "attention_entropy": _role_grids,
         "attention_normalisation": _names,
         "alignment_accuracy_by_layer": _numbers,

@@ -281,20 +281,42 @@ def test_list_runs_survives_bad_configs_and_logged_pids(tmp_path: Path) -> None:
     assert runs["b"].status == "error" and runs["b"].warnings == []  # that pid cannot be alive
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("bleu", 1e308), ("bleu", -3.0), ("chrf", 100.5), ("exact_match", 25.0), ("aer", -0.1)],
+)
+def test_a_score_outside_its_range_is_ignored(tmp_path: Path, field: str, value: float) -> None:
+    # sacrebleu's BLEU and chrF lie in [0, 100], exact match / alignment accuracy / AER in
+    # [0, 1]: anything else is a damaged line and must not become the run's "best".
+    run_dir = tmp_path / "r"
+    bad = {"type": "eval", "step": 20, "split": "dev", field: value}
+    _write(run_dir, _line(START) + _line(EVAL) + _line(bad))
+    events, reader = read_event_log(run_dir)
+    assert events[2] == {"type": "eval", "step": 20, "split": "dev"} and reader.dropped == 1
+    summary = summarize_run(run_dir)
+    assert (summary.best_bleu, summary.best_exact_match) == (12.5, 0.25)
+    edge = {"type": "eval", "step": 30, "bleu": 100.0, "chrf": 0.0, "exact_match": 1.0}
+    _write(run_dir, _line(edge))
+    assert read_event_log(run_dir)[0][3] == edge  # the ends of the ranges are scores
+
+
 def test_a_huge_number_in_one_log_keeps_every_column_at_80(tmp_path: Path) -> None:
     _bad_run(tmp_path, "good")
     huge = {"type": "eval", "step": 10**29, "split": "dev", "bleu": 1e308, "chrf": 40.0}
-    _write(tmp_path / "huge", _line(START) + _line(huge))
+    done = {"type": "step", "step": 10**29, "tokens_per_s": 1e300}
+    _write(tmp_path / "huge", _line(START) + _line(huge) + _line(done))
     result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["runs", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     header = next(line for line in lines if " run " in line).split()
-    assert {"steps", "BLEU", "chrF", "EM", "status"} <= set(header)
+    assert {"steps", "BLEU", "chrF", "EM", "tok/s", "status"} <= set(header)
     rows = {line.split()[0]: line.split() for line in lines[4:6]}
     status = header.index("status") - len(header)  # the task cell is empty: count from the end
     steps, bleu = header.index("steps") - len(header), header.index("BLEU") - len(header)
+    speed = header.index("tok/s") - len(header)
     assert (rows["good"][steps], rows["good"][bleu]) == ("10", "12.5")  # not hidden by the other
-    assert (rows["huge"][steps], rows["huge"][bleu]) == ("1e+29", "1e+308")
+    assert (rows["huge"][steps], rows["huge"][speed]) == ("1e+29", "1e+300")
+    assert rows["huge"][bleu] == "–"  # not a BLEU at all: ignored (see the next test)
     assert rows["good"][status] == "finished"
 
 

@@ -162,6 +162,8 @@ def test_plain_heatmap_columns_never_collide():
         (99_999, 5, "100k"),
         (2_500_000_000, 5, "2.50G"),
         (12, 5, "12"),
+        (10**29, 5, "1e+29"),  # a damaged log's step count: not "10000" cut from its digits
+        (999_999_999_999_999, 5, "1e+15"),
     ],
 )
 def test_fit_count_keeps_every_count_readable_in_its_width(value, width, text):

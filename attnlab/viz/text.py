@@ -53,8 +53,10 @@ def fit_count(value: float, width: int) -> str:
                 text = f"{value / scale:.{decimals}f}{suffix}"
                 if len(text) <= width:
                     return text
-            return f"{value / scale:.0f}{suffix}"
-    return exact
+            break
+    # Beyond 999G (only a damaged log has such a step count): 1e+29 rather than digits the
+    # cell would cut (10^29 showed as "10000").
+    return f"{value:.0e}" if len(exact) > width else exact
 
 
 @dataclass(frozen=True)
