@@ -111,6 +111,20 @@ def _count_text(value: Any, width: int) -> str:
     return fit_count(value, width)
 
 
+def without_details(text: str) -> str:
+    """``skipped 3 malformed lines (line 2: ... (list), ...)`` -> ``skipped 3 malformed lines``:
+    every parenthesised group (nested ones too) left out."""
+    out, depth = [], 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(char)
+    return " ".join("".join(out).split()).replace(" ;", ";")
+
+
 def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
     """One table row from an ``attnlab.runs.RunSummary``."""
     em = getattr(run, "best_exact_match", None)
@@ -199,15 +213,18 @@ class RunsView(Vertical):
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
         # The event reader's warnings (skipped lines): the first, by run name (its text starts
-        # with the file's path), so that it fits the line.
+        # with the file's path) and without its per-line details, so that it fits the line;
+        # every warning in full is the line's tooltip.
         warned = [(run.path.name, w.split(": ", 1)[-1]) for run in runs for w in run.warnings]
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
-        first = f"{run_label(warned[0][0], 28)}: {warned[0][1]}" if warned else ""
+        first = f"{run_label(warned[0][0], 28)}: {without_details(warned[0][1])}" if warned else ""
         note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
-        self.query_one("#runs-status", Static).update(
+        status = self.query_one("#runs-status", Static)
+        status.update(
             f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "
             "[dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
+        status.tooltip = "\n".join(w for run in runs for w in run.warnings) or None
         if rows != self._rows or self._layout != self._fit():
             self._rows = rows
             self._fill_table()
