@@ -11,6 +11,7 @@ from _tui_support import lab_config, mounted, ready, run_events, until, write_ru
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Select
 
+from attnlab.experiment import apply_overrides
 from attnlab.nn.attention import ATTENTION, Attention, AttentionSpec, HParam
 from attnlab.tui.app import make_app
 from attnlab.tui.help import HelpScreen, QuitScreen
@@ -491,3 +492,30 @@ async def test_a_new_architecture_gets_its_slot_menu_with_no_lab_edit(tmp_path: 
             assert groups == ["attn: performer"]
     finally:
         ARCHITECTURES.remove("dummy-test-arch")
+
+
+@pytest.mark.parametrize("model", ["bahdanau", "transformer-differential"])
+async def test_every_setup_side_control_can_be_reached_at_80x24(tmp_path: Path, model) -> None:
+    # The side panel did not scroll: at 80x24 its preset Load / Save buttons (and with a
+    # Transformer's longer formulas, the preset menu and file field) lay below the screen.
+    overrides = {
+        "bahdanau": (),
+        "transformer-differential": (
+            "model.arch=transformer",
+            "model.self_attention=differential",
+            "model.d_model=16",
+            "model.heads=2",
+        ),
+    }[model]
+    app = make_app(tmp_path, config=apply_overrides(lab_config("side"), list(overrides)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        footer = app.screen.size.height - 1
+        side = ("#train-button", "#preset-select", "#preset-path", "#preset-load", "#preset-save")
+        for wid in side:
+            widget = app.query_one(wid)
+            app.set_focus(widget)
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()  # focus scrolls it into view
+            region = widget.region
+            assert region.height > 0 and region.bottom <= footer, (wid, region)
