@@ -519,3 +519,29 @@ async def test_every_setup_side_control_can_be_reached_at_80x24(tmp_path: Path, 
             await pilot.wait_for_scheduled_animations()  # focus scrolls it into view
             region = widget.region
             assert region.height > 0 and region.bottom <= footer, (wid, region)
+
+
+async def test_the_cursor_line_shows_weight_and_position_whole_at_80x24(tmp_path: Path) -> None:
+    # One row high, "(row 0, col 1)" (or, with long words, the weight itself) was cut off at
+    # 80 columns; the line now wraps onto up to three rows.
+    from rich.console import Console
+    from rich.text import Text
+
+    from attnlab.tui.follow import Sample
+
+    run = write_run(tmp_path, "words")
+    src = ["Donaudampfschifffahrtsgesellschaft", "Kapitän", "Mütze"]
+    hyp = ["captain's-hat-of-the-danube-steamship-company", "cap"]
+    weights = [[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        app.query_one(InspectView).show_logged_sample(run, Sample(0, src, hyp, hyp, weights))
+        await pilot.press("3", "right")
+        await pilot.pause()
+        cell = app.query_one("#insp-cell")
+        text = Text.from_markup(str(cell.content))
+        assert "weight 0.2000" in text.plain and text.plain.endswith("(row 0, col 1)")
+        lines = text.wrap(Console(), cell.content_region.width)
+        shown = app.query_one("#insp-cell-row").content_region  # what the row does not clip
+        assert len(lines) == 3 and shown.height >= len(lines), (len(lines), shown)
