@@ -1209,7 +1209,7 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
-    from attnlab.viz.text import run_label
+    from attnlab.viz.text import run_labels
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
@@ -1235,8 +1235,8 @@ def runs(directory: Path) -> None:
     for column in columns:
         numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
-    for cells in rows:
-        cells["run"] = run_label(cells["run"], run_width)
+    for cells, label in zip(rows, run_labels([r["run"] for r in rows], run_width), strict=True):
+        cells["run"] = label
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
     for r in found:  # after the table: skipped log lines, an unreadable config.toml

@@ -545,3 +545,24 @@ async def test_the_cursor_line_shows_weight_and_position_whole_at_80x24(tmp_path
         lines = text.wrap(Console(), cell.content_region.width)
         shown = app.query_one("#insp-cell-row").content_region  # what the row does not clip
         assert len(lines) == 3 and shown.height >= len(lines), (len(lines), shown)
+
+
+async def test_runs_of_one_preset_are_told_apart_in_the_table_and_menus(tmp_path: Path) -> None:
+    names = [f"reverse-rnn-bahdanau-20261204-2018{s:02d}" for s in (9, 13, 40)]
+    for name in names:
+        write_run(tmp_path, name)
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs(force=True)
+        await pilot.pause()
+        table = app.query_one("#runs-table", DataTable)
+        shown = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        assert len(set(shown)) == 3, shown
+        await pilot.press("3")
+        await pilot.pause()
+        menu = app.query_one("#insp-run", Select)
+        labels = [str(prompt) for prompt, _value in menu._options if _value != Select.BLANK]
+        assert len(set(labels)) == 3, labels

@@ -180,3 +180,15 @@ def run_label(name: str, width: int) -> str:
                 return candidate
         name = stem
     return middle_ellipsis(name, width)
+
+
+def run_labels(names: Sequence[str], width: int) -> list[str]:
+    """``run_label`` of each name, except where two names would get one label (runs of one
+    experiment differ only in their stamp, which run_label drops first): those are cut in the
+    middle instead, which keeps the stamp's end, so a list never shows two identical rows."""
+    labels = [run_label(name, width) for name in names]
+    shared = {label for label in labels if labels.count(label) > 1}
+    return [
+        middle_ellipsis(name, width) if label in shared else label
+        for name, label in zip(names, labels, strict=True)
+    ]

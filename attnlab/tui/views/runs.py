@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
-from attnlab.viz.text import fit_count, middle_ellipsis, run_label
+from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
 
 REFRESH_SECONDS = 2.0
 COLUMNS = (
@@ -252,9 +252,11 @@ class RunsView(Vertical):
         table.clear()
         columns, run_width = self._layout
         index = [COLUMNS.index(c) for c in columns]
-        for run, cells in zip(self.runs, self._rows, strict=True):
+        # The stamp goes before the variant, unless that makes two runs look the same.
+        labels = run_labels([cells[1] for cells in self._rows], run_width)
+        for run, cells, label in zip(self.runs, self._rows, labels, strict=True):
             shown = [cells[i] for i in index]
-            shown[1] = run_label(shown[1], run_width)  # the stamp goes before the variant
+            shown[1] = label
             table.add_row(*shown, key=str(run.path))
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
