@@ -660,6 +660,9 @@ class LoadedModel:
         return self.dataset.tgt_tokenizer
 
 
+RUN_OR_CHECKPOINT = "give a run directory, a checkpoint directory or an exported .safetensors file"
+
+
 def resolve_checkpoint(path: Path) -> Path:
     """A run dir (best, else last), a checkpoint dir, or a ``.safetensors`` file."""
     path = Path(path)
@@ -779,7 +782,10 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
                 time.sleep(0.05)
                 resolved = resolve_checkpoint(path)
         return _read_checkpoint_dir(resolved)
-    tensors, metadata = read_tensors(resolved)
+    try:
+        tensors, metadata = read_tensors(resolved)
+    except AttnlabError as err:  # a file given where a run is expected (config.toml, a .txt)
+        raise AttnlabError(f"{err}; {RUN_OR_CHECKPOINT}") from None
     if "attnlab.config" not in metadata:
         raise AttnlabError(
             f"{resolved}: a safetensors file without attnlab metadata (not an attnlab export)"
