@@ -1242,6 +1242,13 @@ def runs(directory: Path) -> None:
     for r in found:  # after the table: skipped log lines, an unreadable config.toml
         for warning in r.warnings:
             click.echo(f"warning: {warning}", err=True)
+    if not found and any((directory / name).is_file() for name in ("config.toml", "events.jsonl")):
+        parent = directory.resolve().parent
+        click.echo(
+            f"note: {directory} is a run directory itself; its runs folder is {parent} "
+            f"(attnlab runs {parent})",
+            err=True,
+        )
 
 
 RUNS_CELL = 12  # widest number cell of ``attnlab runs``

@@ -320,6 +320,23 @@ def test_a_huge_number_in_one_log_keeps_every_column_at_80(tmp_path: Path) -> No
     assert rows["good"][status] == "finished"
 
 
+def test_runs_of_a_run_directory_points_to_its_parent(tmp_path: Path) -> None:
+    run_dir = _bad_run(tmp_path, "r")  # a run directory, given where the runs folder goes
+    result = CliRunner().invoke(cli, ["runs", str(run_dir)])
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    parent = run_dir.resolve().parent
+    assert notes == [
+        f"note: {run_dir} is a run directory itself; its runs folder is {parent} "
+        f"(attnlab runs {parent})"
+    ]
+    assert not any(line.startswith("note: ") for line in _runs_output(tmp_path))
+
+
+def _runs_output(directory: Path) -> list[str]:
+    return CliRunner().invoke(cli, ["runs", str(directory)]).output.splitlines()
+
+
 def test_cli_runs_with_bad_lines_shows_the_table_and_a_warning(tmp_path: Path) -> None:
     _bad_run(tmp_path, "bad-run")
     result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["runs", str(tmp_path)])
