@@ -75,6 +75,16 @@ def test_user_errors_are_one_line_with_exit_2():
         assert "Traceback" not in result.output
 
 
+def test_a_toml_file_that_is_not_utf8_is_one_line(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_bytes(b'name = "ok"\n# caf\xe9\n')
+    result = invoke("train", "--preset", str(preset), "--out", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"error: {preset}:2: invalid UTF-8 (byte 0xe9); save the file as UTF-8"
+    ]
+
+
 def test_a_missing_corpus_is_one_line_and_leaves_no_empty_run(tmp_path):
     missing = tmp_path / "no-such-corpus"
     result = invoke(

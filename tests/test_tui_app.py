@@ -566,3 +566,18 @@ async def test_runs_of_one_preset_are_told_apart_in_the_table_and_menus(tmp_path
         menu = app.query_one("#insp-run", Select)
         labels = [str(prompt) for prompt, _value in menu._options if _value != Select.BLANK]
         assert len(set(labels)) == 3, labels
+
+
+async def test_loading_a_preset_file_that_is_not_utf8_is_a_notice_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'name = "caf\xe9"\n')  # saved as Latin-1: tomllib raised UnicodeDecodeError
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await app.query_one(SetupView).load(str(bad))
+        await pilot.pause()
+        assert app.is_running
+        notices = [n.message for n in app._notifications]
+        assert notices == [f"{bad}:1: invalid UTF-8 (byte 0xe9); save the file as UTF-8"]
