@@ -254,6 +254,10 @@ def read_json(path: Path) -> Any:
         raise AttnlabError(f"{path}: no such file") from None
     except json.JSONDecodeError as err:
         raise AttnlabError(f"{path}: invalid JSON ({err})") from None
+    except UnicodeDecodeError as err:  # JSON is UTF-8: a damaged or foreign file
+        raise AttnlabError(f"{path}: invalid JSON (not UTF-8 at byte {err.start})") from None
+    except OSError as err:  # a directory of that name, no permission
+        raise AttnlabError(f"{path}: cannot read ({err.strerror})") from None
 
 
 # -- run directories ---------------------------------------------------------------------------

@@ -585,3 +585,11 @@ def test_the_eval_table_at_80_columns_shows_the_whole_bleu_signature(tiny_run):
     assert max(len(line) for line in table.output.splitlines()) <= 80
     squashed = "".join(table.output.replace("│", "").split())
     assert f"BLEUsignature{signature}" in squashed, table.output
+
+
+def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
+    # read_json caught JSONDecodeError only: a damaged meta.json raised UnicodeDecodeError.
+    best = tiny_run / "checkpoints" / "last"
+    (best / "meta.json").write_bytes(b'{"step": 4, "x": "\xff"}')
+    line = _one_error(_invoke("eval", tiny_run / "checkpoints" / "last"))
+    assert line == f"error: {best / 'meta.json'}: invalid JSON (not UTF-8 at byte 18)"

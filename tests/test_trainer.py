@@ -77,6 +77,19 @@ def test_control_file_stop_saves_last_and_ends_with_stopped(tmp_path, tiny_confi
     assert done["type"] == "done" and done["reason"] == "stopped"
 
 
+def test_garbage_in_the_control_file_is_ignored_not_fatal(tmp_path, tiny_config):
+    # The trainer read RUN/control as UTF-8: a stray binary write killed the run with a
+    # UnicodeDecodeError. Like any unknown word, it is now ignored.
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 2:
+            (run_dir / "control").write_bytes(b"\xff\xfe\x00stop")
+
+    summary = Trainer(tiny_config, run_dir, on_event=on_event, device="cpu").run()
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+
+
 def test_pause_resume_and_save_commands(tmp_path, tiny_config):
     run_dir = tmp_path / "run"
 

@@ -723,7 +723,8 @@ class Trainer:
         if signature is None:
             return None
         try:
-            word = path.read_text(encoding="utf-8").strip().lower()
+            # errors="replace": garbage in the file is an unknown word (ignored), not a crash
+            word = path.read_text(encoding="utf-8", errors="replace").strip().lower()
         except OSError:
             return None
         if word == INTERRUPT_WORD:
