@@ -712,6 +712,12 @@ def read_meta(directory: Path) -> dict[str, Any]:
             got = "missing" if key not in meta else f"a {type(meta[key]).__name__}"
             raise AttnlabError(f'{path}: field "{key}" must be a table (JSON object), got {got}')
     _int_field(path, meta, "step")
+    params = meta.get("params")  # optional; load_checkpoint reads it as an int
+    if params is not None and (isinstance(params, bool) or not isinstance(params, int)):
+        raise AttnlabError(f'{path}: field "params" {json.dumps(params)} is not an integer')
+    if not isinstance(meta.get("metrics") or {}, dict):
+        got = type(meta["metrics"]).__name__
+        raise AttnlabError(f'{path}: field "metrics" must be a table (JSON object), got a {got}')
     return meta
 
 
@@ -806,7 +812,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         }
     except (KeyError, ValueError) as err:
         raise AttnlabError(f"{resolved}: invalid attnlab metadata ({err})") from None
-    for key in ("config", "dataset"):
+    for key in ("config", "dataset", "metrics"):
         if not isinstance(meta[key], dict):
             raise AttnlabError(f"{resolved}: metadata attnlab.{key} must be a JSON object")
     return tensors, meta
@@ -888,7 +894,10 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     tensors, meta = read_checkpoint(resolved)
     source = resolved / META_FILE if resolved.is_dir() else resolved
     config = validate(from_dict(meta["config"], source=str(source)))
-    dataset = Dataset.from_meta(meta["dataset"])
+    try:
+        dataset = Dataset.from_meta(meta["dataset"])
+    except AttnlabError as err:  # name the file: "dataset metadata is invalid: ..."
+        raise AttnlabError(f"{source}: {err}") from None
     model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
     have = _shapes(model)
     want = {k: tuple(v.shape) for k, v in tensors.items()}

@@ -593,3 +593,29 @@ def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
     (best / "meta.json").write_bytes(b'{"step": 4, "x": "\xff"}')
     line = _one_error(_invoke("eval", tiny_run / "checkpoints" / "last"))
     assert line == f"error: {best / 'meta.json'}: invalid JSON (not UTF-8 at byte 18)"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (
+            lambda m: m["dataset"].update(src_vocab=5),
+            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+        ),
+        (
+            lambda m: m["dataset"].update(tgt_vocab=[*m["dataset"]["tgt_vocab"], 7]),
+            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+        ),
+        (
+            lambda m: m.update(metrics=[1]),
+            'field "metrics" must be a table (JSON object), got a list',
+        ),
+        (lambda m: m.update(params="many"), 'field "params" "many" is not an integer'),
+    ],
+)
+def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(tiny_run, edit, needle):
+    # Each of these raised TypeError / ValueError out of load_checkpoint (a traceback).
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", edit)
+    line = _one_error(_invoke("eval", last))
+    assert line == f"error: {last / 'meta.json'}: {needle}"
