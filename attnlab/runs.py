@@ -1046,9 +1046,38 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list):
         what = "is missing" if optimizer is None else "has no param_groups list"
         raise AttnlabError(f'{path}: field "optimizer" (the optimiser state) {what}; cannot resume')
-    if not isinstance(state.get("lr_schedule", {}), dict):
+    schedule = state.get("lr_schedule", {})
+    if not isinstance(schedule, dict):
         raise AttnlabError(f'{path}: field "lr_schedule" must be a JSON object')
+    # The fields the trainer reads with float() / int() / comparisons: a wrong type there was a
+    # traceback (TypeError, ValueError) in the middle of a resume.
+    for where, key, check, what in (
+        (state, "best_value", _is_number, "a number or null"),
+        (state, "best_metrics", lambda v: isinstance(v, dict), "a JSON object or null"),
+        (schedule, "plateau_scale", _is_number, "a number"),
+        (schedule, "plateau_best", _is_number, "a number or null"),
+        (schedule, "plateau_bad_evals", lambda v: _is_number(v) and v == int(v), "an integer"),
+    ):
+        value = where.get(key)
+        if value is not None and not check(value):
+            name = key if where is state else f"lr_schedule.{key}"
+            raise AttnlabError(f'{path}: field "{name}" {json.dumps(value)} is not {what}')
+    py_state = state.get("python_random")
+    if py_state and not (
+        isinstance(py_state, list)
+        and len(py_state) == 3
+        and isinstance(py_state[1], list)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in py_state[1])
+    ):
+        raise AttnlabError(
+            f'{path}: field "python_random" is not a Python random state '
+            "[version, [ints], gauss]; cannot resume"
+        )
     return state
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _resumable_dir(run_dir: Path) -> Path | None:

@@ -348,6 +348,20 @@ def test_a_malformed_meta_json_is_one_line(tiny_run, edit, needle):
         (lambda s: s.pop("optimizer"), 'field "optimizer" (the optimiser state) is missing'),
         (lambda s: s.update(step="abc"), 'field "step" "abc" is not a step count'),
         (lambda s: s.update(epoch=1.5), 'field "epoch" 1.5 is not a step count'),
+        # These were tracebacks (TypeError / ValueError) in the middle of a resume:
+        (lambda s: s.update(best_value="x"), 'field "best_value" "x" is not a number or null'),
+        (
+            lambda s: s.update(best_metrics=[1]),
+            'field "best_metrics" [1] is not a JSON object or null',
+        ),
+        (
+            lambda s: s.update(lr_schedule={"plateau_scale": "x"}),
+            'field "lr_schedule.plateau_scale" "x" is not a number',
+        ),
+        (
+            lambda s: s.update(python_random=[1, 2]),
+            'field "python_random" is not a Python random state',
+        ),
     ],
 )
 def test_a_malformed_trainer_state_is_one_line(tiny_run, edit, needle):
@@ -619,3 +633,13 @@ def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(tiny_run, edit, ne
     _edit_json(last / "meta.json", edit)
     line = _one_error(_invoke("eval", last))
     assert line == f"error: {last / 'meta.json'}: {needle}"
+
+
+def test_a_python_random_state_of_the_wrong_size_is_one_line(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.json"
+    _edit_json(path, lambda s: s.update(python_random=[3, [1, 2, 3], None]))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f'{path}: field "python_random" is not a Python random')

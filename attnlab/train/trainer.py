@@ -40,6 +40,7 @@ from attnlab.config import ExperimentConfig, to_dict
 from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
+from attnlab.errors import AttnlabError
 from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.events import (
     INTERRUPT_WORD,
@@ -252,7 +253,13 @@ class Trainer:
         self.train_time = float(state.get("train_time", 0.0))
         py_state = state.get("python_random")
         if py_state:
-            random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+            try:
+                random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+            except (TypeError, ValueError) as err:  # e.g. a state of the wrong length
+                raise AttnlabError(
+                    f"{checkpoint_dir(self.run_dir, 'last') / 'trainer_state.json'}: "
+                    f'field "python_random" is not a Python random state ({err}); cannot resume'
+                ) from None
         if "rng.cpu" in tensors:
             torch.set_rng_state(tensors["rng.cpu"])
         if torch.cuda.is_available():
