@@ -1025,6 +1025,44 @@ def optimizer_from_tensors(tensors: dict[str, Tensor], info: dict[str, Any]) -> 
     return {"state": state, "param_groups": groups}
 
 
+def check_optimizer_state(path: Path, params: list[Any], optimizer_state: dict[str, Any]) -> None:
+    """Refuse optimiser tensors that do not fit the model's parameters (``path`` names the
+    file): torch would load them and fail, or broadcast them into NaNs, at the first step."""
+    from collections import Counter
+
+    from torch import Tensor
+
+    state = optimizer_state["state"]
+    for index, values in sorted(state.items()):
+        if not 0 <= index < len(params):
+            raise AttnlabError(
+                f"{path}: optimiser state for parameter {index}, but the model has "
+                f"{len(params)} parameters; cannot resume"
+            )
+        for name, value in values.items():
+            if not isinstance(value, Tensor):
+                continue
+            if name == "step" and value.numel() != 1:
+                raise AttnlabError(
+                    f"{path}: opt.{index}.step is shape {list(value.shape)}, not one number; "
+                    "cannot resume"
+                )
+            if name != "step" and tuple(value.shape) != tuple(params[index].shape):
+                raise AttnlabError(
+                    f"{path}: opt.{index}.{name} is shape {list(value.shape)} but parameter "
+                    f"{index} is {list(params[index].shape)}; cannot resume"
+                )
+    # Every parameter's state has the same names (exp_avg, exp_avg_sq, step for AdamW).
+    usual = Counter(frozenset(values) for values in state.values()).most_common(1)
+    for index, values in sorted(state.items()):
+        if usual and set(values) != usual[0][0]:
+            missing = sorted(usual[0][0] - set(values)) or sorted(set(values) - usual[0][0])
+            raise AttnlabError(
+                f"{path}: the optimiser state of parameter {index} differs from the others' in "
+                f"{', '.join(missing)}; cannot resume"
+            )
+
+
 _STATE_COUNTS = ("epoch", "batch_in_epoch", "bad_evals", "total_tokens")
 _STATE_SECONDS = ("elapsed_s", "train_time")
 

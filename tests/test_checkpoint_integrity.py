@@ -643,3 +643,33 @@ def test_a_python_random_state_of_the_wrong_size_is_one_line(tmp_path, tiny_conf
     with pytest.raises(AttnlabError) as err:
         Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
     assert str(err.value).startswith(f'{path}: field "python_random" is not a Python random')
+
+
+def _rewrite_state_tensors(run_dir, edit):
+    _rewrite_weights(run_dir / "checkpoints" / "last" / "trainer_state.safetensors", edit)
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        # The first three were tracebacks (KeyError at the first step, TypeError, RuntimeError);
+        # the reshaped moment was broadcast by AdamW into a NaN dev loss.
+        (lambda t: t.pop("opt.0.exp_avg"), "the optimiser state of parameter 0 differs"),
+        (lambda t: t.update({"rng.cpu": torch.zeros(5)}), "rng.cpu is not a torch RNG state"),
+        (lambda t: t.update({"opt.0.step": torch.ones(2)}), "opt.0.step is shape [2], not one"),
+        (lambda t: t.update({"opt.0.exp_avg": torch.zeros(3)}), "opt.0.exp_avg is shape [3] but"),
+        (
+            lambda t: t.update({"opt.99.exp_avg": torch.zeros(3)}),
+            "optimiser state for parameter 99, but",
+        ),
+    ],
+)
+def test_optimiser_tensors_that_do_not_fit_are_one_line(tmp_path, tiny_config, edit, needle):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    _rewrite_state_tensors(run_dir, edit)
+    more = replace(tiny_config, train=replace(tiny_config.train, max_steps=9))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(more, run_dir, device="cpu", resume=True).run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.safetensors"
+    assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)

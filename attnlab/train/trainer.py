@@ -65,7 +65,9 @@ from attnlab.naming import attention_roles
 from attnlab.nn.archs import normalisations_of
 from attnlab.runs import (
     CONTROL_FILE,
+    STATE_TENSORS,
     WriteError,
+    check_optimizer_state,
     check_resume_weights,
     checkpoint_dir,
     has_resumable_checkpoint,
@@ -237,7 +239,14 @@ class Trainer:
         weights, state, tensors = read_trainer_state(self.run_dir)
         check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
-        self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
+        state_file = checkpoint_dir(self.run_dir, "last") / STATE_TENSORS
+        optimizer_state = optimizer_from_tensors(tensors, state["optimizer"])
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        check_optimizer_state(state_file, params, optimizer_state)
+        try:
+            self.optimizer.load_state_dict(optimizer_state)
+        except (KeyError, TypeError, ValueError) as err:  # e.g. param groups of other sizes
+            raise AttnlabError(f"{state_file}: optimiser state does not fit ({err})") from None
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
             group["initial_lr"] = self.config.train.lr
         self.lr_schedule.load_state_dict(state.get("lr_schedule", {}))
@@ -261,7 +270,12 @@ class Trainer:
                     f'field "python_random" is not a Python random state ({err}); cannot resume'
                 ) from None
         if "rng.cpu" in tensors:
-            torch.set_rng_state(tensors["rng.cpu"])
+            try:
+                torch.set_rng_state(tensors["rng.cpu"])
+            except (TypeError, RuntimeError) as err:  # not a torch RNG state
+                raise AttnlabError(
+                    f"{state_file}: rng.cpu is not a torch RNG state ({err})"
+                ) from None
         if torch.cuda.is_available():
             cuda_states = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
             if len(cuda_states) == torch.cuda.device_count():
