@@ -581,3 +581,19 @@ async def test_loading_a_preset_file_that_is_not_utf8_is_a_notice_not_a_crash(
         assert app.is_running
         notices = [n.message for n in app._notifications]
         assert notices == [f"{bad}:1: invalid UTF-8 (byte 0xe9); save the file as UTF-8"]
+
+
+async def test_the_inspect_hint_is_whole_at_80x24(tmp_path: Path) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        title = app.query_one("#insp-title")
+        text = Text.from_markup(str(title.content))
+        assert text.plain.endswith("Enter on a sample in Train.")
+        lines = text.wrap(Console(), title.content_region.width)
+        assert title.content_region.height >= len(lines) > 1  # wrapped, not cut with "…"
