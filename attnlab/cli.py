@@ -668,7 +668,13 @@ def _check_resume(run_dir: Path, config: Any) -> int:
             "(changed in config.toml or by --set); a resumed run keeps its model.* and "
             "vocabulary keys (train.* and decode.* may change)"
         )
-    return int(meta.get("step", 0))
+    step = int(meta.get("step", 0))
+    if config.train.max_steps < step:  # would train nothing and write the smaller max_steps
+        raise AttnlabError(
+            f"--resume {run_dir}: train.max_steps={config.train.max_steps} is below the "
+            f"checkpoint's step {step}; to train on, --set train.max_steps=N with N > {step}"
+        )
+    return step
 
 
 # -- eval / translate -----------------------------------------------------------------------------
