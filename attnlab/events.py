@@ -274,6 +274,9 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
 }
 
 
+MAX_STEP = 2**63 - 1  # the largest step a reader takes: a damaged line's 10^29 is not a step
+
+
 def check_event(obj: Any) -> tuple[dict[str, Any] | None, str, int]:
     """(event, "", fields dropped) for a well-shaped event, else (None, why, 0).
 
@@ -287,6 +290,8 @@ def check_event(obj: Any) -> tuple[dict[str, Any] | None, str, int]:
     step = obj.get("step")
     if not _integer(step) or step < 0:
         return None, f'"step" is not a non-negative integer ({_short(step)})', 0
+    if step > MAX_STEP:  # tensorboard, torch and numpy count steps in int64
+        return None, f'"step" is beyond int64 ({_short(step)})', 0
     checks = {"time": _number, **FIELD_TYPES.get(kind, {})}
     bad = [key for key, check in checks.items() if key in obj and not check(obj[key])]
     if not bad:
