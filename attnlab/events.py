@@ -188,7 +188,7 @@ def _matrix(value: Any) -> bool:
 
 def _buckets(value: Any) -> bool:
     return isinstance(value, list) and all(
-        isinstance(b, dict) and _number(b.get("bleu")) and _number(b.get("n")) for b in value
+        isinstance(b, dict) and _percent(b.get("bleu")) and _number(b.get("n")) for b in value
     )
 
 

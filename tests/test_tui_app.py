@@ -597,3 +597,22 @@ async def test_the_inspect_hint_is_whole_at_80x24(tmp_path: Path) -> None:
         assert text.plain.endswith("Enter on a sample in Train.")
         lines = text.wrap(Console(), title.content_region.width)
         assert title.content_region.height >= len(lines) > 1  # wrapped, not cut with "…"
+
+
+async def test_a_huge_loss_in_a_damaged_log_does_not_take_the_lab_down(tmp_path: Path) -> None:
+    # plotext overflowed (OverflowError: cannot convert float infinity to integer) on a
+    # finite but huge 1e308 loss while rendering, and the lab exited.
+    events = run_events()
+    events.insert(-1, {"type": "step", "time": 9.0, "step": 19, "loss": 1e308, "lr": 1e308})
+    run = write_run(tmp_path, "huge", events)
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        app.query_one(TrainView).follow_run(run)
+        await until(pilot, lambda: app.query_one("#loss-plot", MetricPlot).points > 0)
+        await pilot.pause()
+        assert app.is_running
+        plot = app.query_one("#loss-plot", MetricPlot)
+        logged = sum(1 for _label, _xs, ys in plot.series for y in ys if y is not None)
+        assert plot.points == logged - 1  # every point but the 1e308 one
