@@ -694,7 +694,13 @@ def _check_resume(run_dir: Path, config: Any) -> int:
             "(changed in config.toml or by --set); a resumed run keeps its model.* and "
             "vocabulary keys (train.* and decode.* may change)"
         )
-    return int(meta.get("step", 0))
+    step = int(meta.get("step", 0))
+    if config.train.max_steps < step:  # would train nothing and write the smaller max_steps
+        raise AttnlabError(
+            f"--resume {run_dir}: train.max_steps={config.train.max_steps} is below the "
+            f"checkpoint's step {step}; to train on, --set train.max_steps=N with N > {step}"
+        )
+    return step
 
 
 # -- eval / translate -----------------------------------------------------------------------------
@@ -750,6 +756,7 @@ def eval_command(
     from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
+    from attnlab.runs import jsonable
 
     loaded, torch_device = _load(run, device)
     config = apply_overrides(loaded.config, _pop_decode(flags))
@@ -774,7 +781,7 @@ def eval_command(
             loaded, dataset, split, gold_path, alignment_order, torch_device, max_sentences
         )
     if as_json:
-        click.echo(json.dumps(result, ensure_ascii=False))
+        click.echo(json.dumps(jsonable(result), ensure_ascii=False, allow_nan=False))
         return
     from rich.table import Table
 
@@ -782,7 +789,7 @@ def eval_command(
         title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False
     )
     table.add_column("metric", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # wrap, never cut, the BLEU signature
     for key, digits in (
         ("n", 0),
         ("bleu", 2),
@@ -881,6 +888,10 @@ def translate(
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
+    first = next(((toks, nbest) for toks, nbest in results if nbest), None)
+    if need_maps and first is not None:  # a bad --layer/--head: one line before any output
+        (hyp, tokens), choice = first[1][0], MapChoice(role, layer, head, method)
+        _chosen_map(loaded, first[0], hyp, tokens, choice, torch_device)
     console: Any = _console()
     if export_path is not None:  # also record what is printed, as a colour terminal shows it
         from attnlab.cli_inspect import TeeConsole
@@ -1238,7 +1249,7 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
-    from attnlab.viz.text import run_label
+    from attnlab.viz.text import run_labels
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
@@ -1250,11 +1261,11 @@ def runs(directory: Path) -> None:
             "task": str(r.task),
             "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
             "params": _compact(r.params),
-            "steps": str(r.steps),
-            "BLEU": _fmt(r.best_bleu, 1),
-            "chrF": _fmt(r.best_chrf, 1),
-            "EM": _fmt(r.best_exact_match, 2),
-            "tok/s": _fmt(r.tokens_per_s, 0),
+            "steps": _cell(r.steps),
+            "BLEU": _cell(r.best_bleu, 1),
+            "chrF": _cell(r.best_chrf, 1),
+            "EM": _cell(r.best_exact_match, 2),
+            "tok/s": _cell(r.tokens_per_s, 0),
             "status": str(r.status),
         }
         for r in found
@@ -1264,13 +1275,31 @@ def runs(directory: Path) -> None:
     for column in columns:
         numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
-    for cells in rows:
-        cells["run"] = run_label(cells["run"], run_width)
+    for cells, label in zip(rows, run_labels([r["run"] for r in rows], run_width), strict=True):
+        cells["run"] = label
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
     for r in found:  # after the table: skipped log lines, an unreadable config.toml
         for warning in r.warnings:
             click.echo(f"warning: {warning}", err=True)
+    if not found and any((directory / name).is_file() for name in ("config.toml", "events.jsonl")):
+        parent = directory.resolve().parent
+        click.echo(
+            f"note: {directory} is a run directory itself; its runs folder is {parent} "
+            f"(attnlab runs {parent})",
+            err=True,
+        )
+
+
+RUNS_CELL = 12  # widest number cell of ``attnlab runs``
+
+
+def _cell(value: float | int | None, digits: int = 2) -> str:
+    """``_fmt`` for the runs table, at most RUNS_CELL characters: a damaged log's 1e308 BLEU or
+    30-digit step reads 1e+308 instead of one wide cell pushing the column off the table
+    for every run."""
+    text = _fmt(value, digits)
+    return text if len(text) <= RUNS_CELL else f"{value:.3g}"
 
 
 RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")

@@ -200,7 +200,9 @@ def heads(
     dataset = scoring_dataset(loaded, loaded.config)
     report = heads_report(loaded, dataset, split, max_sentences, torch_device, curve=not no_curve)
     if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False))
+        from attnlab.runs import jsonable
+
+        click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
     console = _console()
     for renderable in heads_renderables(report):
@@ -327,7 +329,9 @@ def compare(
         example = examples[index]
     report = compare_report(a, b, sentence, example, method, torch_device)
     if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False))
+        from attnlab.runs import jsonable
+
+        click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
     console: Any = _console()
     if export_path is not None:

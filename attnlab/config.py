@@ -406,6 +406,12 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise AttnlabError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as err:
         raise AttnlabError(f"{path}: invalid TOML: {err}") from None
+    except UnicodeDecodeError as err:  # tomllib decodes the whole file first
+        line = err.object[: err.start].count(b"\n") + 1
+        raise AttnlabError(
+            f"{path}:{line}: invalid UTF-8 (byte 0x{err.object[err.start]:02x}); "
+            "save the file as UTF-8"
+        ) from None
     except OSError as err:
         raise AttnlabError(f"{path}: cannot read: {err.strerror}") from None
 

@@ -49,6 +49,7 @@ It returns the checked JSON objects (dicts: ``read_events``, ``read_event_log``,
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -134,8 +135,22 @@ Check = Callable[[Any], bool]
 
 
 def _number(value: Any) -> bool:
-    # null stands for a non-finite float (the writer uses allow_nan=False).
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    # null stands for a non-finite float (the writer uses allow_nan=False), so NaN / Infinity
+    # / 1e999 (which json.loads accepts) can only come from a damaged or hand-edited line:
+    # a wrong value, not a score ("best chrF inf").
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _percent(value: Any) -> bool:
+    """null or a score in [0, 100] (BLEU, chrF): 1e308 is a damaged line, not a score."""
+    return _number(value) and (value is None or -1e-9 <= value <= 100 + 1e-9)
+
+
+def _fraction(value: Any) -> bool:
+    """null or a share in [0, 1] (exact match, alignment accuracy, AER)."""
+    return _number(value) and (value is None or -1e-12 <= value <= 1 + 1e-12)
 
 
 def _integer(value: Any) -> bool:
@@ -165,12 +180,15 @@ def _matrix(value: Any) -> bool:
     if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
         return False
     width = len(value[0])
-    return all(len(row) == width and all(type(w) in (int, float) for w in row) for row in value)
+    return all(
+        len(row) == width and all(type(w) in (int, float) and math.isfinite(w) for w in row)
+        for row in value
+    )
 
 
 def _buckets(value: Any) -> bool:
     return isinstance(value, list) and all(
-        isinstance(b, dict) and _number(b.get("bleu")) and _number(b.get("n")) for b in value
+        isinstance(b, dict) and _percent(b.get("bleu")) and _number(b.get("n")) for b in value
     )
 
 
@@ -233,20 +251,9 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
         "chrf_signature": _text,
         "bleu_lc_signature": _text,
         "n": _integer,
-        **dict.fromkeys(
-            (
-                "loss",
-                "ppl",
-                "bleu",
-                "chrf",
-                "bleu_lc",
-                "exact_match",
-                "alignment_accuracy",
-                "elapsed_s",
-                "aer",
-            ),
-            _number,
-        ),
+        **dict.fromkeys(("loss", "ppl", "elapsed_s"), _number),
+        **dict.fromkeys(("bleu", "chrf", "bleu_lc"), _percent),
+        **dict.fromkeys(("exact_match", "alignment_accuracy", "aer"), _fraction),
         "attention_entropy": _role_grids,
         "attention_normalisation": _names,
         "alignment_accuracy_by_layer": _numbers,
@@ -267,6 +274,9 @@ FIELD_TYPES: dict[str, dict[str, Check]] = {
 }
 
 
+MAX_STEP = 2**63 - 1  # the largest step a reader takes: a damaged line's 10^29 is not a step
+
+
 def check_event(obj: Any) -> tuple[dict[str, Any] | None, str, int]:
     """(event, "", fields dropped) for a well-shaped event, else (None, why, 0).
 
@@ -280,6 +290,8 @@ def check_event(obj: Any) -> tuple[dict[str, Any] | None, str, int]:
     step = obj.get("step")
     if not _integer(step) or step < 0:
         return None, f'"step" is not a non-negative integer ({_short(step)})', 0
+    if step > MAX_STEP:  # tensorboard, torch and numpy count steps in int64
+        return None, f'"step" is beyond int64 ({_short(step)})', 0
     checks = {"time": _number, **FIELD_TYPES.get(kind, {})}
     bad = [key for key, check in checks.items() if key in obj and not check(obj[key])]
     if not bad:

@@ -254,6 +254,10 @@ def read_json(path: Path) -> Any:
         raise AttnlabError(f"{path}: no such file") from None
     except json.JSONDecodeError as err:
         raise AttnlabError(f"{path}: invalid JSON ({err})") from None
+    except UnicodeDecodeError as err:  # JSON is UTF-8: a damaged or foreign file
+        raise AttnlabError(f"{path}: invalid JSON (not UTF-8 at byte {err.start})") from None
+    except OSError as err:  # a directory of that name, no permission
+        raise AttnlabError(f"{path}: cannot read ({err.strerror})") from None
 
 
 # -- run directories ---------------------------------------------------------------------------
@@ -660,6 +664,9 @@ class LoadedModel:
         return self.dataset.tgt_tokenizer
 
 
+RUN_OR_CHECKPOINT = "give a run directory, a checkpoint directory or an exported .safetensors file"
+
+
 def resolve_checkpoint(path: Path) -> Path:
     """A run dir (best, else last), a checkpoint dir, or a ``.safetensors`` file."""
     path = Path(path)
@@ -705,6 +712,12 @@ def read_meta(directory: Path) -> dict[str, Any]:
             got = "missing" if key not in meta else f"a {type(meta[key]).__name__}"
             raise AttnlabError(f'{path}: field "{key}" must be a table (JSON object), got {got}')
     _int_field(path, meta, "step")
+    params = meta.get("params")  # optional; load_checkpoint reads it as an int
+    if params is not None and (isinstance(params, bool) or not isinstance(params, int)):
+        raise AttnlabError(f'{path}: field "params" {json.dumps(params)} is not an integer')
+    if not isinstance(meta.get("metrics") or {}, dict):
+        got = type(meta["metrics"]).__name__
+        raise AttnlabError(f'{path}: field "metrics" must be a table (JSON object), got a {got}')
     return meta
 
 
@@ -779,7 +792,10 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
                 time.sleep(0.05)
                 resolved = resolve_checkpoint(path)
         return _read_checkpoint_dir(resolved)
-    tensors, metadata = read_tensors(resolved)
+    try:
+        tensors, metadata = read_tensors(resolved)
+    except AttnlabError as err:  # a file given where a run is expected (config.toml, a .txt)
+        raise AttnlabError(f"{err}; {RUN_OR_CHECKPOINT}") from None
     if "attnlab.config" not in metadata:
         raise AttnlabError(
             f"{resolved}: a safetensors file without attnlab metadata (not an attnlab export)"
@@ -796,7 +812,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         }
     except (KeyError, ValueError) as err:
         raise AttnlabError(f"{resolved}: invalid attnlab metadata ({err})") from None
-    for key in ("config", "dataset"):
+    for key in ("config", "dataset", "metrics"):
         if not isinstance(meta[key], dict):
             raise AttnlabError(f"{resolved}: metadata attnlab.{key} must be a JSON object")
     return tensors, meta
@@ -878,7 +894,10 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedMod
     tensors, meta = read_checkpoint(resolved)
     source = resolved / META_FILE if resolved.is_dir() else resolved
     config = validate(from_dict(meta["config"], source=str(source)))
-    dataset = Dataset.from_meta(meta["dataset"])
+    try:
+        dataset = Dataset.from_meta(meta["dataset"])
+    except AttnlabError as err:  # name the file: "dataset metadata is invalid: ..."
+        raise AttnlabError(f"{source}: {err}") from None
     model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
     have = _shapes(model)
     want = {k: tuple(v.shape) for k, v in tensors.items()}
@@ -911,6 +930,11 @@ def export_source(run_dir: Path, which: str) -> tuple[Path, str]:
     ``last`` (also when ``best`` was asked for but the run has none yet) or ``checkpoint``
     (``run_dir`` is itself a checkpoint directory)."""
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise AttnlabError(
+            f"{run_dir}: is a file; export takes a run directory or a checkpoint directory "
+            "(an exported .safetensors file is already self-contained)"
+        )
     directory = checkpoint_dir(run_dir, which)
     if resolve_or_none(directory) is not None:
         return directory, which
@@ -937,6 +961,7 @@ def export_checkpoint(
     if out_file.exists() and not force:
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
     directory, _tag = export_source(run_dir, which)
+    load_checkpoint(directory)  # refuse weights the model does not take: eval would refuse the file
     tensors, meta = read_checkpoint(directory)
     metadata = {
         "format": "pt",  # the convention other safetensors loaders check
@@ -1000,6 +1025,44 @@ def optimizer_from_tensors(tensors: dict[str, Tensor], info: dict[str, Any]) -> 
     return {"state": state, "param_groups": groups}
 
 
+def check_optimizer_state(path: Path, params: list[Any], optimizer_state: dict[str, Any]) -> None:
+    """Refuse optimiser tensors that do not fit the model's parameters (``path`` names the
+    file): torch would load them and fail, or broadcast them into NaNs, at the first step."""
+    from collections import Counter
+
+    from torch import Tensor
+
+    state = optimizer_state["state"]
+    for index, values in sorted(state.items()):
+        if not 0 <= index < len(params):
+            raise AttnlabError(
+                f"{path}: optimiser state for parameter {index}, but the model has "
+                f"{len(params)} parameters; cannot resume"
+            )
+        for name, value in values.items():
+            if not isinstance(value, Tensor):
+                continue
+            if name == "step" and value.numel() != 1:
+                raise AttnlabError(
+                    f"{path}: opt.{index}.step is shape {list(value.shape)}, not one number; "
+                    "cannot resume"
+                )
+            if name != "step" and tuple(value.shape) != tuple(params[index].shape):
+                raise AttnlabError(
+                    f"{path}: opt.{index}.{name} is shape {list(value.shape)} but parameter "
+                    f"{index} is {list(params[index].shape)}; cannot resume"
+                )
+    # Every parameter's state has the same names (exp_avg, exp_avg_sq, step for AdamW).
+    usual = Counter(frozenset(values) for values in state.values()).most_common(1)
+    for index, values in sorted(state.items()):
+        if usual and set(values) != usual[0][0]:
+            missing = sorted(usual[0][0] - set(values)) or sorted(set(values) - usual[0][0])
+            raise AttnlabError(
+                f"{path}: the optimiser state of parameter {index} differs from the others' in "
+                f"{', '.join(missing)}; cannot resume"
+            )
+
+
 _STATE_COUNTS = ("epoch", "batch_in_epoch", "bad_evals", "total_tokens")
 _STATE_SECONDS = ("elapsed_s", "train_time")
 
@@ -1021,9 +1084,38 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list):
         what = "is missing" if optimizer is None else "has no param_groups list"
         raise AttnlabError(f'{path}: field "optimizer" (the optimiser state) {what}; cannot resume')
-    if not isinstance(state.get("lr_schedule", {}), dict):
+    schedule = state.get("lr_schedule", {})
+    if not isinstance(schedule, dict):
         raise AttnlabError(f'{path}: field "lr_schedule" must be a JSON object')
+    # The fields the trainer reads with float() / int() / comparisons: a wrong type there was a
+    # traceback (TypeError, ValueError) in the middle of a resume.
+    for where, key, check, what in (
+        (state, "best_value", _is_number, "a number or null"),
+        (state, "best_metrics", lambda v: isinstance(v, dict), "a JSON object or null"),
+        (schedule, "plateau_scale", _is_number, "a number"),
+        (schedule, "plateau_best", _is_number, "a number or null"),
+        (schedule, "plateau_bad_evals", lambda v: _is_number(v) and v == int(v), "an integer"),
+    ):
+        value = where.get(key)
+        if value is not None and not check(value):
+            name = key if where is state else f"lr_schedule.{key}"
+            raise AttnlabError(f'{path}: field "{name}" {json.dumps(value)} is not {what}')
+    py_state = state.get("python_random")
+    if py_state and not (
+        isinstance(py_state, list)
+        and len(py_state) == 3
+        and isinstance(py_state[1], list)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in py_state[1])
+    ):
+        raise AttnlabError(
+            f'{path}: field "python_random" is not a Python random state '
+            "[version, [ints], gauss]; cannot resume"
+        )
     return state
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _resumable_dir(run_dir: Path) -> Path | None:
@@ -1033,8 +1125,22 @@ def _resumable_dir(run_dir: Path) -> Path | None:
 
 
 def has_resumable_checkpoint(run_dir: Path) -> bool:
-    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from."""
-    return _resumable_dir(run_dir) is not None
+    """Whether ``RUN/checkpoints/last`` (or its fallback) holds trainer state to resume from.
+
+    False only when there is no ``last`` yet (killed before its first save: the run starts
+    over). A ``last`` directory without its meta.json or trainer_state.json cannot come from a
+    save (they are swapped in whole), so it is refused rather than silently trained over from
+    step 0, which would discard the run's weights and log a second history."""
+    if _resumable_dir(run_dir) is not None:
+        return True
+    last = checkpoint_dir(run_dir, "last")
+    if last.is_dir():
+        missing = [name for name in (META_FILE, STATE_JSON) if not (last / name).is_file()]
+        raise AttnlabError(
+            f"cannot resume {run_dir}: {last} has no {' and no '.join(missing)} (it was not "
+            "written by a save); restore it, or remove it to train this run over from step 0"
+        )
+    return False
 
 
 def read_trainer_state(
@@ -1079,9 +1185,18 @@ def check_resume_weights(
         for k in sorted(set(saved) | set(now))
         if saved.get(k) != now.get(k)
     ]
-    what = "; ".join(changed) if changed else "the vocabularies differ"
+    if not changed:  # same config: the vocabularies differ, or a tensor was damaged
+        have = _shapes(model)
+        name = min(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+        got = "absent" if name not in want else f"shape {list(want[name])}"
+        built = "absent" if name not in have else f"shape {list(have[name])}"
+        raise AttnlabError(
+            f"cannot resume {run_dir}: its checkpoint does not fit the model its config builds: "
+            f"tensor {name} is {got} in {directory} but {built} in the model"
+        )
     raise AttnlabError(
-        f"cannot resume {run_dir}: the architecture changed since its checkpoint: {what}"
+        f"cannot resume {run_dir}: the architecture changed since its checkpoint: "
+        + "; ".join(changed)
     )
 
 

@@ -348,6 +348,20 @@ def test_a_malformed_meta_json_is_one_line(tiny_run, edit, needle):
         (lambda s: s.pop("optimizer"), 'field "optimizer" (the optimiser state) is missing'),
         (lambda s: s.update(step="abc"), 'field "step" "abc" is not a step count'),
         (lambda s: s.update(epoch=1.5), 'field "epoch" 1.5 is not a step count'),
+        # These were tracebacks (TypeError / ValueError) in the middle of a resume:
+        (lambda s: s.update(best_value="x"), 'field "best_value" "x" is not a number or null'),
+        (
+            lambda s: s.update(best_metrics=[1]),
+            'field "best_metrics" [1] is not a JSON object or null',
+        ),
+        (
+            lambda s: s.update(lr_schedule={"plateau_scale": "x"}),
+            'field "lr_schedule.plateau_scale" "x" is not a number',
+        ),
+        (
+            lambda s: s.update(python_random=[1, 2]),
+            'field "python_random" is not a Python random state',
+        ),
     ],
 )
 def test_a_malformed_trainer_state_is_one_line(tiny_run, edit, needle):
@@ -482,3 +496,180 @@ def test_kill_9_inside_checkpoint_saves_always_leaves_a_resumable_checkpoint(tmp
     # a kill inside the very first save leaves no checkpoint yet; --resume then starts over
     assert figures["loadable"] + figures["no_checkpoint_yet"] == 3
     assert figures["same_losses"] == figures["clean_after_resume"] == 3
+
+
+def _rewrite_weights(path, edit):
+    """Edit a checkpoint's weights in place, keeping its metadata (its step stamp)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+@pytest.mark.parametrize("gone", ["meta.json", "trainer_state.json"])
+def test_resume_refuses_a_last_checkpoint_that_lost_a_file(tmp_path, tiny_config, gone):
+    # Saves swap whole directories in, so such a `last` was damaged by hand; resuming used to
+    # start over at step 0, overwrite its weights and log a second history into events.jsonl.
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    last = run_dir / "checkpoints" / "last"
+    (last / gone).unlink()
+    weights = (last / "model.safetensors").read_bytes()
+    log = (run_dir / "events.jsonl").read_bytes()
+    more = replace(tiny_config, train=replace(tiny_config.train, max_steps=9))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(more, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f"cannot resume {run_dir}: {last} has no {gone} ")
+    assert (last / "model.safetensors").read_bytes() == weights
+    assert (run_dir / "events.jsonl").read_bytes() == log
+
+
+def test_resume_with_a_damaged_tensor_names_it(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    last = run_dir / "checkpoints" / "last"
+    name = sorted(load_checkpoint(last).model.state_dict())[0]
+    _rewrite_weights(last / "model.safetensors", lambda t: t.pop(name))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    message = str(err.value)
+    assert f"tensor {name} is absent in {last} but shape [" in message, message
+    assert "vocabularies" not in message and "architecture changed" not in message
+
+
+@pytest.mark.parametrize("damage", ["missing", "reshaped", "extra"])
+def test_export_refuses_weights_that_eval_would_refuse(tiny_run, tmp_path, damage):
+    last = tiny_run / "checkpoints" / "last"
+    name = sorted(load_checkpoint(last).model.state_dict())[0]
+    edits = {
+        "missing": lambda t: t.pop(name),
+        "reshaped": lambda t: t.__setitem__(name, torch.zeros(3, 3)),
+        "extra": lambda t: t.__setitem__("stray.weight", torch.zeros(2)),
+    }
+    _rewrite_weights(last / "model.safetensors", edits[damage])
+    with pytest.raises(AttnlabError) as refused:
+        load_checkpoint(last)
+    out = tmp_path / "m.safetensors"
+    line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last"))
+    assert line == f"error: {refused.value}"  # the same line as eval / translate give
+    assert not out.exists()
+
+
+def test_export_of_a_file_says_what_export_takes(tiny_run, tmp_path):
+    bundle = tmp_path / "m.safetensors"
+    export_checkpoint(tiny_run, bundle, which="last")
+    text = tmp_path / "notes.txt"
+    text.write_text("a run? no\n")
+    for path in (bundle, text):
+        line = _one_error(_invoke("export", path, "--out", tmp_path / "again.safetensors"))
+        assert line == (
+            f"error: {path}: is a file; export takes a run directory or a checkpoint directory "
+            "(an exported .safetensors file is already self-contained)"
+        )
+
+
+def test_eval_json_stays_json_when_a_score_is_not_finite(tiny_run):
+    # A NaN weight (a damaged file: the trainer saves only finite weights) gives a NaN loss;
+    # --json printed the bare NaN token, which strict JSON parsers (jq, JSON.parse) refuse.
+    last = tiny_run / "checkpoints" / "last"
+    _rewrite_weights(
+        last / "model.safetensors",
+        lambda t: t.update({k: torch.full_like(v, float("nan")) for k, v in t.items()}),
+    )
+    result = _invoke("eval", last, "--json", "--max-sentences", "4")
+    assert result.exit_code == 0, result.output
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    metrics = json.loads(result.output, parse_constant=refuse)
+    assert metrics["loss"] is None and metrics["ppl"] is None and metrics["n"] == 4
+
+
+def test_the_eval_table_at_80_columns_shows_the_whole_bleu_signature(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["eval", str(last), "--json"])
+    signature = json.loads(result.output)["bleu_signature"]
+    table = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["eval", str(last)])
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80
+    squashed = "".join(table.output.replace("│", "").split())
+    assert f"BLEUsignature{signature}" in squashed, table.output
+
+
+def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
+    # read_json caught JSONDecodeError only: a damaged meta.json raised UnicodeDecodeError.
+    best = tiny_run / "checkpoints" / "last"
+    (best / "meta.json").write_bytes(b'{"step": 4, "x": "\xff"}')
+    line = _one_error(_invoke("eval", tiny_run / "checkpoints" / "last"))
+    assert line == f"error: {best / 'meta.json'}: invalid JSON (not UTF-8 at byte 18)"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (
+            lambda m: m["dataset"].update(src_vocab=5),
+            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+        ),
+        (
+            lambda m: m["dataset"].update(tgt_vocab=[*m["dataset"]["tgt_vocab"], 7]),
+            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+        ),
+        (
+            lambda m: m.update(metrics=[1]),
+            'field "metrics" must be a table (JSON object), got a list',
+        ),
+        (lambda m: m.update(params="many"), 'field "params" "many" is not an integer'),
+    ],
+)
+def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(tiny_run, edit, needle):
+    # Each of these raised TypeError / ValueError out of load_checkpoint (a traceback).
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", edit)
+    line = _one_error(_invoke("eval", last))
+    assert line == f"error: {last / 'meta.json'}: {needle}"
+
+
+def test_a_python_random_state_of_the_wrong_size_is_one_line(tmp_path, tiny_config):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.json"
+    _edit_json(path, lambda s: s.update(python_random=[3, [1, 2, 3], None]))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f'{path}: field "python_random" is not a Python random')
+
+
+def _rewrite_state_tensors(run_dir, edit):
+    _rewrite_weights(run_dir / "checkpoints" / "last" / "trainer_state.safetensors", edit)
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        # The first three were tracebacks (KeyError at the first step, TypeError, RuntimeError);
+        # the reshaped moment was broadcast by AdamW into a NaN dev loss.
+        (lambda t: t.pop("opt.0.exp_avg"), "the optimiser state of parameter 0 differs"),
+        (lambda t: t.update({"rng.cpu": torch.zeros(5)}), "rng.cpu is not a torch RNG state"),
+        (lambda t: t.update({"opt.0.step": torch.ones(2)}), "opt.0.step is shape [2], not one"),
+        (lambda t: t.update({"opt.0.exp_avg": torch.zeros(3)}), "opt.0.exp_avg is shape [3] but"),
+        (
+            lambda t: t.update({"opt.99.exp_avg": torch.zeros(3)}),
+            "optimiser state for parameter 99, but",
+        ),
+    ],
+)
+def test_optimiser_tensors_that_do_not_fit_are_one_line(tmp_path, tiny_config, edit, needle):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    _rewrite_state_tensors(run_dir, edit)
+    more = replace(tiny_config, train=replace(tiny_config.train, max_steps=9))
+    with pytest.raises(AttnlabError) as err:
+        Trainer(more, run_dir, device="cpu", resume=True).run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.safetensors"
+    assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)

@@ -75,6 +75,32 @@ def test_user_errors_are_one_line_with_exit_2():
         assert "Traceback" not in result.output
 
 
+def test_a_toml_file_that_is_not_utf8_is_one_line(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_bytes(b'name = "ok"\n# caf\xe9\n')
+    result = invoke("train", "--preset", str(preset), "--out", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"error: {preset}:2: invalid UTF-8 (byte 0xe9); save the file as UTF-8"
+    ]
+
+
+def test_resume_below_the_checkpoint_step_is_one_line_and_changes_nothing(tmp_path, tiny_sets):
+    # It used to "finish" at once and rewrite config.toml with the smaller max_steps.
+    first = invoke("train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets)
+    assert first.exit_code == 0, first.output
+    run_dir = tmp_path / "r"
+    config, log = (run_dir / "config.toml").read_bytes(), (run_dir / "events.jsonl").read_bytes()
+    result = invoke("train", "--resume", str(run_dir), "--set", "train.max_steps=3", "--quiet")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"error: --resume {run_dir}: train.max_steps=3 is below the checkpoint's step 6; "
+        "to train on, --set train.max_steps=N with N > 6"
+    ]
+    assert (run_dir / "config.toml").read_bytes() == config
+    assert (run_dir / "events.jsonl").read_bytes() == log
+
+
 def test_a_missing_corpus_is_one_line_and_leaves_no_empty_run(tmp_path):
     missing = tmp_path / "no-such-corpus"
     result = invoke(

@@ -217,6 +217,31 @@ def test_exported_safetensors_carry_format_pt(runs, tmp_path):
     assert metadata["format"] == "pt" and "attnlab.config" in metadata
 
 
+def test_tensorboard_export_skips_a_step_beyond_int64(tmp_path):
+    # tensorboardX stores steps as int64: a damaged line's step 10**29 was a ValueError
+    # traceback; the event reader now skips that line like any malformed one.
+    pytest.importorskip("tensorboardX")
+    from attnlab.tensorboard_export import read_event_files
+
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [
+        {"type": "step", "time": 1.0, "step": 1, "loss": 2.5},
+        {"type": "step", "time": 2.0, "step": 10**29, "loss": 1.0},
+        {"type": "step", "time": 3.0, "step": 2, "loss": 2.0},
+    ]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    result = invoke("export", str(run), "--tensorboard", str(tmp_path / "tb"))
+    assert result.exit_code == 0, result.output
+    loss = {
+        event.step: value.simple_value
+        for event in read_event_files(tmp_path / "tb")
+        for value in event.summary.value
+        if value.tag == "train/loss"
+    }
+    assert loss == {1: 2.5, 2: 2.0}
+
+
 def test_tensorboard_round_trip(runs, tmp_path):
     pytest.importorskip("tensorboardX")
     from attnlab.events import iter_events
@@ -350,6 +375,7 @@ def test_translate_method_refuses_combinations_that_mean_nothing(runs):
             "error: " + result.output.split("error: ", 1)[1].strip()
         ]
         assert message in result.output, result.output
+        assert len(result.output.splitlines()) == 1, result.output  # no translation before it
 
 
 def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):

@@ -57,6 +57,11 @@ MALFORMED = {
     "deep nesting": (b"[" * 100_000, "not valid JSON"),
     "huge int": (b'{"type": "step", "step": 1' + b"0" * 5000 + b"}", "not valid JSON"),
     "stray CR": (b'{"type": "step",\r "step": 1', "not valid JSON"),
+    # `attnlab export --tensorboard` died on it (ValueError: Value out of range)
+    "step beyond int64": (
+        b'{"type": "step", "step": 9223372036854775808}',
+        '"step" is beyond int64 (9223372036854775808)',
+    ),
 }
 
 
@@ -101,6 +106,24 @@ def test_wrong_typed_fields_are_dropped_and_the_rest_kept(tmp_path: Path) -> Non
     ]
     assert reader.skipped == 0 and reader.dropped == 1 + 2 + 2 + 2
     assert "ignored 7 fields of the wrong type" in reader.warning()
+
+
+def test_non_finite_numbers_are_wrong_values_not_scores(tmp_path: Path) -> None:
+    # The writer never writes NaN/Infinity (allow_nan=False, null instead), but json.loads
+    # accepts them and 1e999 overflows to inf: a damaged line must not become "best chrF inf".
+    raw = (
+        b'{"type": "eval", "step": 20, "split": "dev", "bleu": NaN, "chrf": 1e999, '
+        b'"loss": -Infinity, "exact_match": 0.5}\n'
+        b'{"type": "sample", "step": 20, "index": 0, "attention": [[0.5, NaN]]}\n'
+    )
+    run_dir = tmp_path / "r"
+    _write(run_dir, _line(START) + _line(EVAL) + raw)
+    events, reader = read_event_log(run_dir)
+    assert events[2] == {"type": "eval", "step": 20, "split": "dev", "exact_match": 0.5}
+    assert events[3] == {"type": "sample", "step": 20, "index": 0}
+    assert reader.dropped == 4 and "ignored 4 fields of the wrong type" in reader.warning()
+    summary = summarize_run(run_dir)
+    assert (summary.best_bleu, summary.best_chrf) == (12.5, None)
 
 
 def test_unknown_types_and_fields_pass_through() -> None:
@@ -261,6 +284,62 @@ def test_list_runs_survives_bad_configs_and_logged_pids(tmp_path: Path) -> None:
     assert set(runs) == {"a", "b"}
     assert "config.toml" in runs["a"].warnings[0] and runs["a"].status == "finished"
     assert runs["b"].status == "error" and runs["b"].warnings == []  # that pid cannot be alive
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("bleu", 1e308), ("bleu", -3.0), ("chrf", 100.5), ("exact_match", 25.0), ("aer", -0.1)],
+)
+def test_a_score_outside_its_range_is_ignored(tmp_path: Path, field: str, value: float) -> None:
+    # sacrebleu's BLEU and chrF lie in [0, 100], exact match / alignment accuracy / AER in
+    # [0, 1]: anything else is a damaged line and must not become the run's "best".
+    run_dir = tmp_path / "r"
+    bad = {"type": "eval", "step": 20, "split": "dev", field: value}
+    _write(run_dir, _line(START) + _line(EVAL) + _line(bad))
+    events, reader = read_event_log(run_dir)
+    assert events[2] == {"type": "eval", "step": 20, "split": "dev"} and reader.dropped == 1
+    summary = summarize_run(run_dir)
+    assert (summary.best_bleu, summary.best_exact_match) == (12.5, 0.25)
+    edge = {"type": "eval", "step": 30, "bleu": 100.0, "chrf": 0.0, "exact_match": 1.0}
+    _write(run_dir, _line(edge))
+    assert read_event_log(run_dir)[0][3] == edge  # the ends of the ranges are scores
+
+
+def test_a_huge_number_in_one_log_keeps_every_column_at_80(tmp_path: Path) -> None:
+    _bad_run(tmp_path, "good")
+    huge = {"type": "eval", "step": 10**18, "split": "dev", "bleu": 1e308, "chrf": 40.0}
+    done = {"type": "step", "step": 10**18, "tokens_per_s": 1e300}
+    _write(tmp_path / "huge", _line(START) + _line(huge) + _line(done))
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, ["runs", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if " run " in line).split()
+    assert {"steps", "BLEU", "chrF", "EM", "tok/s", "status"} <= set(header)
+    rows = {line.split()[0]: line.split() for line in lines[4:6]}
+    status = header.index("status") - len(header)  # the task cell is empty: count from the end
+    steps, bleu = header.index("steps") - len(header), header.index("BLEU") - len(header)
+    speed = header.index("tok/s") - len(header)
+    assert (rows["good"][steps], rows["good"][bleu]) == ("10", "12.5")  # not hidden by the other
+    assert (rows["huge"][steps], rows["huge"][speed]) == ("1e+18", "1e+300")
+    assert rows["huge"][bleu] == "–"  # not a BLEU at all: ignored (see the next test)
+    assert rows["good"][status] == "finished"
+
+
+def test_runs_of_a_run_directory_points_to_its_parent(tmp_path: Path) -> None:
+    run_dir = _bad_run(tmp_path, "r")  # a run directory, given where the runs folder goes
+    result = CliRunner().invoke(cli, ["runs", str(run_dir)])
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    parent = run_dir.resolve().parent
+    assert notes == [
+        f"note: {run_dir} is a run directory itself; its runs folder is {parent} "
+        f"(attnlab runs {parent})"
+    ]
+    assert not any(line.startswith("note: ") for line in _runs_output(tmp_path))
+
+
+def _runs_output(directory: Path) -> list[str]:
+    return CliRunner().invoke(cli, ["runs", str(directory)]).output.splitlines()
 
 
 def test_cli_runs_with_bad_lines_shows_the_table_and_a_warning(tmp_path: Path) -> None:

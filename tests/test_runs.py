@@ -150,6 +150,15 @@ def test_loading_bad_paths_gives_user_errors(tmp_path):
     garbage.write_bytes(b"not safetensors at all")
     with pytest.raises(AttnlabError, match="not a readable safetensors file"):
         load_checkpoint(garbage)
+    # A text file given where a run is expected says what is expected instead.
+    text = tmp_path / "config.toml"
+    text.write_text('name = "x"\n[train]\nmax_steps = 5\n')
+    with pytest.raises(AttnlabError) as err:
+        load_checkpoint(text)
+    assert str(err.value).startswith(f"{text}: not a readable safetensors file (")
+    assert str(err.value).endswith(
+        "; give a run directory, a checkpoint directory or an exported .safetensors file"
+    )
 
 
 def test_optimizer_state_round_trips_through_tensors_and_json():

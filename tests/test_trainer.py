@@ -77,6 +77,19 @@ def test_control_file_stop_saves_last_and_ends_with_stopped(tmp_path, tiny_confi
     assert done["type"] == "done" and done["reason"] == "stopped"
 
 
+def test_garbage_in_the_control_file_is_ignored_not_fatal(tmp_path, tiny_config):
+    # The trainer read RUN/control as UTF-8: a stray binary write killed the run with a
+    # UnicodeDecodeError. Like any unknown word, it is now ignored.
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 2:
+            (run_dir / "control").write_bytes(b"\xff\xfe\x00stop")
+
+    summary = Trainer(tiny_config, run_dir, on_event=on_event, device="cpu").run()
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+
+
 def test_pause_resume_and_save_commands(tmp_path, tiny_config):
     run_dir = tmp_path / "run"
 
@@ -168,6 +181,60 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, tiny_config):
     loss_a = [e["loss"] for e in iter_events(straight) if e["type"] == "step"]
     loss_b = [e["loss"] for e in iter_events(split) if e["type"] == "step"]
     assert loss_a == pytest.approx(loss_b, rel=1e-5)
+
+
+def _token_weighted_loss(run_dir):
+    """Σ window loss × window tokens over the step events: the run's summed training loss."""
+    total, before = 0.0, 0
+    for e in iter_events(run_dir):
+        if e["type"] == "step":
+            total += e["loss"] * (e["tokens"] - before)
+            before = e["tokens"]
+    return total, before
+
+
+@pytest.mark.parametrize("how", ["signal", "stop"])
+def test_an_interrupted_window_is_logged_not_lost(tmp_path, tiny_config, monkeypatch, how):
+    # log_every=4: the interruption lands inside the window 5..8. Its loss and tokens used to
+    # be dropped, so the resumed run reported fewer tokens (and tokens/s) than it trained.
+    import signal
+
+    import attnlab.train.trainer as trainer_module
+
+    config = replace(
+        tiny_config, train=replace(tiny_config.train, max_steps=12, eval_every=12, log_every=4)
+    )
+    straight = tmp_path / "straight"
+    Trainer(config, straight, device="cpu").run()
+
+    run_dir = tmp_path / "split"
+    real, calls, holder = trainer_module.make_batch, {"n": 0}, {}
+
+    def make_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 7:  # before step 7 is trained: interrupted at step 6
+            if how == "signal":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                holder["trainer"].control("stop")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "make_batch", make_batch)
+    holder["trainer"] = Trainer(config, run_dir, device="cpu")
+    summary = holder["trainer"].run()
+    assert (summary["reason"], summary["step"]) == (
+        "interrupted" if how == "signal" else "stopped",
+        6,
+    )
+    monkeypatch.setattr(trainer_module, "make_batch", real)
+    Trainer(config, run_dir, device="cpu", resume=True).run()
+
+    steps = [e["step"] for e in iter_events(run_dir) if e["type"] == "step"]
+    assert steps == [1, 4, 6, 7, 8, 12]  # 6: the window 5..6 as it stopped; 7: first after resume
+    loss_a, tokens_a = _token_weighted_loss(straight)
+    loss_b, tokens_b = _token_weighted_loss(run_dir)
+    assert tokens_b == tokens_a  # every trained token counted once
+    assert loss_b == pytest.approx(loss_a, rel=1e-5)  # every step's loss in some window
 
 
 def test_scheduled_sampling_ratio_is_logged(tmp_path, tiny_config):

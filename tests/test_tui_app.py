@@ -11,6 +11,7 @@ from _tui_support import lab_config, mounted, ready, run_events, until, write_ru
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Select
 
+from attnlab.experiment import apply_overrides
 from attnlab.nn.attention import ATTENTION, Attention, AttentionSpec, HParam
 from attnlab.tui.app import make_app
 from attnlab.tui.help import HelpScreen, QuitScreen
@@ -491,3 +492,127 @@ async def test_a_new_architecture_gets_its_slot_menu_with_no_lab_edit(tmp_path: 
             assert groups == ["attn: performer"]
     finally:
         ARCHITECTURES.remove("dummy-test-arch")
+
+
+@pytest.mark.parametrize("model", ["bahdanau", "transformer-differential"])
+async def test_every_setup_side_control_can_be_reached_at_80x24(tmp_path: Path, model) -> None:
+    # The side panel did not scroll: at 80x24 its preset Load / Save buttons (and with a
+    # Transformer's longer formulas, the preset menu and file field) lay below the screen.
+    overrides = {
+        "bahdanau": (),
+        "transformer-differential": (
+            "model.arch=transformer",
+            "model.self_attention=differential",
+            "model.d_model=16",
+            "model.heads=2",
+        ),
+    }[model]
+    app = make_app(tmp_path, config=apply_overrides(lab_config("side"), list(overrides)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        footer = app.screen.size.height - 1
+        side = ("#train-button", "#preset-select", "#preset-path", "#preset-load", "#preset-save")
+        for wid in side:
+            widget = app.query_one(wid)
+            app.set_focus(widget)
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()  # focus scrolls it into view
+            region = widget.region
+            assert region.height > 0 and region.bottom <= footer, (wid, region)
+
+
+async def test_the_cursor_line_shows_weight_and_position_whole_at_80x24(tmp_path: Path) -> None:
+    # One row high, "(row 0, col 1)" (or, with long words, the weight itself) was cut off at
+    # 80 columns; the line now wraps onto up to three rows.
+    from rich.console import Console
+    from rich.text import Text
+
+    from attnlab.tui.follow import Sample
+
+    run = write_run(tmp_path, "words")
+    src = ["Donaudampfschifffahrtsgesellschaft", "Kapitän", "Mütze"]
+    hyp = ["captain's-hat-of-the-danube-steamship-company", "cap"]
+    weights = [[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        app.query_one(InspectView).show_logged_sample(run, Sample(0, src, hyp, hyp, weights))
+        await pilot.press("3", "right")
+        await pilot.pause()
+        cell = app.query_one("#insp-cell")
+        text = Text.from_markup(str(cell.content))
+        assert "weight 0.2000" in text.plain and text.plain.endswith("(row 0, col 1)")
+        lines = text.wrap(Console(), cell.content_region.width)
+        shown = app.query_one("#insp-cell-row").content_region  # what the row does not clip
+        assert len(lines) == 3 and shown.height >= len(lines), (len(lines), shown)
+
+
+async def test_runs_of_one_preset_are_told_apart_in_the_table_and_menus(tmp_path: Path) -> None:
+    names = [f"reverse-rnn-bahdanau-20261204-2018{s:02d}" for s in (9, 13, 40)]
+    for name in names:
+        write_run(tmp_path, name)
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs(force=True)
+        await pilot.pause()
+        table = app.query_one("#runs-table", DataTable)
+        shown = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        assert len(set(shown)) == 3, shown
+        await pilot.press("3")
+        await pilot.pause()
+        menu = app.query_one("#insp-run", Select)
+        labels = [str(prompt) for prompt, _value in menu._options if _value != Select.BLANK]
+        assert len(set(labels)) == 3, labels
+
+
+async def test_loading_a_preset_file_that_is_not_utf8_is_a_notice_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'name = "caf\xe9"\n')  # saved as Latin-1: tomllib raised UnicodeDecodeError
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await app.query_one(SetupView).load(str(bad))
+        await pilot.pause()
+        assert app.is_running
+        notices = [n.message for n in app._notifications]
+        assert notices == [f"{bad}:1: invalid UTF-8 (byte 0xe9); save the file as UTF-8"]
+
+
+async def test_the_inspect_hint_is_whole_at_80x24(tmp_path: Path) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        title = app.query_one("#insp-title")
+        text = Text.from_markup(str(title.content))
+        assert text.plain.endswith("Enter on a sample in Train.")
+        lines = text.wrap(Console(), title.content_region.width)
+        assert title.content_region.height >= len(lines) > 1  # wrapped, not cut with "…"
+
+
+async def test_a_huge_loss_in_a_damaged_log_does_not_take_the_lab_down(tmp_path: Path) -> None:
+    # plotext overflowed (OverflowError: cannot convert float infinity to integer) on a
+    # finite but huge 1e308 loss while rendering, and the lab exited.
+    events = run_events()
+    events.insert(-1, {"type": "step", "time": 9.0, "step": 19, "loss": 1e308, "lr": 1e308})
+    run = write_run(tmp_path, "huge", events)
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        app.query_one(TrainView).follow_run(run)
+        await until(pilot, lambda: app.query_one("#loss-plot", MetricPlot).points > 0)
+        await pilot.pause()
+        assert app.is_running
+        plot = app.query_one("#loss-plot", MetricPlot)
+        logged = sum(1 for _label, _xs, ys in plot.series for y in ys if y is not None)
+        assert plot.points == logged - 1  # every point but the 1e308 one

@@ -257,8 +257,15 @@ async def test_the_lab_follows_a_run_with_bad_lines_and_still_lists_it(tmp_path:
         runs.refresh_runs(force=True)
         assert [r.path.name for r in runs.runs] == ["messy"] and runs.runs[0].skipped_lines == 6
         # ... and its status line carries the reader's warning (the run's first one).
-        status = str(app.query_one("#runs-status").content)
+        line = app.query_one("#runs-status")
+        status = str(line.content)
         assert runs.runs[0].warnings and "⚠ messy: skipped 6 malformed lines" in status
+        # Without the per-line details it fits the line (they were cut off at 80 columns);
+        # the whole warning is the line's tooltip.
+        shown = status.split("[/]")[0].replace("[$warning]", "")
+        note = shown[shown.index("⚠") :]
+        assert note == "⚠ messy: skipped 6 malformed lines", note  # fits beside "N runs in runs"
+        assert line.tooltip == runs.runs[0].warnings[0]
         await pilot.press("5")
         await pilot.pause()
         assert app.query_one("#export-run", Select).value == str(run_dir)

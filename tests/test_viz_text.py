@@ -17,6 +17,7 @@ from attnlab.viz.text import (
     integer_ticks,
     middle_ellipsis,
     run_label,
+    run_labels,
     stagger_labels,
 )
 
@@ -162,6 +163,8 @@ def test_plain_heatmap_columns_never_collide():
         (99_999, 5, "100k"),
         (2_500_000_000, 5, "2.50G"),
         (12, 5, "12"),
+        (10**29, 5, "1e+29"),  # a damaged log's step count: not "10000" cut from its digits
+        (999_999_999_999_999, 5, "1e+15"),
     ],
 )
 def test_fit_count_keeps_every_count_readable_in_its_width(value, width, text):
@@ -194,3 +197,23 @@ def test_runs_table_never_cuts_a_large_model_s_parameter_count():
     assert row["params"] == "9.03M" and len(row["params"]) <= WIDTHS["params"]
     assert row["steps"] == "123k" and len(row["steps"]) <= WIDTHS["steps"]
     assert row["tok/s"] == "152.3k" and len(row["tok/s"]) <= WIDTHS["tok/s"]
+
+
+@pytest.mark.parametrize("width", [16, 20, 22, 28])
+def test_runs_of_one_experiment_never_share_a_label(width):
+    # Three runs of one preset differ only in their stamp; run_label drops the stamp first, so
+    # the lab's Runs table and run menus showed three identical "reverse-rnn-bahdanau" rows.
+    names = [
+        "reverse-rnn-bahdanau-20261204-201840",
+        "reverse-rnn-bahdanau-20261204-201813",
+        "reverse-rnn-bahdanau-20261204-201809",
+        "copy-rnn-luong-general-20261204-101010",
+        "r1",
+    ]
+    labels = run_labels(names, width)
+    assert len(set(labels)) == len(names), labels
+    assert all(len(label) <= width for label in labels)
+    assert labels[3:] == [run_label(n, width) for n in names[3:]]  # no clash: unchanged
+    for name, label in zip(names[:3], labels[:3], strict=True):
+        head, tail = label.split("…")
+        assert name.startswith(head) and name.endswith(tail) and name[-2:] in tail

@@ -53,6 +53,8 @@ class Vocab:
 
     @classmethod
     def from_list(cls, itos: Sequence[str]) -> Vocab:
+        if not isinstance(itos, (list, tuple)) or not all(isinstance(t, str) for t in itos):
+            raise ValueError("a vocabulary must be a list of token strings")  # damaged meta
         if tuple(itos[:4]) != SPECIALS:
             raise ValueError("vocabulary must start with the special tokens <pad> <unk> <s> </s>")
         return cls(itos[4:])

@@ -40,6 +40,7 @@ from attnlab.config import ExperimentConfig, to_dict
 from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
+from attnlab.errors import AttnlabError
 from attnlab.evaluate import evaluate_split, token_loss_sum
 from attnlab.events import (
     INTERRUPT_WORD,
@@ -64,7 +65,9 @@ from attnlab.naming import attention_roles
 from attnlab.nn.archs import normalisations_of
 from attnlab.runs import (
     CONTROL_FILE,
+    STATE_TENSORS,
     WriteError,
+    check_optimizer_state,
     check_resume_weights,
     checkpoint_dir,
     has_resumable_checkpoint,
@@ -236,7 +239,14 @@ class Trainer:
         weights, state, tensors = read_trainer_state(self.run_dir)
         check_resume_weights(self.run_dir, self.model, weights, self.config)
         self.model.load_state_dict(weights)
-        self.optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"]))
+        state_file = checkpoint_dir(self.run_dir, "last") / STATE_TENSORS
+        optimizer_state = optimizer_from_tensors(tensors, state["optimizer"])
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        check_optimizer_state(state_file, params, optimizer_state)
+        try:
+            self.optimizer.load_state_dict(optimizer_state)
+        except (KeyError, TypeError, ValueError) as err:  # e.g. param groups of other sizes
+            raise AttnlabError(f"{state_file}: optimiser state does not fit ({err})") from None
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
             group["initial_lr"] = self.config.train.lr
         self.lr_schedule.load_state_dict(state.get("lr_schedule", {}))
@@ -252,9 +262,20 @@ class Trainer:
         self.train_time = float(state.get("train_time", 0.0))
         py_state = state.get("python_random")
         if py_state:
-            random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+            try:
+                random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+            except (TypeError, ValueError) as err:  # e.g. a state of the wrong length
+                raise AttnlabError(
+                    f"{checkpoint_dir(self.run_dir, 'last') / 'trainer_state.json'}: "
+                    f'field "python_random" is not a Python random state ({err}); cannot resume'
+                ) from None
         if "rng.cpu" in tensors:
-            torch.set_rng_state(tensors["rng.cpu"])
+            try:
+                torch.set_rng_state(tensors["rng.cpu"])
+            except (TypeError, RuntimeError) as err:  # not a torch RNG state
+                raise AttnlabError(
+                    f"{state_file}: rng.cpu is not a torch RNG state ({err})"
+                ) from None
         if torch.cuda.is_available():
             cuda_states = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
             if len(cuda_states) == torch.cuda.device_count():
@@ -418,6 +439,46 @@ class Trainer:
         first_step = self.step + 1  # logged at once: progress and ETA move from the first step
         model.train()
         world = self.dist.world_size
+
+        def log_window() -> None:
+            """One ``step`` event for the steps since the last one (the one sync per window)."""
+            nonlocal window_tokens, window_steps, window_padding, window_busy_s, window_start
+            loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
+            if not math.isfinite(loss_value):
+                raise NonFiniteLoss(
+                    f"loss became {loss_value} between steps {self.step - window_steps + 1} "
+                    f"and {self.step}; {self._kept()}"
+                )
+            seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
+            self.total_tokens += window_tokens
+            self.train_time += seconds
+            self.events.emit(
+                Step(
+                    self.step,
+                    loss=round(loss_value, 6),
+                    lr=last_lr,
+                    tokens_per_s=round(window_tokens / seconds, 1),
+                    tf_ratio=round(last_ratio, 6),
+                    grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
+                    elapsed_s=round(self.elapsed(), 3),
+                    tokens=self.total_tokens,
+                    padding=round(window_padding / max(window_steps, 1), 4),
+                    world_size=world,
+                )
+            )
+            window_loss.zero_()
+            window_padding = 0.0
+            window_tokens, window_steps, window_busy_s = 0, 0, 0.0
+            window_start = time.perf_counter()
+
+        def end_window() -> None:
+            """Before a save that ends the run: log the open window, so its loss and tokens
+            (the saved total a resume continues from) are not lost."""
+            if window_steps:
+                log_window()
+            else:
+                self._check_finite(self._global_loss(window_loss))
+
         while self.step < cfg.max_steps:
             examples = next(batches)  # this rank's share of the step (see _batches)
             cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
@@ -430,14 +491,14 @@ class Trainer:
                 command = self._paused()
                 window_start = time.perf_counter()
             if command == ControlCommand.STOP:
-                self._check_finite(self._global_loss(window_loss))
+                end_window()
                 self._save("last")
                 return DoneReason.STOPPED
             if command == ControlCommand.SAVE:
                 self._check_finite(self._global_loss(window_loss))
                 self._save("last")
             if self._signalled:
-                self._check_finite(self._global_loss(window_loss))
+                end_window()
                 self._save("last")
                 return DoneReason.INTERRUPTED
 
@@ -464,34 +525,7 @@ class Trainer:
 
             at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
             if self.step % cfg.log_every == 0 or at_eval or self.step == first_step:
-                # The one sync per window (all ranks: the global loss).
-                loss_value = float(self._global_loss(window_loss)) / max(window_tokens, 1)
-                if not math.isfinite(loss_value):
-                    raise NonFiniteLoss(
-                        f"loss became {loss_value} between steps {self.step - window_steps + 1} "
-                        f"and {self.step}; {self._kept()}"
-                    )
-                seconds = max(window_busy_s + time.perf_counter() - window_start, 1e-9)
-                self.total_tokens += window_tokens
-                self.train_time += seconds
-                self.events.emit(
-                    Step(
-                        self.step,
-                        loss=round(loss_value, 6),
-                        lr=last_lr,
-                        tokens_per_s=round(window_tokens / seconds, 1),
-                        tf_ratio=round(last_ratio, 6),
-                        grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
-                        elapsed_s=round(self.elapsed(), 3),
-                        tokens=self.total_tokens,
-                        padding=round(window_padding / max(window_steps, 1), 4),
-                        world_size=world,
-                    )
-                )
-                window_loss.zero_()
-                window_padding = 0.0
-                window_tokens, window_steps, window_busy_s = 0, 0, 0.0
-                window_start = time.perf_counter()
+                log_window()
             if at_eval:
                 stop_early = self._evaluate_on_primary()
                 window_start = time.perf_counter()  # eval time does not count as training
@@ -711,7 +745,8 @@ class Trainer:
         if signature is None:
             return None
         try:
-            word = path.read_text(encoding="utf-8").strip().lower()
+            # errors="replace": garbage in the file is an unknown word (ignored), not a crash
+            word = path.read_text(encoding="utf-8", errors="replace").strip().lower()
         except OSError:
             return None
         if word == INTERRUPT_WORD:

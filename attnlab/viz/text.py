@@ -53,8 +53,10 @@ def fit_count(value: float, width: int) -> str:
                 text = f"{value / scale:.{decimals}f}{suffix}"
                 if len(text) <= width:
                     return text
-            return f"{value / scale:.0f}{suffix}"
-    return exact
+            break
+    # Beyond 999G (only a damaged log has such a step count): 1e+29 rather than digits the
+    # cell would cut (10^29 showed as "10000").
+    return f"{value:.0e}" if len(exact) > width else exact
 
 
 @dataclass(frozen=True)
@@ -178,3 +180,15 @@ def run_label(name: str, width: int) -> str:
                 return candidate
         name = stem
     return middle_ellipsis(name, width)
+
+
+def run_labels(names: Sequence[str], width: int) -> list[str]:
+    """``run_label`` of each name, except where two names would get one label (runs of one
+    experiment differ only in their stamp, which run_label drops first): those are cut in the
+    middle instead, which keeps the stamp's end, so a list never shows two identical rows."""
+    labels = [run_label(name, width) for name in names]
+    shared = {label for label in labels if labels.count(label) > 1}
+    return [
+        middle_ellipsis(name, width) if label in shared else label
+        for name, label in zip(names, labels, strict=True)
+    ]

@@ -170,7 +170,9 @@ class InspectView(Horizontal):
             yield OptionList(id="insp-nbest")
         with Vertical(id="inspect-main"):
             yield Static(
-                "Pick a run and press Decode, or Enter on a sample in Train.", id="insp-title"
+                "Pick a run and press Decode, or Enter on a sample in Train.",
+                id="insp-title",
+                classes="note",  # wraps: at 80 columns it was cut to "... a sample in …"
             )
             yield AttentionHeatmap(id="heatmap")
             with Horizontal(id="insp-cell-row"):
@@ -502,12 +504,12 @@ class InspectView(Horizontal):
     # -- drawing ----------------------------------------------------------------------------------
 
     def redraw(self) -> None:
-        self.query_one("#insp-title", Static).remove_class("error", "note")
         current = self.current_matrix()
         heatmap = self.query_one(AttentionHeatmap)
-        if current is None:
+        if current is None:  # nothing drawn: the title (hint, note, error) stays as it is
             heatmap.set_matrix(np.zeros((0, 0)), [], [])
             return
+        self.query_one("#insp-title", Static).remove_class("error", "note")
         matrix, rows, cols = current
         shown = matrix if self.step_row is None else matrix[: self.step_row + 1]
         kind = self.current_normalisation

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.widgets import Select
 
-from attnlab.viz.text import run_label
+from attnlab.viz.text import run_labels
 
 CHECKPOINT_TAGS = ("best", "last")  # as in attnlab.runs (not imported: it would load torch)
 
@@ -48,7 +48,7 @@ def refresh_run_select(
         return shown
     current = select.value
     names = [Path(p).name for p in paths]
-    labels = [run_label(n, label_width) if label_width else n for n in names]
+    labels = run_labels(names, label_width) if label_width else names
     # The blank entry (the "(no runs)" prompt) is listed only while there is no run to choose.
     select._allow_blank = not paths  # Select has no public setter; set_options reads it
     select.set_options(list(zip(labels, paths, strict=True)))

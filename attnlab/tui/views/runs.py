@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
-from attnlab.viz.text import fit_count, middle_ellipsis, run_label
+from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
 
 REFRESH_SECONDS = 2.0
 COLUMNS = (
@@ -109,6 +109,20 @@ def _count_text(value: Any, width: int) -> str:
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "–"
     return fit_count(value, width)
+
+
+def without_details(text: str) -> str:
+    """``skipped 3 malformed lines (line 2: ... (list), ...)`` -> ``skipped 3 malformed lines``:
+    every parenthesised group (nested ones too) left out."""
+    out, depth = [], 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(char)
+    return " ".join("".join(out).split()).replace(" ;", ";")
 
 
 def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
@@ -199,15 +213,18 @@ class RunsView(Vertical):
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
         # The event reader's warnings (skipped lines): the first, by run name (its text starts
-        # with the file's path), so that it fits the line.
+        # with the file's path) and without its per-line details, so that it fits the line;
+        # every warning in full is the line's tooltip.
         warned = [(run.path.name, w.split(": ", 1)[-1]) for run in runs for w in run.warnings]
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
-        first = f"{run_label(warned[0][0], 28)}: {warned[0][1]}" if warned else ""
+        first = f"{run_label(warned[0][0], 28)}: {without_details(warned[0][1])}" if warned else ""
         note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
-        self.query_one("#runs-status", Static).update(
+        status = self.query_one("#runs-status", Static)
+        status.update(
             f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "
             "[dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
+        status.tooltip = "\n".join(w for run in runs for w in run.warnings) or None
         if rows != self._rows or self._layout != self._fit():
             self._rows = rows
             self._fill_table()
@@ -235,9 +252,11 @@ class RunsView(Vertical):
         table.clear()
         columns, run_width = self._layout
         index = [COLUMNS.index(c) for c in columns]
-        for run, cells in zip(self.runs, self._rows, strict=True):
+        # The stamp goes before the variant, unless that makes two runs look the same.
+        labels = run_labels([cells[1] for cells in self._rows], run_width)
+        for run, cells, label in zip(self.runs, self._rows, labels, strict=True):
             shown = [cells[i] for i in index]
-            shown[1] = run_label(shown[1], run_width)  # the stamp goes before the variant
+            shown[1] = label
             table.add_row(*shown, key=str(run.path))
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))

@@ -138,7 +138,9 @@ class SetupView(Vertical):
         with Horizontal(id="setup-body"):
             with VerticalScroll(id="setup-form"):
                 yield Static("Loading the registries…", id="setup-loading")
-            with Vertical(id="setup-side"):
+            # Scrolls: at 80x24 a long formula pushes the preset Load / Save buttons (and, for
+            # a Transformer, the preset menu) below the screen; Tab then scrolls them into view.
+            with VerticalScroll(id="setup-side"):
                 yield Static("", id="variant-info")
                 yield Static("", id="setup-status")
                 with Horizontal(classes="buttons"):

@@ -26,11 +26,21 @@ COLOURS = ("cyan", "magenta", "green", "yellow", "red", "blue")
 MARKER_POINTS = 12  # series with at most this many points also get a "●" marker per point
 
 
+# Beyond this a value is not plottable: plotext's arithmetic on a damaged log's 1e308 loss
+# overflowed to inf (OverflowError) and took the lab down. No real loss or score gets near it.
+PLOT_MAX = 1e15
+
+
+def plottable(y: object) -> bool:
+    return isinstance(y, (int, float)) and math.isfinite(y) and abs(y) <= PLOT_MAX
+
+
 def finite_points(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Drop NaN / inf points (a missing metric is logged as null or NaN)."""
+    """Drop NaN / inf points (a missing metric is logged as null or NaN) and values beyond
+    PLOT_MAX."""
     px, py = [], []
     for x, y in zip(xs, ys, strict=False):
-        if y is not None and isinstance(y, (int, float)) and math.isfinite(y):
+        if y is not None and plottable(y) and plottable(x):
             px.append(x)
             py.append(y)
     return px, py
@@ -200,7 +210,7 @@ class BarsPlot(Vertical):
         plt.title(self.title)
         labels = [label for label, _ in self.bars]
         if self.groups and self.bars:
-            values = [[v if math.isfinite(v) else 0.0 for v in vals] for _, vals in self.bars]
+            values = [[v if plottable(v) else 0.0 for v in vals] for _, vals in self.bars]
             colours = [COLOURS[k % len(COLOURS)] for k in range(len(values))]
             if len(values) == 1:
                 plt.bar(self.groups, values[0], color=colours[0])
