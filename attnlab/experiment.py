@@ -139,6 +139,7 @@ def apply_overrides(
     """Apply ``SECTION.KEY=VALUE`` strings (the CLI's ``--set``); ``name=`` and
     ``description=`` set the top-level fields."""
     raw = to_dict(config)  # attention params are flat keys of raw["model"], as in a preset
+    flat: list[tuple[str, str]] = []  # (the --set item, the flat attention parameter it sets)
     for item in overrides:
         if "=" not in item:
             raise AttnlabError(
@@ -163,9 +164,31 @@ def apply_overrides(
         if "attn_params" in checked:
             for param, param_value in checked["attn_params"].items():
                 _put_param(raw[section], param, param_value)
+                if "." not in param:
+                    flat.append((item, param))
         else:
             raw[section][key] = checked[key]
-    return validate(from_dict(raw))
+    result = validate(from_dict(raw))
+    _check_flat_overrides_are_read(result, flat)
+    return result
+
+
+def _check_flat_overrides_are_read(config: ExperimentConfig, flat: list[tuple[str, str]]) -> None:
+    """A flat ``--set model.<name>=...`` that no chosen variant reads would change nothing:
+    refuse it, naming the chosen variants and those that read it (a stored config may keep
+    such a value from an earlier choice; only the command line is checked)."""
+    m = config.model
+    chosen = tuple(dict.fromkeys(ARCHITECTURES.get(m.arch).meta.variants(m)))
+    for item, param in flat:
+        if any(
+            variant in ATTENTION and ATTENTION.get(variant).meta.hparam(param) for variant in chosen
+        ):
+            continue
+        readers = [e.name for e in ATTENTION.entries() if e.meta.hparam(param) is not None]
+        raise AttnlabError(
+            f"--set {item!r}: no chosen attention variant reads {param} (chosen: "
+            f"{', '.join(chosen)}); it is read by {', '.join(readers)}"
+        )
 
 
 def load_preset(name_or_file: str) -> ExperimentConfig:

@@ -81,6 +81,21 @@ def test_unknown_section_suggests_the_closest():
         apply_overrides(ExperimentConfig(), ["trian.lr=0.1"])
 
 
+def test_a_flat_set_that_no_chosen_variant_reads_is_refused_naming_those_that_do():
+    """--set model.window=5 beside bahdanau would change nothing: one line, not a silent no-op;
+    where a chosen variant reads it (whatever the order of the --set items), it applies."""
+    with pytest.raises(AttnlabError) as err:
+        apply_overrides(ExperimentConfig(), ["model.attention=bahdanau", "model.window=5"])
+    message = str(err.value)
+    assert "--set 'model.window=5': no chosen attention variant reads window" in message
+    assert "(chosen: bahdanau)" in message and "local-m" in message and "local-p" in message
+    config = apply_overrides(ExperimentConfig(), ["model.window=5", "model.attention=local-p"])
+    assert config.model.params_for("local-p")["window"] == 5
+    transformer = ["model.arch=transformer", "model.self_attention=sliding-window"]
+    config = apply_overrides(ExperimentConfig(), [*transformer, "model.window=7"])
+    assert config.model.params_for("sliding-window")["window"] == 7
+
+
 def test_set_coerces_to_the_field_types():
     config = apply_overrides(
         ExperimentConfig(),
