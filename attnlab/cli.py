@@ -345,7 +345,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _device_text(summary: dict[str, Any]) -> str:
-    """``cpu (1 threads) × 2 processes`` for a data-parallel run (tokens/s are global)."""
+    """``cpu (1 thread) × 2 processes`` for a data-parallel run (tokens/s are global)."""
     world = summary.get("world_size") or 1
     return f"{summary['device']} × {world} processes" if world > 1 else str(summary["device"])
 

@@ -397,7 +397,7 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
             name="r",
             config={"train": {"max_steps": 9}},
             params=1234,
-            device="cpu (1 threads)",
+            device="cpu (1 thread)",
             resumed=True,
             max_steps=9,
             roles={"arch": "rnn", "cross": "bahdanau"},
@@ -414,7 +414,7 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
             "name": "r",
             "config": {"train": {"max_steps": 9}},
             "params": 1234,
-            "device": "cpu (1 threads)",
+            "device": "cpu (1 thread)",
             "resumed": True,
             "max_steps": 9,
             "roles": {"arch": "rnn", "cross": "bahdanau"},
@@ -705,7 +705,7 @@ OLD_LOG = b"".join(
         '{"type": "start", "time": 100.0, "step": 0, "run_dir": "runs/old", "name": "old", '
         '"config": {"model": {"arch": "rnn", "attention": "luong-dot"}, '
         '"train": {"max_steps": 20}}, '
-        '"params": 4321, "device": "cpu (1 threads)", "resumed": false, "max_steps": 20, '
+        '"params": 4321, "device": "cpu (1 thread)", "resumed": false, "max_steps": 20, '
         '"roles": {"arch": "rnn", "cross": "luong-dot"}, "pid": 2147483647, "host": "elsewhere", '
         '"dropped_pairs": 0, "world_size": 1}',
         '{"type": "step", "time": 101.0, "step": 10, "loss": 2.5, "lr": 0.002, '
@@ -884,7 +884,7 @@ def test_the_lab_says_how_many_processes_train_a_ddp_run(tmp_path: Path) -> None
 
     run_dir = tmp_path / "ddp"
     events = [
-        ev.Start(0, name="ddp", params=1000, device="cpu (1 threads)", world_size=2),
+        ev.Start(0, name="ddp", params=1000, device="cpu (1 thread)", world_size=2),
         ev.Step(5, loss=2.0, lr=1e-3, tokens_per_s=900.0, world_size=2),
     ]
     _write(run_dir, b"".join(e.to_line().encode() + b"\n" for e in events))
@@ -892,5 +892,5 @@ def test_the_lab_says_how_many_processes_train_a_ddp_run(tmp_path: Path) -> None
     follower.poll()
     assert follower.world_size == 2
     assert any(
-        line.endswith("1,000 parameters on cpu (1 threads) × 2 processes") for line in follower.log
+        line.endswith("1,000 parameters on cpu (1 thread) × 2 processes") for line in follower.log
     )

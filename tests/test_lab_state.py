@@ -252,8 +252,8 @@ def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
     assert re.search(r"device\s+│ cpu\s+│", text)  # one process: no count
     console = Console(record=True, width=80)
     ddp = {"run_dir": "r", "reason": "finished", "step": 1, "params": 1, "wall_s": 1.0}
-    console.print(_summary_table({**ddp, "device": "cpu (1 threads)", "world_size": 2, "best": {}}))
-    assert re.search(r"device\s+│ cpu \(1 threads\) × 2 processes", console.export_text())
+    console.print(_summary_table({**ddp, "device": "cpu (1 thread)", "world_size": 2, "best": {}}))
+    assert re.search(r"device\s+│ cpu \(1 thread\) × 2 processes", console.export_text())
 
 
 # -- 1. export ------------------------------------------------------------------------------

@@ -586,3 +586,17 @@ def test_eval_event_of_a_run_stored_with_another_search_is_attnlab_eval_decoder_
     # a contradiction on the command line itself is still refused in one line
     result = CliRunner().invoke(cli, [*args, "--decoder", "greedy", "--beam", "4"])
     assert result.exit_code != 0 and "contradicts decode.beam=4" in result.output
+
+
+def test_the_device_line_counts_threads_in_words():
+    """The start event's device: "cpu (1 thread)", "cpu (2 threads)"."""
+    from attnlab.device import describe
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert describe(torch.device("cpu")) == "cpu (1 thread)"
+        torch.set_num_threads(2)
+        assert describe(torch.device("cpu")) == "cpu (2 threads)"
+    finally:
+        torch.set_num_threads(before)
