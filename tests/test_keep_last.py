@@ -119,3 +119,34 @@ def test_average_reads_nothing_but_step_copies(run):
         from attnlab.interpret.average import average_checkpoints
 
         average_checkpoints(run, 1, run / "avg.bin")
+
+
+def test_average_takes_buffers_from_the_newest_copy_and_averages_the_parameters(tmp_path):
+    """Performer's ω (a buffer, redrawn in training) is a random draw: the average keeps the
+    newest copy's, since a mean of draws is not one; every parameter is the float64 mean."""
+    import torch
+    from _tiny import TINY_TRANSFORMER
+    from conftest import TINY_OVERRIDES
+
+    from attnlab.interpret.average import average_checkpoints
+    from attnlab.runs import read_checkpoint, read_tensors
+
+    extra = ("model.self_attention=performer", "model.performer.redraw=1", "train.keep_last=2")
+    sets = [a for item in (*TINY_OVERRIDES, *TINY_TRANSFORMER, *extra) for a in ("--set", item)]
+    argv = ["train", "--out", str(tmp_path), "--run-name", "p", "--quiet", *sets]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "p"
+    (_, older), (_, newest) = step_checkpoints(run)
+    a, _ = read_checkpoint(older)
+    b, _ = read_checkpoint(newest)
+    omegas = [key for key in b if key.endswith(".omega")]
+    assert omegas and all(not torch.equal(a[key], b[key]) for key in omegas)  # redrawn between
+    out, steps = average_checkpoints(run, 2, tmp_path / "avg.safetensors")
+    avg, _ = read_tensors(out)
+    assert steps == [3, 6]
+    for key, value in avg.items():
+        if key in omegas:
+            assert torch.equal(value, b[key]), key
+        else:
+            assert torch.equal(value, ((a[key].double() + b[key].double()) / 2).to(value.dtype))

@@ -4,9 +4,10 @@ With ``train.keep_last = N`` (> 0), after each save of ``checkpoints/last`` the 
 the one writer) calls ``keep_step_copy``: the weights and meta of that save are copied to
 ``checkpoints/step-<step>`` as a whole (attnlab.runs's directory swap) and all but the N newest
 step copies are retired.
-``average_checkpoints`` averages the N newest copies elementwise (floating-point tensors in
-float64, cast back; integer buffers are taken from the newest) into one exported
-``.safetensors`` bundle that ``eval`` / ``translate`` load.
+``average_checkpoints`` averages the N newest copies' parameters elementwise (in float64, cast
+back) into one exported ``.safetensors`` bundle that ``eval`` / ``translate`` load. Buffers are
+not trained and are taken from the newest copy: Performer's ω is a random draw, and a mean of
+independent draws is not one (its rows shrink, which biases the softmax-kernel estimate).
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def keep_step_copy(run_dir: Path, step: int, keep_last: int) -> Path | None:
     return keep_step_checkpoint(run_dir, step, keep_last)
 
 
-def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-    """Elementwise mean of floating tensors; others (and mismatches) must agree in keys."""
+def average_state_dicts(
+    states: list[dict[str, Tensor]], from_newest: frozenset[str] = frozenset()
+) -> dict[str, Tensor]:
+    """Elementwise mean of floating tensors; integer tensors and the keys in ``from_newest``
+    are the newest state's. All states must hold the same keys."""
     if not states:
         raise AttnlabError("no checkpoints to average")
     keys = set(states[0])
@@ -47,7 +51,7 @@ def average_state_dicts(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
             )
     out = {}
     for key, newest in states[-1].items():
-        if newest.is_floating_point():
+        if newest.is_floating_point() and key not in from_newest:
             total = torch.zeros_like(newest, dtype=torch.float64)
             for state in states:
                 if state[key].shape != newest.shape:
@@ -71,6 +75,18 @@ def read_step_copy(step: int, directory: Path) -> tuple[dict[str, Tensor], dict[
             "name; it was not written by keep_last: remove it or average fewer (--last)"
         )
     return state, meta
+
+
+def buffer_names(meta: dict[str, Any]) -> frozenset[str]:
+    """The buffers of the model a checkpoint's meta describes (built from its config)."""
+    from attnlab.data.dataset import Dataset
+    from attnlab.experiment import from_dict, validate
+    from attnlab.nn.model import build_model
+
+    config = validate(from_dict(meta["config"]))
+    dataset = Dataset.from_meta(meta["dataset"])
+    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    return frozenset(name for name, _ in model.named_buffers())
 
 
 def average_checkpoints(
@@ -103,8 +119,8 @@ def average_checkpoints(
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
     chosen = copies[-last:]
     states, metas = zip(*(read_step_copy(step, path) for step, path in chosen), strict=True)
-    averaged = average_state_dicts(list(states))
     meta = metas[-1]
+    averaged = average_state_dicts(list(states), buffer_names(meta))
     steps = [step for step, _ in chosen]
     metadata = {
         "format": "pt",
