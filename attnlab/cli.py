@@ -888,17 +888,21 @@ def translate(
     lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
-    first = next(((toks, nbest) for toks, nbest in results if nbest), None)
-    if need_maps and first is not None:  # a bad --layer/--head: one line before any output
-        (hyp, tokens), choice = first[1][0], MapChoice(role, layer, head, method)
-        _chosen_map(loaded, first[0], hyp, tokens, choice, torch_device)
+    choice = MapChoice(role, layer, head, method)
+    # Every map before any output: a bad --layer/--head is one line, not a half-printed run.
+    maps = [
+        [_chosen_map(loaded, toks, hyp, tokens, choice, torch_device) for hyp, tokens in nbest]
+        if need_maps
+        else []
+        for toks, nbest in results
+    ]
     console: Any = _console()
     if export_path is not None:  # also record what is printed, as a colour terminal shows it
         from attnlab.cli_inspect import TeeConsole
 
         console = TeeConsole(console)
     detailed = config.decode.nbest > 1 or config.decode.beam > 1
-    for line, (source_tokens, nbest) in zip(lines, results, strict=True):
+    for line, (_source_tokens, nbest), chosen in zip(lines, results, maps, strict=True):
         if not nbest:
             console.print("")
             continue
@@ -911,18 +915,7 @@ def translate(
             console.print(texts[0], markup=False, highlight=False)
         else:
             click.echo(texts[0])
-        if show_attention or show_alignment:
-            _print_maps(
-                console,
-                loaded,
-                nbest,
-                source_tokens,
-                torch_device,
-                detailed,
-                MapChoice(role, layer, head, method),
-                show_attention,
-                show_alignment,
-            )
+        _print_maps(console, chosen, detailed, show_attention, show_alignment)
     if export_path is not None:
         from attnlab.cli_inspect import save_recording
 
@@ -993,20 +986,16 @@ def _check_index(flag: str, value: int | None, count: int) -> None:
 
 def _print_maps(
     console: Any,
-    loaded: Any,
-    nbest: list[Any],
-    source_tokens: list[str],
-    device: Any,
+    maps: list[Any],
     detailed: bool,
-    choice: MapChoice,
     show_attention: bool,
     show_alignment: bool,
 ) -> None:
-    """Each hypothesis's chosen map as a heatmap and / or its arg-max alignment table."""
+    """Each hypothesis's chosen map (``_chosen_map``'s, None where not kept) as a heatmap and /
+    or its arg-max alignment table."""
     from attnlab.cli_inspect import alignment_renderable, alignment_rows
 
-    for rank, (hyp, tokens) in enumerate(nbest, start=1):
-        chosen = _chosen_map(loaded, source_tokens, hyp, tokens, choice, device)
+    for rank, chosen in enumerate(maps, start=1):
         if chosen is None:
             continue
         matrix, rows, cols, title, kind, selected = chosen
@@ -1112,12 +1101,8 @@ def _map_of(
     """The [rows, cols] map chosen by --layer/--head (labelled, titled) from [L, H, rows, cols]
     (with ``selected``, the same-shaped mask of nsa's selected cells, reduced alike)."""
     n_layers, n_heads = maps.shape[:2]
-    for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
-        if value is not None and not 0 <= value < count:
-            raise AttnlabError(
-                f"{flag} {value}: this model has {count} "
-                f"{flag[2:]}{'s' if count != 1 else ''}; valid: 0..{count - 1}"
-            )
+    _check_index("--layer", layer, n_layers)
+    _check_index("--head", head, n_heads)
     if role == "cross":
         labelled = AttentionMap.for_target(
             maps, tokens, hyp.finished, source_tokens, role, normalisation=normalisation
