@@ -884,27 +884,42 @@ def _explain_mismatch(
     return "weights do not match the model"  # pragma: no cover - the shapes differ somewhere
 
 
-def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """Rebuild the model (eval mode), config, vocabularies and tokenizers from a checkpoint."""
+def model_from_meta(meta: dict[str, Any], resolved: Path) -> tuple[Any, Any, Any]:
+    """(the untrained model, config, dataset) that a checkpoint's meta describes; errors name
+    the checkpoint ``resolved`` (its meta.json, or the exported file)."""
     from attnlab.data.dataset import Dataset
     from attnlab.experiment import from_dict, validate
-    from attnlab.nn.model import build_model, count_parameters
+    from attnlab.nn.model import build_model
 
-    resolved = resolve_checkpoint(Path(path))
-    tensors, meta = read_checkpoint(resolved)
     source = resolved / META_FILE if resolved.is_dir() else resolved
     config = validate(from_dict(meta["config"], source=str(source)))
     try:
         dataset = Dataset.from_meta(meta["dataset"])
     except AttnlabError as err:  # name the file: "dataset metadata is invalid: ..."
         raise AttnlabError(f"{source}: {err}") from None
-    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    return build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab)), config, dataset
+
+
+def check_weights_fit(
+    model: Any, config: Any, dataset: Any, tensors: dict[str, Tensor], resolved: Path
+) -> None:
+    """Refuse weights whose names or shapes are not those of the model their meta builds."""
     have = _shapes(model)
     want = {k: tuple(v.shape) for k, v in tensors.items()}
     if want != have:
         sizes = len(dataset.src_vocab), len(dataset.tgt_vocab)
         reason = _explain_mismatch(config, *sizes, want, have)
         raise AttnlabError(f"checkpoint {resolved}: {reason}")
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Rebuild the model (eval mode), config, vocabularies and tokenizers from a checkpoint."""
+    from attnlab.nn.model import count_parameters
+
+    resolved = resolve_checkpoint(Path(path))
+    tensors, meta = read_checkpoint(resolved)
+    model, config, dataset = model_from_meta(meta, resolved)
+    check_weights_fit(model, config, dataset, tensors, resolved)
     model.load_state_dict(tensors)
     model.to(device).eval()
     return LoadedModel(
@@ -961,8 +976,9 @@ def export_checkpoint(
     if out_file.exists() and not force:
         raise AttnlabError(f"{out_file}: already exists; pass --force to replace it")
     directory, _tag = export_source(run_dir, which)
-    load_checkpoint(directory)  # refuse weights the model does not take: eval would refuse the file
     tensors, meta = read_checkpoint(directory)
+    # Refuse weights the model does not take: eval would refuse the exported file.
+    check_weights_fit(*model_from_meta(meta, directory), tensors, directory)
     metadata = {
         "format": "pt",  # the convention other safetensors loaders check
         "attnlab.format": EXPORT_FORMAT,

@@ -77,15 +77,11 @@ def read_step_copy(step: int, directory: Path) -> tuple[dict[str, Tensor], dict[
     return state, meta
 
 
-def buffer_names(meta: dict[str, Any]) -> frozenset[str]:
-    """The buffers of the model a checkpoint's meta describes (built from its config)."""
-    from attnlab.data.dataset import Dataset
-    from attnlab.experiment import from_dict, validate
-    from attnlab.nn.model import build_model
+def buffer_names(meta: dict[str, Any], directory: Path) -> frozenset[str]:
+    """The buffers of the model the meta of checkpoint ``directory`` describes."""
+    from attnlab.runs import model_from_meta
 
-    config = validate(from_dict(meta["config"]))
-    dataset = Dataset.from_meta(meta["dataset"])
-    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    model, _config, _dataset = model_from_meta(meta, directory)
     return frozenset(name for name, _ in model.named_buffers())
 
 
@@ -120,7 +116,7 @@ def average_checkpoints(
     chosen = copies[-last:]
     states, metas = zip(*(read_step_copy(step, path) for step, path in chosen), strict=True)
     meta = metas[-1]
-    averaged = average_state_dicts(list(states), buffer_names(meta))
+    averaged = average_state_dicts(list(states), buffer_names(meta, chosen[-1][1]))
     steps = [step for step, _ in chosen]
     metadata = {
         "format": "pt",
