@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -1117,16 +1118,15 @@ def _check_state_json(path: Path, state: Any) -> dict[str, Any]:
             name = key if where is state else f"lr_schedule.{key}"
             raise AttnlabError(f'{path}: field "{name}" {json.dumps(value)} is not {what}')
     py_state = state.get("python_random")
-    if py_state and not (
-        isinstance(py_state, list)
-        and len(py_state) == 3
-        and isinstance(py_state[1], list)
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in py_state[1])
-    ):
-        raise AttnlabError(
-            f'{path}: field "python_random" is not a Python random state '
-            "[version, [ints], gauss]; cannot resume"
-        )
+    if py_state:
+        try:  # what the trainer's random.setstate will take, tried on a throwaway generator
+            if not isinstance(py_state, list) or len(py_state) != 3:
+                raise ValueError("not [version, [ints], gauss]")
+            random.Random().setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+        except (TypeError, ValueError) as err:
+            raise AttnlabError(
+                f'{path}: field "python_random" is not a Python random state ({err}); cannot resume'
+            ) from None
     return state
 
 

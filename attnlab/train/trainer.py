@@ -262,13 +262,7 @@ class Trainer:
         self.train_time = float(state.get("train_time", 0.0))
         py_state = state.get("python_random")
         if py_state:
-            try:
-                random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
-            except (TypeError, ValueError) as err:  # e.g. a state of the wrong length
-                raise AttnlabError(
-                    f"{checkpoint_dir(self.run_dir, 'last') / 'trainer_state.json'}: "
-                    f'field "python_random" is not a Python random state ({err}); cannot resume'
-                ) from None
+            random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))  # checked on reading
         if "rng.cpu" in tensors:
             try:
                 torch.set_rng_state(tensors["rng.cpu"])
