@@ -180,9 +180,7 @@ def _check_flat_overrides_are_read(config: ExperimentConfig, flat: list[tuple[st
     m = config.model
     chosen = tuple(dict.fromkeys(ARCHITECTURES.get(m.arch).meta.variants(m)))
     for item, param in flat:
-        if any(
-            variant in ATTENTION and ATTENTION.get(variant).meta.hparam(param) for variant in chosen
-        ):
+        if any(_declared(variant, param) for variant in chosen):
             continue
         readers = [e.name for e in ATTENTION.entries() if e.meta.hparam(param) is not None]
         raise AttnlabError(
@@ -225,13 +223,19 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
     return config
 
 
+def _declared(variant: str, key: str) -> Any:
+    """``variant``'s hyper-parameter ``key`` (an HParam), or None (not declared, or no such
+    variant: its name is refused elsewhere)."""
+    return ATTENTION.get(variant).meta.hparam(key) if variant in ATTENTION else None
+
+
 def _check_flat_params(m: ModelConfig, chosen: tuple[str, ...]) -> None:
     """A flat ``model.<name>`` must mean one thing: the chosen variants that read it (and
     have no qualified value) declare it with the same default; else name the qualified keys."""
     for key in (k for k in m.attn_params if "." not in k):
         readers = []
         for variant in dict.fromkeys(chosen):
-            hp = ATTENTION.get(variant).meta.hparam(key) if variant in ATTENTION else None
+            hp = _declared(variant, key)
             if hp is not None and f"{variant}.{key}" not in m.attn_params:
                 readers.append((variant, hp))
         if len({(type(hp.default), hp.default) for _, hp in readers}) > 1:

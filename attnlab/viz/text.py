@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -187,7 +188,7 @@ def run_labels(names: Sequence[str], width: int) -> list[str]:
     experiment differ only in their stamp, which run_label drops first): those are cut in the
     middle instead, which keeps the stamp's end, so a list never shows two identical rows."""
     labels = [run_label(name, width) for name in names]
-    shared = {label for label in labels if labels.count(label) > 1}
+    shared = {label for label, count in Counter(labels).items() if count > 1}
     return [
         middle_ellipsis(name, width) if label in shared else label
         for name, label in zip(names, labels, strict=True)

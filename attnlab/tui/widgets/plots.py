@@ -40,7 +40,7 @@ def finite_points(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float]
     PLOT_MAX."""
     px, py = [], []
     for x, y in zip(xs, ys, strict=False):
-        if y is not None and plottable(y) and plottable(x):
+        if plottable(y) and plottable(x):
             px.append(x)
             py.append(y)
     return px, py
