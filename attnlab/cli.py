@@ -187,9 +187,9 @@ def decode_overrides(values: dict[str, Any]) -> list[str]:
     return out
 
 
-# The run's stored keys that choose a search (with their defaults): `--decoder NAME` resets
-# those NAME does not read, unless the command line sets them too.
-SEARCH_SELECTORS = (("sample", "false"), ("beam", "1"), ("groups", "1"), ("nbest", "1"))
+# The run's stored keys that choose a search: `--decoder NAME` resets those NAME does not read
+# to DecodeConfig's defaults, unless the command line sets them too.
+SEARCH_SELECTORS = ("sample", "beam", "groups", "nbest")
 
 
 def _pop_decode(kwargs: dict[str, Any]) -> list[str]:
@@ -205,13 +205,15 @@ def _pop_decode(kwargs: dict[str, Any]) -> list[str]:
     overrides = decode_overrides(values)
     name = values.get("decoder")
     if name:
+        from attnlab.config import DecodeConfig
         from attnlab.decode.search import DECODERS
 
         if name in DECODERS:
             reads = {param.key for param in DECODERS.get(name).factory.spec.params}
+            defaults = DecodeConfig()
             resets = [
-                f"decode.{key}={default}"
-                for key, default in SEARCH_SELECTORS
+                f"decode.{key}={str(getattr(defaults, key)).lower()}"  # False -> false
+                for key in SEARCH_SELECTORS
                 if not values.get(key) and key not in reads
             ]
             overrides = [*resets, *overrides]
