@@ -26,8 +26,8 @@ from pathlib import Path
 
 from attnlab.events import iter_events
 from attnlab.experiment import apply_overrides, load_preset
+from attnlab.launch import train_command
 from attnlab.tui.app import make_app
-from attnlab.tui.launcher import train_command
 from attnlab.tui.views.inspect import InspectView
 
 # Every key changes the screen: tab switches, and cursor moves that go and come back on the

@@ -416,7 +416,7 @@ def test_the_lab_passes_processes_through_its_preset(tmp_path):
 
     from attnlab.config import ExperimentConfig
     from attnlab.experiment import load_preset
-    from attnlab.tui.launcher import TrainingProcess
+    from attnlab.launch import TrainingProcess
     from attnlab.tui.views.setup import FIELDS
 
     assert "train.nproc" in {field.key for field in FIELDS}

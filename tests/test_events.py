@@ -679,9 +679,9 @@ def test_every_done_reason_is_expected_and_every_status_reachable() -> None:
 
 
 def test_control_words_are_one_enum_and_write_control_is_the_one_writer(tmp_path: Path) -> None:
+    from attnlab import launch as launcher
     from attnlab.runs import write_control
     from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS
-    from attnlab.tui import launcher
 
     assert launcher.write_control is write_control
     assert [c.value for c in ev.ControlCommand] == ["pause", "resume", "save", "stop"]

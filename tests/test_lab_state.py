@@ -18,11 +18,11 @@ from textual.widgets import Input, OptionList, Select, Static, Tabs
 
 from attnlab.config import load_toml
 from attnlab.experiment import apply_overrides
+from attnlab.launch import run_name_for as lab_run_name
 from attnlab.naming import experiment_name, run_name_for
 from attnlab.tui.app import make_app
 from attnlab.tui.follow import RunFollower, Sample
 from attnlab.tui.help import HELP_TEXT, ConfirmScreen
-from attnlab.tui.launcher import run_name_for as lab_run_name
 from attnlab.tui.views.inspect import InspectView
 from attnlab.tui.views.setup import SetupView, field_id
 from attnlab.tui.views.train import TrainView

@@ -97,7 +97,7 @@ def test_check_name_rule():
 
 
 def test_the_lab_builds_valid_run_names_and_presets(tmp_path):
-    from attnlab.tui.launcher import TrainingProcess, run_name_for
+    from attnlab.launch import TrainingProcess, run_name_for
 
     odd = ExperimentConfig(name="../my preset")
     odd = odd.replace(model=replace(odd.model, attention="../a b/c"))

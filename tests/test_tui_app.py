@@ -83,7 +83,7 @@ async def test_a_newly_registered_variant_appears_in_the_setup_menu(
 async def test_invalid_input_is_marked_and_never_starts_a_run(tmp_path: Path, monkeypatch) -> None:
     started = []
     monkeypatch.setattr(
-        "attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
+        "attnlab.launch.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
     )
     app = make_app(tmp_path, config=lab_config())
     async with app.run_test(size=SIZE) as pilot:

@@ -139,7 +139,7 @@ async def test_a_missing_path_shows_one_line_and_never_starts_a_run(
 ) -> None:
     started = []
     monkeypatch.setattr(
-        "attnlab.tui.launcher.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
+        "attnlab.launch.TrainingProcess.start", classmethod(lambda *a, **k: started.append(a))
     )
     app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(100, 30)) as pilot:

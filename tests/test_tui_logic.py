@@ -11,6 +11,7 @@ import pytest
 from _tui_support import lab_config, run_events, write_events
 
 from attnlab.errors import AttnlabError
+from attnlab.launch import TrainingProcess, run_name_for
 from attnlab.runs import write_control
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose, row_entropy
 from attnlab.tui.follow import (
@@ -22,7 +23,6 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.launcher import TrainingProcess, run_name_for
 from attnlab.tui.menus import check_field, config_from_form, key_in_message
 
 # -- following events.jsonl ------------------------------------------------------------------

@@ -15,10 +15,10 @@ import pytest
 from _tui_support import lab_config, ready, run_events, until, write_events, write_run
 from textual.widgets import DataTable, Select
 
-from attnlab.tui import launcher
+from attnlab import launch as launcher
+from attnlab.launch import TrainingProcess, remove_scratch_dirs, sweep_scratch_dirs
 from attnlab.tui.app import make_app
 from attnlab.tui.follow import FAILED, FINISHED, RUNNING, STARTING, RunFollower
-from attnlab.tui.launcher import TrainingProcess, remove_scratch_dirs, sweep_scratch_dirs
 from attnlab.tui.views.runs import RunsView
 from attnlab.tui.views.train import TrainView
 

@@ -149,7 +149,7 @@ class AttnLab(App[None]):
 
     def on_unmount(self) -> None:
         # The lab is closing: remove its children's scratch directories (attnlab-lab-*).
-        from attnlab.tui.launcher import remove_scratch_dirs
+        from attnlab.launch import remove_scratch_dirs
 
         remove_scratch_dirs()
 

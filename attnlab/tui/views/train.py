@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Stat
 
 from attnlab.config import ExperimentConfig
 from attnlab.events import ControlCommand
+from attnlab.launch import TrainingProcess
 from attnlab.tui.follow import (
     ENTROPY_ROLES,
     ENTROPY_TITLE,
@@ -31,7 +32,6 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.launcher import TrainingProcess
 from attnlab.tui.widgets.plots import MetricPlot
 from attnlab.viz.text import run_label
 

@@ -1,10 +1,10 @@
 """Start training in a child process and talk to it through its run directory.
 
-Training never runs on the UI loop: the lab writes the experiment to a temporary TOML file
-and runs ``python -m attnlab train --preset FILE --out RUNS --run-name NAME --quiet``. A crash,
-OOM or CUDA error kills only the child. The child reads one word from ``RUN/control``
-(``pause``, ``resume``, ``save``, ``stop``) at every step; the lab follows ``RUN/events.jsonl``.
-Pure logic (no textual), so it is tested without the app.
+Training never runs on the UI loop: the lab (and the study runner) writes the experiment to a
+temporary TOML file and runs ``python -m attnlab train --preset FILE --out RUNS --run-name NAME
+--quiet``. A crash, OOM or CUDA error kills only the child. The child reads one word from
+``RUN/control`` (``pause``, ``resume``, ``save``, ``stop``) at every step; the caller follows
+``RUN/events.jsonl``. Pure logic (no textual), so it is tested without the app.
 
 Each child gets a scratch directory ``attnlab-lab-*`` in the system temp folder (its preset file
 and stderr); ``remove_scratch_dirs`` (called when the lab exits, and at interpreter exit) removes
