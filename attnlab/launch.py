@@ -167,9 +167,14 @@ class TrainingProcess:
             self._proc.send_signal(signal.SIGINT)
 
     def kill(self) -> None:
-        """Last resort when a stop request is not honoured."""
+        """Last resort when a stop request is not honoured: SIGKILL to the child's whole
+        process group (its own session). A ``--nproc`` child's torchrun and ranks end with
+        it (they watch their parent: attnlab.train.distributed.die_with_parent)."""
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except OSError:  # not a group leader (a test's command): the child alone
+                self._proc.kill()
             self._proc.wait()
 
     def terminate(self, grace_s: float = 5.0) -> None:
