@@ -211,3 +211,13 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_threads_beyond_the_cores_is_one_error_line():
+    from attnlab.errors import AttnlabError
+
+    cores = len(os.sched_getaffinity(0))
+    distributed.check_threads(cores)
+    distributed.check_threads(0)
+    with pytest.raises(AttnlabError, match=rf"train.threads={cores + 1} exceeds the {cores}"):
+        distributed.check_threads(cores + 1)

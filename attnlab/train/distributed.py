@@ -177,6 +177,20 @@ def check_nproc(nproc: int, device: str) -> None:
         )
 
 
+def check_threads(threads: int) -> None:
+    """train.threads (torch CPU threads; 0 = torch's default) at most the cores here: more
+    only oversubscribes them (and torch crashed at 100,000)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    if threads > cores:
+        raise AttnlabError(
+            f"train.threads={threads} exceeds the {cores} CPU cores here; use 0..{cores}"
+            " (0 = torch's default)"
+        )
+
+
 @dataclass
 class Dist:
     """This process's place in the job; every method is a no-op when ``world_size`` is 1."""
