@@ -59,6 +59,9 @@ class DataConfig:
     # corpora: drop training pairs longer than N tokens (0 = keep all). On by default: one
     # stray 100k-token line would otherwise ask for gigabytes in its batch.
     train_max_tokens: int = 250
+    # corpora: skip dev/test pairs longer than N tokens, and cut `translate` input to N tokens
+    # (0 = no cap). One 100k-token dev line stalled the final evaluation for minutes.
+    eval_max_tokens: int = 1000
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.test_fraction": (0.0, 0.5),
     "data.max_pairs": (0, None),
     "data.train_max_tokens": (0, None),
+    "data.eval_max_tokens": (0, None),
     "model.hidden": (1, 16384),
     "model.emb": (1, 16384),
     "model.layers": (1, 16),

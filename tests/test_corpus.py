@@ -555,3 +555,39 @@ def test_cache_files_get_the_umasks_mode(tmp_path):
     finally:
         os.umask(old)
     assert cache.stat().st_mode & 0o777 == 0o644  # 0o666 & ~0o022, like every file we write
+
+
+def test_dev_and_test_pairs_over_eval_max_tokens_are_skipped_and_counted(tmp_path):
+    """A 100,000-token dev line stalled the final evaluation: the cap skips it, counted."""
+    from attnlab.data.stats import dataset_stats, stats_notes
+
+    folder = make_folder(tmp_path / "m")
+    huge = " ".join(["wort"] * 100_000)
+    write(folder / "val.de", [f"{s} val" for s in DE[:2]] + [huge])
+    write(folder / "val.en", [f"{s} val" for s in EN[:2]] + ["a b"])
+    ds = load(DataConfig(task="corpus", path=str(folder)), tmp_path)
+    assert DataConfig().eval_max_tokens == 1000
+    assert [len(e.src_tokens) for e in ds.splits.dev] == [5, 5]  # "ein hund läuft . val"
+    assert (ds.stats["dev_too_long_dropped"], ds.stats["test_too_long_dropped"]) == (1, 0)
+    assert "dev pairs skipped as longer than data.eval_max_tokens: 1" in stats_notes(
+        dataset_stats(ds)
+    )
+    # 0 = no cap: every dev pair kept
+    whole = load(DataConfig(task="corpus", path=str(folder), eval_max_tokens=0), tmp_path)
+    assert len(whole.splits.dev) == 3
+    # a cap that leaves a split empty says so
+    with pytest.raises(AttnlabError, match=r"dev split is empty: all 3 .*eval_max_tokens=3"):
+        load(DataConfig(task="corpus", path=str(folder), eval_max_tokens=3), tmp_path)
+
+
+def test_translate_input_is_cut_to_the_cap_with_a_count():
+    from attnlab.decode.source_cap import cap_sources, cut_warning
+
+    sources = [["a"] * 5, ["b"] * 2, [], ["c"] * 3]
+    capped, cut = cap_sources(sources, 3)
+    assert capped == [["a"] * 3, ["b"] * 2, [], ["c"] * 3] and cut == 1
+    assert cap_sources(sources, 0) == (sources, 0)
+    assert cut_warning(1, 4, 3) == (
+        "warning: 1 of 4 input lines cut to their first 3 tokens (data.eval_max_tokens of the run)"
+    )
+    assert cut_warning(0, 4, 3) is None

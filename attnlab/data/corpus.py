@@ -368,6 +368,7 @@ _KEY_FIELDS = (
     "seed",
     "max_pairs",
     "train_max_tokens",
+    "eval_max_tokens",
 )
 
 
@@ -421,21 +422,26 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
         src_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, train_src, cfg.subword_vocab)
         tgt_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, train_tgt, cfg.subword_vocab)
     tokens: dict[str, dict[str, list[str]]] = {}
-    dropped = 0
+    dropped = dict.fromkeys(SPLITS, 0)  # pairs over the split's token cap
     for split in SPLITS:
         src_tokens = src_tok.encode_batch([s for s, _ in pairs[split]])
         tgt_tokens = tgt_tok.encode_batch([t for _, t in pairs[split]])
-        if split == "train" and cfg.train_max_tokens > 0:
+        cap = cfg.train_max_tokens if split == "train" else cfg.eval_max_tokens
+        if cap > 0:
             keep = [
                 i
                 for i in range(len(src_tokens))
-                if len(src_tokens[i]) <= cfg.train_max_tokens
-                and len(tgt_tokens[i]) <= cfg.train_max_tokens
+                if len(src_tokens[i]) <= cap and len(tgt_tokens[i]) <= cap
             ]
-            dropped = len(src_tokens) - len(keep)
+            dropped[split] = len(src_tokens) - len(keep)
             src_tokens = [src_tokens[i] for i in keep]
             tgt_tokens = [tgt_tokens[i] for i in keep]
             pairs[split] = [pairs[split][i] for i in keep]
+        if not src_tokens and split != "train" and dropped[split]:
+            raise AttnlabError(
+                f"the {split} split is empty: all {dropped[split]} of its pairs are longer than "
+                f"data.eval_max_tokens={cap} tokens (raise it, or 0 for no cap)"
+            )
         tokens[split] = {
             "src": [_join(t) for t in src_tokens],
             "tgt": [_join(t) for t in tgt_tokens],
@@ -456,7 +462,9 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
     }
     stats = {
         "tokenizer": {"src": src_tok.describe(), "tgt": tgt_tok.describe()},
-        "train_too_long_dropped": dropped,
+        "train_too_long_dropped": dropped["train"],
+        "dev_too_long_dropped": dropped["dev"],  # over data.eval_max_tokens
+        "test_too_long_dropped": dropped["test"],
     }
     return Prepared(meta, tokens, pairs, stats)
 
