@@ -614,11 +614,19 @@ def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
     [
         (
             lambda m: m["dataset"].update(src_vocab=5),
-            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+            "dataset metadata is invalid: src_vocab: a vocabulary must be a list of token strings",
         ),
         (
             lambda m: m["dataset"].update(tgt_vocab=[*m["dataset"]["tgt_vocab"], 7]),
-            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+            "dataset metadata is invalid: tgt_vocab: a vocabulary must be a list of token strings",
+        ),
+        (  # a repeated token shifted every later id: silently wrong output before
+            lambda m: m["dataset"]["src_vocab"].__setitem__(5, m["dataset"]["src_vocab"][4]),
+            "dataset metadata is invalid: src_vocab: token '{tok}' appears twice (ids 4 and 5)",
+        ),
+        (  # a special token past id 3 was dropped, shifting the ids after it
+            lambda m: m["dataset"]["tgt_vocab"].__setitem__(6, "<pad>"),
+            "dataset metadata is invalid: tgt_vocab: token '<pad>' appears twice (ids 0 and 6)",
         ),
         (
             lambda m: m.update(metrics=[1]),
@@ -630,9 +638,10 @@ def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
 def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(tiny_run, edit, needle):
     # Each of these raised TypeError / ValueError out of load_checkpoint (a traceback).
     last = tiny_run / "checkpoints" / "last"
+    tok = json.loads((last / "meta.json").read_text())["dataset"]["src_vocab"][4]
     _edit_json(last / "meta.json", edit)
     line = _one_error(_invoke("eval", last))
-    assert line == f"error: {last / 'meta.json'}: {needle}"
+    assert line == f"error: {last / 'meta.json'}: {needle.format(tok=tok)}"
 
 
 def test_a_python_random_state_of_the_wrong_size_is_one_line(tmp_path, tiny_config):
