@@ -150,3 +150,18 @@ def test_average_takes_buffers_from_the_newest_copy_and_averages_the_parameters(
             assert torch.equal(value, b[key]), key
         else:
             assert torch.equal(value, ((a[key].double() + b[key].double()) / 2).to(value.dtype))
+
+
+@pytest.mark.parametrize("key", ["src_vocab", "tgt_vocab"])
+def test_average_refuses_copies_whose_vocabularies_differ_at_one_size(run, tmp_path, key):
+    """Same size, other tokens (two tokens swapped): averaging them mixed the rows of
+    different tokens into a model of neither, with exit 0."""
+    meta_file = run / "checkpoints" / "step-3" / META_FILE
+    meta = json.loads(meta_file.read_text())
+    vocab = meta["dataset"][key]
+    vocab[4], vocab[5] = vocab[5], vocab[4]
+    meta_file.write_text(json.dumps(meta))
+    result = average(run, tmp_path / "avg.safetensors")
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert f"step-3: its {key} differs from step-6's (id 4: " in result.output
+    assert not (tmp_path / "avg.safetensors").exists()
