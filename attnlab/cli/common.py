@@ -113,6 +113,41 @@ def pop_decode(kwargs: dict[str, Any]) -> list[str]:
 
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # what click.option returns
+
+
+def max_sentences_option(default: int, help_text: str) -> Decorator:
+    """``--max-sentences N`` (0 = all) of the commands that score a split."""
+    return click.option(
+        "--max-sentences",
+        type=click.IntRange(min=0),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+def out_file_option(help_text: str, required: bool = False) -> Decorator:
+    """``--out FILE``: the .safetensors bundle a command writes (with ``--force`` to replace)."""
+    return click.option(
+        "--out",
+        "out_file",
+        required=required,
+        default=None,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+    )
+
+
+def export_option(help_text: str) -> Decorator:
+    """``--export FILE``: also write what a command prints as SVG or HTML (inspect.TeeConsole)."""
+    return click.option(
+        "--export",
+        "export_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
 
 
 def rich_console(stderr: bool = False) -> Any:

@@ -13,8 +13,10 @@ import click
 from attnlab.cli.common import (
     DEVICE_CHOICE,
     decode_options,
+    export_option,
     fmt,
     load_run,
+    max_sentences_option,
     pop_decode,
     rich_console,
 )
@@ -27,12 +29,8 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
-@click.option(
-    "--max-sentences",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="score only the first N sentences (0 = all; training scores train.eval_sentences of dev)",
+@max_sentences_option(
+    0, "score only the first N sentences (0 = all; training scores train.eval_sentences of dev)"
 )
 @click.option(
     "--gold-alignments",
@@ -154,13 +152,7 @@ def eval_command(
     help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
     "layers and heads, gradient / norm take --layer and --head)",
 )
-@click.option(
-    "--export",
-    "export_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="also write what is printed to FILE.svg or FILE.html (in colour)",
-)
+@export_option("also write what is printed to FILE.svg or FILE.html (in colour)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @decode_options
 def translate(

@@ -11,7 +11,14 @@ from typing import Any
 
 import click
 
-from attnlab.cli.common import DEVICE_CHOICE, load_run, rich_console
+from attnlab.cli.common import (
+    DEVICE_CHOICE,
+    export_option,
+    load_run,
+    max_sentences_option,
+    out_file_option,
+    rich_console,
+)
 from attnlab.errors import AttnlabError
 from attnlab.interpret.reports import compare_report, heads_report, scoring_dataset
 
@@ -136,12 +143,8 @@ def heads_renderables(report: dict[str, Any]) -> list[Any]:
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
-@click.option(
-    "--max-sentences",
-    type=click.IntRange(min=0),
-    default=200,
-    show_default=True,
-    help="sentences scored for the importance and at each point of the curve (0 = all)",
+@max_sentences_option(
+    200, "sentences scored for the importance and at each point of the curve (0 = all)"
 )
 @click.option("--no-curve", is_flag=True, help="importance only (no pruning curve)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
@@ -246,13 +249,7 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
     help="which map to compare",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
-@click.option(
-    "--export",
-    "export_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="also write what is printed to FILE.svg or FILE.html",
-)
+@export_option("also write what is printed to FILE.svg or FILE.html")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 def compare(
     run_a: Path,
@@ -303,13 +300,7 @@ def compare(
 @click.command()
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path), metavar="RUN")
 @click.option("--last", type=int, required=True, help="how many of the newest step-* checkpoints")
-@click.option(
-    "--out",
-    "out_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="the .safetensors bundle to write (eval / translate load it)",
-)
+@out_file_option("the .safetensors bundle to write (eval / translate load it)", required=True)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
 def average(run: Path, last: int, out_file: Path, force: bool) -> None:
     """Average the N newest checkpoints/step-* copies (train.keep_last = N keeps them)."""

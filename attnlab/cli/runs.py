@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from attnlab.cli.common import compact, fmt, rich_console
+from attnlab.cli.common import compact, fmt, out_file_option, rich_console
 from attnlab.errors import AttnlabError
 
 
@@ -117,13 +117,7 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@click.option(
-    "--out",
-    "out_file",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)",
-)
+@out_file_option("the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)")
 @click.option(
     "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
 )
