@@ -11,7 +11,7 @@ import click
 
 from attnlab.cli.common import DEVICE_CHOICE, fmt, one_line, rich_console
 from attnlab.events import Checkpoint, Done, Error, Eval, Event, Start, Step, as_event
-from attnlab.train.session import DEFAULT_PRESET
+from attnlab.train.session import DEFAULT_PRESET, RunRequest, start_or_resume
 from attnlab.train.signals import primary_process
 
 
@@ -215,8 +215,6 @@ def train(
     training runs in N processes under torchrun (DistributedDataParallel); ``torchrun ... -m
     attnlab train ...`` works directly too.
     """
-    from attnlab.train.session import RunRequest, start_or_resume
-
     request = RunRequest(
         preset=preset,
         overrides=overrides,
