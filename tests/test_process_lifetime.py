@@ -221,3 +221,27 @@ def test_threads_beyond_the_cores_is_one_error_line():
     distributed.check_threads(0)
     with pytest.raises(AttnlabError, match=rf"train.threads={cores + 1} exceeds the {cores}"):
         distributed.check_threads(cores + 1)
+
+
+def test_train_threads_beyond_the_cores_is_refused_before_a_run_directory(tmp_path):
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    cores = len(os.sched_getaffinity(0))
+    argv = [
+        "train",
+        "--out",
+        str(tmp_path),
+        "--device",
+        "cpu",
+        "--set",
+        f"train.threads={cores + 1}",
+    ]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: train.threads={cores + 1} exceeds the {cores} CPU cores here; "
+        f"use 0..{cores} (0 = torch's default)"
+    ]
+    assert not any(tmp_path.iterdir())  # no run directory left that shows as error

@@ -19,6 +19,7 @@ from attnlab.cli.common import (
     max_sentences_option,
     pop_decode,
     rich_console,
+    say,
 )
 from attnlab.errors import AttnlabError
 from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_map
@@ -228,9 +229,14 @@ def _translate_lines(
     import torch
 
     from attnlab.decode.search import decode_sorted
+    from attnlab.decode.source_cap import cap_sources, cut_warning
     from attnlab.evaluate import target_text
 
-    tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
+    cap = loaded.config.data.eval_max_tokens
+    tokenized, cut = cap_sources([loaded.dataset.tokenize_source(line) for line in lines], cap)
+    warning = cut_warning(cut, len(lines), cap)
+    if warning:
+        say(warning)
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
         (toks, []) for toks in tokenized
     ]
