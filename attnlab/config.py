@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError, unknown_choice
+from attnlab.regular_files import read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -437,10 +438,15 @@ def _put_param(model: dict[str, Any], key: str, value: Any) -> None:
         model[key] = value
 
 
+# A preset or config.toml larger than this is not one (a sparse giant, a device).
+TOML_MAX_BYTES = 16 << 20
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file: a regular file (a FIFO never blocks), at most TOML_MAX_BYTES."""
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        data = read_bounded(path, TOML_MAX_BYTES, "TOML file")
+        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as err:
@@ -451,6 +457,9 @@ def load_toml(path: Path) -> dict[str, Any]:
             f"{path}:{line}: invalid UTF-8 (byte 0x{err.object[err.start]:02x}); "
             "save the file as UTF-8"
         ) from None
+    except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting too deep
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise AttnlabError(f"{path}: invalid TOML: {reason}") from None
     except OSError as err:
         raise AttnlabError(f"{path}: cannot read: {err.strerror}") from None
 

@@ -260,3 +260,37 @@ def test_a_toml_float_for_an_integer_is_refused_like_the_command_line(tmp_path):
     preset.write_text(f"[train]\nmax_steps = {2**63}\n")
     with pytest.raises(AttnlabError, match="out of range"):
         load_preset(str(preset))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("[train]\nmax_steps = " + "9" * 5000 + "\n", "invalid TOML: Exceeds the limit"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "invalid TOML: nested too deeply"),
+    ],
+)
+def test_a_crafted_toml_is_one_error_line(tmp_path, content, needle):
+    from attnlab.config import load_toml
+
+    path = tmp_path / "mine.toml"
+    path.write_text(content)
+    with pytest.raises(AttnlabError, match=needle) as err:
+        load_toml(path)
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_a_toml_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    import os
+
+    from attnlab.config import load_toml
+
+    path = tmp_path / "config.toml"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a plain open() waits forever
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(AttnlabError, match="not a regular file"):
+        load_toml(path)
