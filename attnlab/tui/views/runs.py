@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from attnlab.tui.follow import RunFollower, format_duration
@@ -177,9 +178,44 @@ class RunsView(Vertical):
             yield BarsPlot("BLEU by source length", id="compare-bars")
             yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
 
+    class Listed(Message):
+        """The runs a background refresh read (``runs`` None: nothing changed)."""
+
+        def __init__(self, signature: tuple, runs: list[Any] | None, error: str | None) -> None:
+            super().__init__()
+            self.signature, self.runs, self.error = signature, runs, error
+
     def on_mount(self) -> None:
         self.refresh_runs()
-        self.set_interval(self.refresh_seconds, self.refresh_runs)
+        # Polls read the runs folder off the UI thread: a slow disk or a giant event log
+        # never freezes the lab (the files themselves are opened non-blocking, regular only).
+        self.set_interval(self.refresh_seconds, self._refresh_in_background)
+
+    def _refresh_in_background(self) -> None:
+        self._list_in_thread(self._last_signature)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="runs-list")
+    def _list_in_thread(self, last: tuple | None) -> None:
+        signature = self._signature()
+        if signature == last:
+            return
+        runs, error = self._read_runs()
+        self.post_message(self.Listed(signature, runs, error))
+
+    @on(Listed)
+    def _listed(self, message: Listed) -> None:
+        self._last_signature = message.signature
+        self._show_runs(message.runs or [], message.error)
+
+    def _read_runs(self) -> tuple[list[Any] | None, str | None]:
+        try:
+            from attnlab.runs import list_runs
+
+            return list_runs(self.runs_dir), None
+        except ImportError:
+            return [], None
+        except Exception as err:  # a half-written run directory must not break the lab
+            return None, str(err)
 
     def _signature(self) -> tuple:
         """Cheap change detector: each run directory's event-log size and mtime."""
@@ -201,14 +237,14 @@ class RunsView(Vertical):
         if not force and signature == self._last_signature:
             return
         self._last_signature = signature
-        try:
-            from attnlab.runs import list_runs
+        runs, error = self._read_runs()
+        self._show_runs(runs or [], error)
 
-            runs = list_runs(self.runs_dir)
-        except ImportError:
-            runs = []
-        except Exception as err:  # a half-written run directory must not break the lab
-            self.query_one("#runs-status", Static).update(f"[$error]cannot list runs: {err}[/]")
+    def _show_runs(self, runs: list[Any], error: str | None) -> None:
+        if error is not None:
+            self.query_one("#runs-status", Static).update(
+                f"[$error]cannot list runs: {escape(error)}[/]"
+            )
             return
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
