@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from attnlab.cli_data import data as data_cli
+from attnlab.cli.data import data as data_cli
 from attnlab.config import DataConfig
 from attnlab.data.corpus import cache_key, read_source
 from attnlab.data.dataset import load_dataset
