@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,7 @@ class EvaluationAndCheckpoints:
     total_tokens: int
     train_time: float
     _last_saved_step: int
-
-    def elapsed(self) -> float:
-        raise NotImplementedError
+    elapsed: Callable[[], float]  # seconds of this run so far
 
     def _evaluate_on_primary(self) -> bool:
         """Rank 0 evaluates (and saves) while the others wait. Every rank then learns the
