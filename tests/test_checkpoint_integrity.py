@@ -17,7 +17,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import attnlab.runs as runs
+import attnlab.runs.atomic as atomic  # where _write_fd is called
+import attnlab.runs.checkpoints as checkpoints  # where a save renames, writes and removes
 from attnlab.cli import cli
 from attnlab.errors import AttnlabError
 from attnlab.events import EventLog, iter_events
@@ -91,9 +92,9 @@ class Crash(BaseException):
 
 def _crash_at(monkeypatch, k):
     """Make the k-th disk operation of a save 'kill' the process: it and every later rename,
-    write and rmtree of attnlab.runs are skipped (no cleanup runs after a kill)."""
+    write and rmtree of attnlab.runs.checkpoints are skipped (no cleanup runs after a kill)."""
     calls = {"n": 0, "dead": False}
-    real = {"rename": os.rename, "write": runs._write_new_file, "rmtree": shutil.rmtree}
+    real = {"rename": os.rename, "write": checkpoints._write_new_file, "rmtree": shutil.rmtree}
 
     def guarded(name):
         def op(*args, **kwargs):
@@ -107,9 +108,9 @@ def _crash_at(monkeypatch, k):
 
         return op
 
-    monkeypatch.setattr(runs.os, "rename", guarded("rename"))
-    monkeypatch.setattr(runs, "_write_new_file", guarded("write"))
-    monkeypatch.setattr(runs.shutil, "rmtree", guarded("rmtree"))
+    monkeypatch.setattr(checkpoints.os, "rename", guarded("rename"))
+    monkeypatch.setattr(checkpoints, "_write_new_file", guarded("write"))
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", guarded("rmtree"))
     return calls
 
 
@@ -150,7 +151,7 @@ def test_a_failed_rename_is_rolled_back_at_once(tmp_path, tiny_config, monkeypat
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real(src, dst)
 
-    monkeypatch.setattr(runs.os, "rename", second_rename_fails)
+    monkeypatch.setattr(checkpoints.os, "rename", second_rename_fails)
     with pytest.raises(WriteError, match="Input/output error"):
         _save(run_dir, tiny_config, model, meta, params, 2)
     monkeypatch.undo()
@@ -184,7 +185,7 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint(tmp_path, tiny_confi
     model, meta, params = _model_and_meta(tiny_config)
     run_dir = tmp_path / "run"
     _save(run_dir, tiny_config, model, meta, params, 1)
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     with pytest.raises(WriteError) as err:
         _save(run_dir, tiny_config, model, meta, params, 2)
     message = str(err.value)
@@ -198,7 +199,7 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
     tmp_path, tiny_config, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    real, full = runs._write_fd, {"now": False}
+    real, full = atomic._write_fd, {"now": False}
 
     def disk_fills_after_the_first_last(event):
         full["now"] = full["now"] or (event["type"] == "checkpoint" and event["tag"] == "last")
@@ -208,7 +209,7 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
             raise ENOSPC
         real(fd, data)
 
-    monkeypatch.setattr(runs, "_write_fd", write)
+    monkeypatch.setattr(atomic, "_write_fd", write)
     with pytest.raises(WriteError):
         Trainer(tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu").run()
     monkeypatch.undo()
@@ -223,7 +224,7 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
 
 
 def test_enospc_in_the_cli_is_one_line_and_exit_2(tmp_path, tiny_sets, monkeypatch):
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     result = CliRunner().invoke(
         cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
     )
@@ -421,7 +422,7 @@ def test_enospc_during_export_leaves_nothing_and_keeps_an_old_file(tiny_run, tmp
     out = tmp_path / "m.safetensors"
     export_checkpoint(tiny_run, out, which="last")
     before = out.read_bytes()
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last", "--force"))
     assert line == f"error: {out}: cannot write (No space left on device); nothing was replaced"
     fresh = tmp_path / "new.safetensors"

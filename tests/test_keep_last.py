@@ -60,17 +60,18 @@ def test_a_new_copy_retires_the_oldest_and_leaves_no_scratch(run):
 
 
 def test_a_failed_copy_leaves_the_kept_ones_untouched(run, monkeypatch):
-    import attnlab.runs as runs
+    import attnlab.runs.checkpoints as checkpoints  # where a save writes its files
+    from attnlab.runs import WriteError
 
-    real = runs._write_new_file
+    real = checkpoints._write_new_file
 
     def fail_on_meta(path, data):
         if path.name == META_FILE:
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(runs, "_write_new_file", fail_on_meta)
-    with pytest.raises(runs.WriteError, match="No space left"):
+    monkeypatch.setattr(checkpoints, "_write_new_file", fail_on_meta)
+    with pytest.raises(WriteError, match="No space left"):
         keep_step_checkpoint(run, 9, 1)
     assert names(run) == ["best", "last", "step-3", "step-6"]  # nothing retired, no scratch
 

@@ -5,6 +5,7 @@ Sources (``data.task = "corpus"``):
   transparently; ``test_2016_flickr.de`` counts as test), direction from
   ``data.src_lang`` / ``data.tgt_lang``; or with ``train.tsv`` / ``dev.tsv`` / ``test.tsv``;
 - ``data.path`` = one ``.tsv`` file, columns chosen with ``data.columns`` (extra ignored);
+- ``data.path`` = a SCAN file or split folder (``IN: ... OUT: ...`` lines, attnlab.data.scan);
 - ``data.src_file`` + ``data.tgt_file``: one pair of line-aligned files.
 Splits missing from the source (all of dev/test for a single file) are split off the
 training data with ``data.seed``, grouping identical source sentences so that no dev or test
@@ -32,6 +33,8 @@ from typing import Any
 
 from attnlab.config import PRESETS_DIR, DataConfig
 from attnlab.data.example import Example, Splits
+from attnlab.data.scan import FORMAT as SCAN
+from attnlab.data.scan import looks_like_scan_file, parse_scan_lines, scan_split_files
 from attnlab.errors import AttnlabError
 from attnlab.regular_files import LineTooLong, bounded_lines, open_regular
 
@@ -110,6 +113,7 @@ class Side:
     pairs: list[Pair]
     empty_skipped: int = 0
     files: tuple[Path, ...] = ()
+    format: str = "parallel"  # parallel | tsv | scan: part of the cache key
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> Side:
@@ -157,7 +161,15 @@ def read_tsv(path: Path, columns: tuple[int, int]) -> Side:
                 f"(data.columns={columns[0]},{columns[1]}), found {len(fields)}"
             )
         pairs.append((" ".join(fields[columns[0]].split()), " ".join(fields[columns[1]].split())))
-    return _keep_non_empty(str(path), pairs, (path,))
+    side = _keep_non_empty(str(path), pairs, (path,))
+    side.format = "tsv"
+    return side
+
+
+def read_scan(path: Path, lines: list[str] | None = None) -> Side:
+    """A SCAN file: the command words are the source, the action tokens the target."""
+    pairs, blank = parse_scan_lines(path, read_raw_lines(path) if lines is None else lines)
+    return Side(str(path), pairs, blank, (path,), SCAN)
 
 
 def _keep_non_empty(description: str, pairs: Any, files: tuple[Path, ...]) -> Side:
@@ -195,6 +207,9 @@ def _partner(path: Path, src_lang: str, tgt_lang: str) -> Path:
 
 
 def read_folder(folder: Path, cfg: DataConfig) -> dict[str, Side | None]:
+    scan = scan_split_files(folder)
+    if scan is not None:
+        return {split: (read_scan(p) if p else None) for split, p in scan.items()}
     columns = parse_columns(cfg.columns)
     tsv = {
         "train": _find_split_file(folder, ("train",), "tsv", False),
@@ -254,8 +269,12 @@ def read_source(cfg: DataConfig) -> dict[str, Side | None]:
         return read_folder(path, cfg)
     if path.name.endswith((".tsv", ".tsv.gz")):
         return {"train": read_tsv(path, parse_columns(cfg.columns)), "dev": None, "test": None}
+    lines = read_raw_lines(path)
+    if looks_like_scan_file(path, lines):
+        return {"train": read_scan(path, lines), "dev": None, "test": None}
     raise AttnlabError(
-        f"data.path={cfg.path}: expected a folder with train/dev/test files or a .tsv file "
+        f"data.path={cfg.path}: expected a folder with train/dev/test files, a .tsv file or a "
+        "SCAN file ('IN: ... OUT: ...' lines) "
         "(for two line-aligned files use data.src_file and data.tgt_file)"
     )
 
@@ -372,8 +391,9 @@ _KEY_FIELDS = (
 )
 
 
-def cache_key(cfg: DataConfig, files: Sequence[Path]) -> str:
+def cache_key(cfg: DataConfig, files: Sequence[Path], formats: Sequence[str] = ()) -> str:
     digest = hashlib.sha256(f"attnlab-corpus-v{CACHE_VERSION}".encode())
+    digest.update(f"formats={','.join(formats)};".encode())
     for name in _KEY_FIELDS:
         digest.update(f"{name}={getattr(cfg, name)!r};".encode())
     for path in files:
@@ -530,7 +550,8 @@ def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> D
     start = time.perf_counter()
     sides = read_source(cfg)
     pairs, stats = assemble_splits(cfg, sides)
-    key = cache_key(cfg, [f for side in sides.values() if side for f in side.files])
+    read = [side for side in sides.values() if side]
+    key = cache_key(cfg, [f for side in read for f in side.files], [side.format for side in read])
     cache_file = (cache_dir or default_cache_dir()) / "corpora" / f"{key}.json"
     prepared = _load(cache_file)
     stats["cache"] = "hit" if prepared is not None else "miss"
