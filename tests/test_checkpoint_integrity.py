@@ -574,12 +574,13 @@ def test_export_of_a_file_says_what_export_takes(tiny_run, tmp_path):
 
 
 def test_eval_json_stays_json_when_a_score_is_not_finite(tiny_run):
-    # A NaN weight (a damaged file: the trainer saves only finite weights) gives a NaN loss;
-    # --json printed the bare NaN token, which strict JSON parsers (jq, JSON.parse) refuse.
+    # Finite weights near float32's largest overflow to a NaN loss; --json printed the bare
+    # NaN token, which strict JSON parsers (jq, JSON.parse) refuse. (NaN weights themselves
+    # are refused on loading: test_non_finite_weights_are_refused_on_loading.)
     last = tiny_run / "checkpoints" / "last"
     _rewrite_weights(
         last / "model.safetensors",
-        lambda t: t.update({k: torch.full_like(v, float("nan")) for k, v in t.items()}),
+        lambda t: t.update({k: torch.full_like(v, 3e38) for k, v in t.items()}),
     )
     result = _invoke("eval", last, "--json", "--max-sentences", "4")
     assert result.exit_code == 0, result.output
@@ -683,3 +684,82 @@ def test_optimiser_tensors_that_do_not_fit_are_one_line(tmp_path, tiny_config, e
         Trainer(more, run_dir, device="cpu", resume=True).run()
     path = run_dir / "checkpoints" / "last" / "trainer_state.safetensors"
     assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_weights_are_refused_on_loading(tiny_run, value):
+    """NaN weights evaluated to loss nan and BLEU 0 with exit 0; saving refuses them, so
+    loading does too (eval, export, translate, resume all load through the same check)."""
+    last = tiny_run / "checkpoints" / "last"
+    name = {}
+
+    def poison(tensors):
+        key = sorted(k for k, v in tensors.items() if v.is_floating_point())[0]
+        name["key"] = key
+        tensors[key].view(-1)[:3] = value
+
+    _rewrite_weights(last / "model.safetensors", poison)
+    for command in ("eval", "export"):
+        line = _one_error(
+            _invoke(command, last)
+            if command == "eval"
+            else _invoke(
+                "export", tiny_run, "--checkpoint", "last", "--out", tiny_run / "x.safetensors"
+            )
+        )
+        assert line == (
+            f"error: checkpoint {last}: tensor {name['key']} holds 3 non-finite values "
+            "(NaN or infinity); weights must be finite (use another checkpoint, or retrain)"
+        )
+
+
+def _relabel(path, edit):
+    """Rewrite a safetensors header in place (the bytes stay): what a crafted file does."""
+    import struct
+
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    data = raw[8 + size :]
+    edit(header, len(data))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def test_a_header_whose_dtype_lies_is_refused(tiny_run):
+    """F32 relabelled I32 (same bytes) loaded and evaluated to a loss of 3.7e10."""
+    last = tiny_run / "checkpoints" / "last"
+    name = {}
+
+    def lie(header, _size):
+        key = sorted(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")[0]
+        header[key]["dtype"] = "I32"
+        name["key"] = key
+
+    _relabel(last / "model.safetensors", lie)
+    line = _one_error(_invoke("eval", last))
+    assert line == (
+        f"error: checkpoint {last}: tensor {name['key']} is int32 in the weights but float32 in "
+        "the model meta.json builds (a damaged or altered file)"
+    )
+
+
+def test_a_crafted_huge_zero_byte_tensor_is_one_line_within_seconds(tiny_run):
+    """An extra [0, 2^30] tensor (zero bytes) sent the mismatch explanation into building a
+    GRU of hidden size 2^30: eval, export and the lab's Inspect spun for minutes."""
+    import time
+
+    last = tiny_run / "checkpoints" / "last"
+
+    def extra(header, size):
+        header["zz.extra"] = {"dtype": "F32", "shape": [0, 2**30], "data_offsets": [size, size]}
+
+    _relabel(last / "model.safetensors", extra)
+    began = time.monotonic()
+    line = _one_error(_invoke("eval", last))
+    assert time.monotonic() - began < 10
+    assert line == (
+        f"error: checkpoint {last}: tensor zz.extra is shape [0, 1073741824] in the weights but "
+        "absent in the model meta.json builds"
+    )

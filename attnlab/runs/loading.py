@@ -58,6 +58,10 @@ class LoadedModel:
         return self.dataset.tgt_tokenizer
 
 
+# The largest size a config key may give a dimension (model.ff's bound): a mismatch is never
+# explained by building a model larger than a config could ask for.
+MAX_CANDIDATE_DIM = 65536
+EXPLAIN_BUDGET_S = 1.0  # seconds of candidate builds before naming the first differing tensor
 RUN_OR_CHECKPOINT = "give a run directory, a checkpoint directory or an exported .safetensors file"
 
 
@@ -242,10 +246,18 @@ def _build_shapes(config: ExperimentConfig, n_src: int, n_tgt: int) -> Shapes | 
 def _explain_mismatch(
     config: ExperimentConfig, n_src: int, n_tgt: int, want: Shapes, have: Shapes
 ) -> str:
-    """Name the meta.json value that the weights contradict, else the first differing tensor."""
+    """Name the meta.json value that the weights contradict, else the first differing tensor.
+
+    Candidate models (on the meta device) take only sizes a config may hold (at most
+    MAX_CANDIDATE_DIM) and the search stops after EXPLAIN_BUDGET_S: a crafted header's
+    [0, 2^30] tensor once made it build a GRU of hidden size 2^30 for minutes."""
     import dataclasses
 
-    dims = sorted({d for shape in want.values() for d in shape} | set(range(1, 9)))
+    deadline = time.monotonic() + EXPLAIN_BUDGET_S
+    dims = sorted(
+        {d for shape in want.values() for d in shape if 0 < d <= MAX_CANDIDATE_DIM}
+        | set(range(1, 9))
+    )
     for key in _SHAPE_KEYS.get(config.model.arch, ()):
         current = getattr(config.model, key)
         if isinstance(current, bool):
@@ -255,6 +267,8 @@ def _explain_mismatch(
         for value in options:
             if value == current:
                 continue
+            if time.monotonic() > deadline:
+                break
             model = dataclasses.replace(config.model, **{key: value})
             candidate = dataclasses.replace(config, model=model)
             if _build_shapes(candidate, n_src, n_tgt) == want:
@@ -265,6 +279,8 @@ def _explain_mismatch(
                 )
     for name, n, other in (("src_vocab", n_src, n_tgt), ("tgt_vocab", n_tgt, n_src)):
         for value in dims:
+            if time.monotonic() > deadline:
+                break
             sizes = (value, other) if name == "src_vocab" else (other, value)
             if value != n and _build_shapes(config, *sizes) == want:
                 return f"dataset.{name} in {META_FILE} has {n} entries but its weights have {value}"
@@ -297,13 +313,42 @@ def model_from_meta(meta: dict[str, Any], resolved: Path) -> tuple[Any, Any, Any
 def check_weights_fit(
     model: Any, config: Any, dataset: Any, tensors: dict[str, Tensor], resolved: Path
 ) -> None:
-    """Refuse weights whose names or shapes are not those of the model their meta builds."""
+    """Refuse weights whose names, shapes or dtypes are not those of the model their meta
+    builds, or that hold NaN / infinity (as saving refuses them)."""
     have = _shapes(model)
     want = {k: tuple(v.shape) for k, v in tensors.items()}
     if want != have:
         sizes = len(dataset.src_vocab), len(dataset.tgt_vocab)
         reason = _explain_mismatch(config, *sizes, want, have)
         raise AttnlabError(f"checkpoint {resolved}: {reason}")
+    check_weight_values(model, tensors, f"checkpoint {resolved}")
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def check_weight_values(model: Any, tensors: dict[str, Tensor], where: str) -> None:
+    """Each tensor has the dtype the model holds (a header that relabels F32 as I32 keeps the
+    bytes and evaluated to a loss of 3.7e10) and, when floating point, only finite values."""
+    import torch
+
+    expected = model.state_dict()
+    for name, tensor in tensors.items():
+        dtype = expected[name].dtype
+        if tensor.dtype != dtype:
+            raise AttnlabError(
+                f"{where}: tensor {name} is {_dtype_name(tensor.dtype)} in the weights but "
+                f"{_dtype_name(dtype)} in the model {META_FILE} builds (a damaged or altered file)"
+            )
+        if tensor.is_floating_point():
+            finite = torch.isfinite(tensor)
+            if not bool(finite.all()):
+                bad = int(finite.numel() - int(finite.sum()))
+                raise AttnlabError(
+                    f"{where}: tensor {name} holds {bad} non-finite values (NaN or infinity); "
+                    "weights must be finite (use another checkpoint, or retrain)"
+                )
 
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> LoadedModel:

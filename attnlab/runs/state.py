@@ -20,7 +20,14 @@ from attnlab.runs.checkpoints import (
     checkpoint_dir,
     resolve_or_none,
 )
-from attnlab.runs.loading import _int_field, _shapes, _stamped_step, check_single_step, read_meta
+from attnlab.runs.loading import (
+    _int_field,
+    _shapes,
+    _stamped_step,
+    check_single_step,
+    check_weight_values,
+    read_meta,
+)
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     from torch import Tensor
@@ -215,6 +222,8 @@ def check_resume_weights(
     checkpoint holds, naming the model keys that changed."""
     want = {k: tuple(v.shape) for k, v in weights.items()}
     if _shapes(model) == want:
+        directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
+        check_weight_values(model, weights, f"cannot resume {run_dir}: checkpoint {directory}")
         return
     directory = resolve_or_none(checkpoint_dir(run_dir, "last")) or checkpoint_dir(run_dir, "last")
     saved = read_meta(directory)["config"].get("model", {})
