@@ -763,3 +763,55 @@ def test_a_crafted_huge_zero_byte_tensor_is_one_line_within_seconds(tiny_run):
         f"error: checkpoint {last}: tensor zz.extra is shape [0, 1073741824] in the weights but "
         "absent in the model meta.json builds"
     )
+
+
+CRAFTED_JSON = [
+    ("[" * 100_000 + "]" * 100_000, "invalid JSON (nested too deeply)"),  # RecursionError
+    ('{"step": ' + "9" * 5000 + "}", "invalid JSON (Exceeds the limit (4300 digits)"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), CRAFTED_JSON)
+def test_a_crafted_meta_json_is_one_line_for_every_reader(tiny_run, content, needle):
+    last = tiny_run / "checkpoints" / "last"
+    (last / "meta.json").write_text(content)
+    for args in (
+        ("eval", last),
+        ("export", tiny_run, "--checkpoint", "last", "--out", tiny_run / "x.safetensors"),
+    ):
+        line = _one_error(_invoke(*args))
+        assert line.startswith(f"error: {last / 'meta.json'}: {needle}"), line
+
+
+@pytest.mark.parametrize(("content", "needle"), CRAFTED_JSON)
+def test_a_crafted_trainer_state_json_is_one_line_on_resume(tmp_path, tiny_config, content, needle):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.json"
+    path.write_text(content)
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f"{path}: {needle}")
+
+
+def test_a_step_beyond_int64_in_meta_json_is_one_line(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", lambda m: m.update(step=2**64))
+    line = _one_error(_invoke("eval", last))
+    assert line == (
+        f'error: {last / "meta.json"}: field "step" a number is not a step count '
+        "(an integer in [0, 2^63 - 1])"
+    )
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "meta.json"])
+def test_a_fifo_in_a_checkpoint_is_one_line_not_a_hang(tiny_run, name):
+    import os
+
+    last = tiny_run / "checkpoints" / "last"
+    (last / name).unlink()
+    os.mkfifo(last / name)  # no writer: a plain open() waits forever
+    line = _one_error(_invoke("eval", last))
+    assert line.endswith(
+        f"{last / name}: is a FIFO, not a regular file; attnlab reads only regular files"
+    )

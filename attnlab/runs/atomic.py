@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attnlab.errors import AttnlabError
+from attnlab.regular_files import check_regular, read_bounded
 
 if TYPE_CHECKING:  # torch is imported lazily: the TUI lists runs without loading it
     from torch import Tensor
@@ -152,26 +153,40 @@ def read_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     from safetensors import safe_open
 
     try:
+        check_regular(path)  # safetensors opens it itself: a FIFO would block that open
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = dict(handle.metadata() or {})
             tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
+    except AttnlabError:
+        raise
     except Exception as err:  # safetensors raises its own error types for a bad header
         raise AttnlabError(f"{path}: not a readable safetensors file ({err})") from None
     return tensors, metadata
 
 
+# The largest JSON file a run directory holds (meta.json carries the vocabularies and the
+# tokenizers: a few MB for a 32k subword vocabulary); larger is not one attnlab wrote.
+JSON_MAX_BYTES = 256 << 20
+
+
 def read_json(path: Path) -> Any:
+    """A JSON file of a run directory: a regular file (never a FIFO's blocking open) of at most
+    JSON_MAX_BYTES; nesting too deep or a number of more than 4,300 digits is one error."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(read_bounded(path, JSON_MAX_BYTES, "JSON file").decode("utf-8"))
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
     except json.JSONDecodeError as err:
         raise AttnlabError(f"{path}: invalid JSON ({err})") from None
     except UnicodeDecodeError as err:  # JSON is UTF-8: a damaged or foreign file
         raise AttnlabError(f"{path}: invalid JSON (not UTF-8 at byte {err.start})") from None
-    except OSError as err:  # a directory of that name, no permission
+    except RecursionError:
+        raise AttnlabError(f"{path}: invalid JSON (nested too deeply)") from None
+    except ValueError as err:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
+        raise AttnlabError(f"{path}: invalid JSON ({str(err).split(';')[0]})") from None
+    except OSError as err:  # no permission
         raise AttnlabError(f"{path}: cannot read ({err.strerror})") from None
 
 

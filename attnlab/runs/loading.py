@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError
+from attnlab.regular_files import check_regular
 from attnlab.runs.atomic import read_json, read_tensors
 from attnlab.runs.checkpoints import (
     CHECKPOINT_TAGS,
@@ -75,11 +76,12 @@ def resolve_checkpoint(path: Path) -> Path:
         if fallback is not None:  # mid-swap: the old copy of this very checkpoint
             return fallback
         raise AttnlabError(f"{path}: no such run directory or checkpoint")
-    if (path / META_FILE).is_file():
+    # exists(), not is_file(): a meta.json that is a FIFO or a folder is named by the reader
+    if (path / META_FILE).exists():
         return path
     for tag in CHECKPOINT_TAGS:
         candidate = path / CHECKPOINTS / tag
-        if (candidate / META_FILE).is_file():
+        if (candidate / META_FILE).exists():
             return candidate
         fallback = _fallback_dir(path / CHECKPOINTS, tag)
         if fallback is not None:
@@ -93,9 +95,12 @@ def _int_field(path: Path, obj: dict[str, Any], key: str, required: bool = True)
     value = obj.get(key)
     if value is None and not required:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        what = "missing" if key not in obj else f"{json.dumps(value)} is not"
-        raise AttnlabError(f'{path}: field "{key}" {what} a step count (an integer >= 0)')
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        shown = json.dumps(value) if not isinstance(value, int) or value < 2**63 else "a number"
+        what = "missing" if key not in obj else f"{shown} is not"
+        raise AttnlabError(
+            f'{path}: field "{key}" {what} a step count (an integer in [0, 2^63 - 1])'
+        )
     return value
 
 
@@ -133,6 +138,7 @@ def _header_step(path: Path) -> int | None:
     from safetensors import safe_open
 
     try:
+        check_regular(path)  # safetensors opens it itself: a FIFO would block that open
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             return _stamped_step(path, dict(handle.metadata() or {}))
     except AttnlabError:

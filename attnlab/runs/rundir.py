@@ -18,6 +18,7 @@ from attnlab.events import (
     EVENTS_FILE,
     ControlCommand,
 )
+from attnlab.regular_files import read_prefix
 from attnlab.runs.atomic import atomic_write_text
 
 CONFIG_FILE = "config.toml"
@@ -92,8 +93,8 @@ def check_run_dir_free(run_dir: Path) -> None:
 
 def _read_lock_pid(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+        return read_prefix(path, 64).decode("utf-8", errors="replace").strip()
+    except (OSError, AttnlabError):  # gone, or not a regular file: no pid to name
         return ""
 
 
@@ -103,7 +104,8 @@ def run_dir_locked(run_dir: Path) -> bool | None:
     try:
         import fcntl
 
-        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+        # Non-blocking: a FIFO in the lock's place must not stop `attnlab runs` or the lab.
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (ImportError, OSError):
         return None
     try:
