@@ -342,3 +342,27 @@ async def test_the_lab_removes_its_scratch_dirs_when_it_exits(
     assert json.loads(
         (next((tmp_path / "runs").iterdir()) / "events.jsonl").read_text().splitlines()[-1]
     )["reason"]
+
+
+def test_follower_follows_the_log_a_trainer_started_again(tmp_path: Path) -> None:
+    """events.jsonl deleted while the run writes it: the trainer (EventLog) starts a new log
+    with a note; the lab follows that instead of calling the run deleted (and stopping it)."""
+    from attnlab.events import EventLog
+
+    run_dir = tmp_path / "r"
+    log = EventLog(run_dir)
+    log.emit("start", 0, name="r", max_steps=10)
+    for step in range(1, 6):
+        log.emit("step", step, loss=2.0 / step)
+    follower = RunFollower(run_dir)
+    follower.poll()
+    assert follower.step == 5
+    (run_dir / "events.jsonl").unlink()
+    log.emit("step", 6, loss=0.3)
+    follower.poll()  # the new log is shorter than what was read: started again, not deleted
+    assert not follower.deleted and follower.state == RUNNING
+    assert "following the new log" in follower.log[-1]
+    log.emit("done", 6, reason="finished")
+    log.close()
+    follower.poll()
+    assert follower.step == 6 and follower.state == FINISHED and not follower.deleted

@@ -3,43 +3,107 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 from attnlab.events.fields import parse_event_line
-from attnlab.events.typed_events import Event, make_event
+from attnlab.events.typed_events import Event, Note, make_event
+from attnlab.regular_files import NotRegularFile, not_regular, open_regular
 
 EVENTS_FILE = "events.jsonl"
+# How the note that opens a log started again begins (followers recognise it).
+RESTART_NOTE = f"{EVENTS_FILE} was deleted or replaced while this run wrote it"
+
+
+def _open_for_append(path: Path) -> TextIO:
+    """``path`` opened for appending, created with the umask's mode if absent; a FIFO or any
+    other non-regular file is refused without blocking (a FIFO's write-open waits for a
+    reader)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        if err.errno == errno.ENXIO:  # a FIFO with no reader: O_NONBLOCK's answer
+            raise NotRegularFile(
+                f"{path}: is a FIFO, not a regular file; attnlab writes only regular files"
+            ) from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise not_regular(path, info.st_mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 class EventLog:
     """Appends events to ``run_dir/events.jsonl``; optionally forwards them (typed) to a
-    callback."""
+    callback.
+
+    A log deleted or replaced while the run writes it (another inode at the path) is noticed
+    at the next event: a new log is started there with a ``note`` saying so, and the run goes
+    on in it (writing on into the unlinked file lost every later event)."""
 
     def __init__(self, run_dir: Path, on_event: Any = None):
         self.path = Path(run_dir) / EVENTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the log
+        self._handle = _open_for_append(self.path)
         if _ends_mid_line(self.path):
             # A writer killed mid-line left a fragment: end it, so our first event is not glued
             # to it (the reader skips the fragment as one malformed line).
             self._handle.write("\n")
         self.on_event = on_event
+        self.restarted = 0  # how many times the log was found deleted and started again
 
     def emit(self, event: Event | str, step: int = 0, **values: Any) -> Event:
         """Write one event (stamped with the time) and pass it to ``on_event``. The keyword
         form ``emit("note", 3, message=...)`` builds the event first."""
         event = _event_arg(event, step, values)
+        if self._replaced():
+            self._start_again(event.step)
         event.time = round(time.time(), 3)
         self._handle.write(event.to_line() + "\n")
         self._handle.flush()
         if self.on_event is not None:
             self.on_event(event)
         return event
+
+    def _replaced(self) -> bool:
+        """Whether the path no longer names the file we write (deleted, or replaced)."""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        mine = os.fstat(self._handle.fileno())
+        return (on_disk.st_dev, on_disk.st_ino) != (mine.st_dev, mine.st_ino)
+
+    def _start_again(self, step: int) -> None:
+        """A new log at the path, opened with a note; the old handle is closed. Nothing is
+        re-created when the run directory itself is gone (the trainer stops on that)."""
+        if not self.path.parent.is_dir():
+            return
+        try:
+            handle = _open_for_append(self.path)
+        except (OSError, NotRegularFile):  # a FIFO put in its place: keep the old file
+            return
+        self._handle.close()
+        self._handle = handle
+        self.restarted += 1
+        note = Note(
+            step,
+            message=f"{RESTART_NOTE}; a new log starts here at step {step} (the events "
+            "before it are gone)",
+        )
+        note.time = round(time.time(), 3)
+        self._handle.write(note.to_line() + "\n")
 
     def close(self) -> None:
         try:
@@ -72,16 +136,20 @@ def _event_arg(event: Event | str, step: int, values: dict[str, Any]) -> Event:
 
 def _ends_mid_line(path: Path) -> bool:
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             if handle.seek(0, os.SEEK_END) == 0:
                 return False
             handle.seek(-1, os.SEEK_END)
             return handle.read(1) != b"\n"
-    except OSError:
+    except (OSError, NotRegularFile):
         return False
 
 
 MAX_PROBLEMS = 3  # how many skipped lines a warning names
+# An event line longer than this is skipped (an eval event with samples and their attention
+# maps is tens of KB); the reader holds at most this plus one chunk in memory.
+MAX_LINE_BYTES = 8 << 20
+READ_CHUNK = 1 << 20
 
 
 @dataclass
@@ -102,47 +170,83 @@ class EventReader:
     pending: int = 0  # bytes of a last line still without its newline
     shrunk: bool = False  # the file became shorter than ``offset``: replaced or truncated
     io_error: str = ""  # the last OS error reading it (not file content; the next read retries)
+    _skipping: bool = False  # inside an over-long line (skipped; its newline not read yet)
+    _file_id: tuple[int, int] | None = None  # (device, inode) of the file read so far
 
     @property
     def path(self) -> Path:
         return Path(self.run_dir) / EVENTS_FILE
 
     def read(self) -> list[dict[str, Any]]:
-        data = self._read_bytes()
-        if not data:
-            return []
-        end = data.rfind(b"\n") + 1  # 0 when no line is complete yet
-        self.pending = len(data) - end
-        self.offset += end
-        events = []
-        for raw in data[:end].split(b"\n")[:-1]:
-            self.line += 1
-            if not raw.strip():
-                continue  # a blank line carries nothing; not worth a warning
-            event, why, dropped = parse_event_line(raw)
-            self.dropped += dropped
-            if event is None:
-                self._skip(why)
-            else:
-                events.append(event)
-        return events
-
-    def _read_bytes(self) -> bytes:
+        """Reads in chunks of READ_CHUNK bytes: memory stays bounded by MAX_LINE_BYTES
+        however large the file (a 2 GB sparse log cost 2 GB); a longer line is skipped and
+        counted, also while it is still being written."""
+        events: list[dict[str, Any]] = []
         try:
-            with open(self.path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size < self.offset:
-                    self.shrunk = True
-                    return b""
+            with open_regular(self.path) as handle:
+                info = os.fstat(handle.fileno())
+                file_id = (info.st_dev, info.st_ino)
+                if info.st_size < self.offset or (self._file_id not in (None, file_id)):
+                    self.shrunk = True  # truncated, or another file now (deleted, started again)
+                    return events
+                self._file_id = file_id
                 handle.seek(self.offset)
-                data = handle.read()
+                self._read_lines(handle, events)
         except FileNotFoundError:
-            return b""
+            return events
+        except NotRegularFile as err:  # a FIFO or a device: never opened blocking, never read
+            self.io_error = str(err).split(": ", 1)[-1]
+            return events
         except OSError as err:  # unreadable (permissions, a directory): say so, do not crash
             self.io_error = f"{self.path}: {err.strerror or err}"
-            return b""
+            return events
         self.io_error = ""
-        return data
+        return events
+
+    def _read_lines(self, handle: BinaryIO, events: list[dict[str, Any]]) -> None:
+        partial = b""  # the start of a line whose newline has not been read yet
+        while chunk := handle.read(READ_CHUNK):
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                piece = chunk[start:newline]
+                if self._skipping:  # the end of an over-long line, counted when it began
+                    self._skipping = False
+                    self.line += 1
+                else:
+                    self._line(partial + piece, events)
+                self.offset += len(partial) + len(piece) + 1
+                partial, start = b"", newline + 1
+            rest = chunk[start:]
+            if self._skipping:
+                self.offset += len(rest)
+                continue
+            partial += rest
+            if len(partial) > MAX_LINE_BYTES:  # skipped from here on, never held whole
+                self._skip_long()
+                self.offset += len(partial)
+                partial = b""
+        # An unfinished last line stays unread (it is being written): read again next time.
+        self.pending = len(partial)
+
+    def _line(self, raw: bytes, events: list[dict[str, Any]]) -> None:
+        self.line += 1
+        if len(raw) > MAX_LINE_BYTES:
+            self._skip(f"longer than {MAX_LINE_BYTES:,} bytes")
+            return
+        if not raw.strip():
+            return  # a blank line carries nothing; not worth a warning
+        event, why, dropped = parse_event_line(raw)
+        self.dropped += dropped
+        if event is None:
+            self._skip(why)
+        else:
+            events.append(event)
+
+    def _skip_long(self) -> None:
+        self._skipping = True
+        self.line += 1
+        self._skip(f"longer than {MAX_LINE_BYTES:,} bytes")
+        self.line -= 1  # counted again at its newline
 
     def _skip(self, why: str) -> None:
         self.skipped += 1

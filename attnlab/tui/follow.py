@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.attention_map import NORM_SOFTMAX, NORMALISATIONS
+from attnlab.errors import AttnlabError
 from attnlab.events import EventReader
+from attnlab.events.fields import parse_event_line
+from attnlab.events.log import EVENTS_FILE, RESTART_NOTE
+from attnlab.regular_files import read_prefix
 from attnlab.train import events as ev
 
 # States shown in the Train view's status line.
@@ -203,6 +207,15 @@ class RunFollower:
             return
         if self._dir_id is None or (now == self._dir_id and not shrunk):
             return
+        if now == self._dir_id and self._log_started_again():
+            # The trainer noticed its log deleted and began a new one: follow that from its start.
+            self._reader = EventReader(Path(self.run_dir), 0)
+            self.offset = 0
+            self.log.append(
+                f"step {self.step:>6}  {EVENTS_FILE} was deleted while the run wrote it; "
+                "following the new log the trainer started"
+            )
+            return
         self.deleted = True
         # (A directory re-created at once may get the same inode back: then the shorter log
         # is what tells.)
@@ -211,6 +224,19 @@ class RunFollower:
         if not self.finished:  # a run that ended keeps its outcome
             self.error, self.state = message, FAILED
         self.log.append(f"step {self.step:>6}  {message}")
+
+    def _log_started_again(self) -> bool:
+        """Whether events.jsonl now opens with the trainer's restart note."""
+        try:
+            head = read_prefix(Path(self.run_dir) / EVENTS_FILE, 4096)
+        except (OSError, AttnlabError):
+            return False
+        event, _why, _dropped = parse_event_line(head.split(b"\n", 1)[0])
+        return (
+            event is not None
+            and event.get("type") == "note"
+            and str(event.get("message", "")).startswith(RESTART_NOTE)
+        )
 
     @property
     def finished(self) -> bool:
