@@ -14,11 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnlab.events import INTERRUPT_WORD, Control, ControlCommand
+from attnlab.events import INTERRUPT_WORD, Control, ControlCommand, Note
+from attnlab.regular_files import NotRegularFile, read_prefix
 from attnlab.runs import CONTROL_FILE
 from attnlab.train import distributed
 
 PAUSE_POLL_S = 0.2
+# A control word is one short word: only this many first bytes of RUN/control are read.
+CONTROL_MAX_BYTES = 64
 
 
 class ControlAndSignals:
@@ -58,14 +61,30 @@ class ControlAndSignals:
         if signature is None:
             return None
         try:
-            # errors="replace": garbage in the file is an unknown word (ignored), not a crash
-            word = path.read_text(encoding="utf-8", errors="replace").strip().lower()
+            # The first bytes only (a 3 GB sparse control file took the trainer past 8.5 GB);
+            # never a blocking open (a FIFO); errors="replace": garbage is an unknown word.
+            head = read_prefix(path, CONTROL_MAX_BYTES)
+        except NotRegularFile as err:
+            self.events.emit(Note(self.step, message=f"control: {err}; ignored"))
+            return None
         except OSError:
             return None
+        word = head.decode("utf-8", errors="replace").strip().lower()
         if word == INTERRUPT_WORD:
             return word
         command = ControlCommand.coerce(word)
-        return command if isinstance(command, ControlCommand) else None
+        if isinstance(command, ControlCommand):
+            return command
+        if word:  # dropped with no trace before: say what was ignored, as git does
+            valid = ", ".join(c.value for c in ControlCommand)
+            shown = word if len(word) <= 32 else word[:32] + "..."
+            self.events.emit(
+                Note(
+                    self.step,
+                    message=f"control: unknown word {shown!r} in {path} ignored; valid: {valid}",
+                )
+            )
+        return None
 
     def _paused(self) -> ControlCommand | None:
         """Wait while paused; returns the command that ended the pause (resume/stop/save)."""
