@@ -214,23 +214,6 @@ def decode_best(
     return [nbest[0] for nbest in nbests]
 
 
-def with_checkpoint_vocabularies(dataset: Any, loaded: Any) -> Any:
-    """``dataset``'s splits with the vocabularies and tokenizers of a loaded checkpoint.
-
-    A checkpoint is scored (``attnlab eval``) and inspected (the lab) with the ids and
-    detokenisation it was trained with, whatever a fresh ``load_dataset`` would build.
-    """
-    import dataclasses
-
-    return dataclasses.replace(
-        dataset,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
-    )
-
-
 def target_text(dataset: Any) -> Any:
     """ids -> detokenised target text with ``dataset``'s vocabulary (MBR's utility reads it)."""
     return lambda ids: dataset.detokenize_target(dataset.tgt_vocab.decode(ids))

@@ -815,3 +815,14 @@ def test_a_fifo_in_a_checkpoint_is_one_line_not_a_hang(tiny_run, name):
     assert line.endswith(
         f"{last / name}: is a FIFO, not a regular file; attnlab reads only regular files"
     )
+
+
+def test_data_settings_that_do_not_load_name_the_meta_json(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", lambda m: m["config"]["data"].update(task="corpus"))
+    line = _one_error(_invoke("eval", last))
+    assert line.startswith(f"error: {last / 'meta.json'}: its data settings do not load: ")
+    assert line.endswith(
+        'data.task="corpus" needs data.path (a folder or a .tsv file) or '
+        "data.src_file + data.tgt_file"
+    )

@@ -59,15 +59,14 @@ def eval_command(
     **flags: Any,
 ) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
+    from attnlab.evaluate import evaluate_split
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
-    from attnlab.runs import jsonable
+    from attnlab.runs import jsonable, load_checkpoint_data
 
     loaded, torch_device = load_run(run, device)
     config = apply_overrides(loaded.config, pop_decode(flags))
-    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
+    dataset = load_checkpoint_data(loaded, config.data)
     result = evaluate_split(
         loaded.model,
         dataset,

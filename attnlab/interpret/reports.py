@@ -28,10 +28,9 @@ def _rounded(matrix: Any, digits: int = 4) -> list[list[float]]:
 
 def scoring_dataset(loaded: Any, config: Any) -> Any:
     """The config's data with the checkpoint's own vocabularies and tokenizers."""
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import with_checkpoint_vocabularies
+    from attnlab.runs import load_checkpoint_data
 
-    return with_checkpoint_vocabularies(load_dataset(config.data), loaded)
+    return load_checkpoint_data(loaded, config.data)
 
 
 def _batches(dataset: Any, examples: list[Any], device: Any, size: int = 64) -> Any:

@@ -300,6 +300,34 @@ def _explain_mismatch(
     return "weights do not match the model"  # pragma: no cover - the shapes differ somewhere
 
 
+def meta_source(resolved: Path) -> Path:
+    """The file a checkpoint's settings come from: its meta.json, or the exported file."""
+    return resolved / META_FILE if resolved.is_dir() else resolved
+
+
+def load_checkpoint_data(loaded: LoadedModel, data: Any = None) -> Any:
+    """The dataset a checkpoint's settings (or ``data``, a DataConfig) describe, with the
+    checkpoint's vocabularies and tokenizers; a failure names the file the settings came
+    from (a meta.json claiming data.task="corpus" gave an error naming neither)."""
+    import dataclasses
+
+    from attnlab.data.dataset import load_dataset
+
+    try:
+        dataset = load_dataset(data if data is not None else loaded.config.data)
+    except AttnlabError as err:
+        raise AttnlabError(
+            f"{meta_source(loaded.path)}: its data settings do not load: {err}"
+        ) from None
+    return dataclasses.replace(
+        dataset,
+        src_vocab=loaded.dataset.src_vocab,
+        tgt_vocab=loaded.dataset.tgt_vocab,
+        src_tokenizer=loaded.dataset.src_tokenizer,
+        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
+    )
+
+
 def model_from_meta(meta: dict[str, Any], resolved: Path) -> tuple[Any, Any, Any]:
     """(the untrained model, config, dataset) that a checkpoint's meta describes; errors name
     the checkpoint ``resolved`` (its meta.json, or the exported file)."""
@@ -307,7 +335,7 @@ def model_from_meta(meta: dict[str, Any], resolved: Path) -> tuple[Any, Any, Any
     from attnlab.experiment import from_dict, validate
     from attnlab.nn.model import build_model
 
-    source = resolved / META_FILE if resolved.is_dir() else resolved
+    source = meta_source(resolved)
     config = validate(from_dict(meta["config"], source=str(source)))
     try:
         dataset = Dataset.from_meta(meta["dataset"])

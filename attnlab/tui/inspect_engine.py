@@ -103,14 +103,13 @@ def _load(path: Path) -> Any:
 
 def _examples(loaded: Any, split: str) -> list[Any]:
     from attnlab.config import dumps_toml
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import with_checkpoint_vocabularies
+    from attnlab.runs import load_checkpoint_data
 
     key = dumps_toml(loaded.config)
     with _lock:
         if key not in _datasets:
             _datasets.clear()
-            _datasets[key] = with_checkpoint_vocabularies(load_dataset(loaded.config.data), loaded)
+            _datasets[key] = load_checkpoint_data(loaded)
         return _datasets[key].splits.split(split)
 
 
