@@ -648,3 +648,20 @@ def test_a_giant_or_fifo_control_file_is_read_without_bound_or_block(tmp_path, t
             f"control: {run_dir / 'control'}: is a FIFO, not a regular file; attnlab reads only "
             "regular files; ignored"
         ]
+
+
+def test_resume_with_a_symlinked_last_removes_the_link_not_its_target(tmp_path, tiny_config):
+    """checkpoints/last a symlink: the save moved the link aside as .last.old-PID-*, rmtree
+    refused it (a symlink), the error was ignored and the link stayed behind."""
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "last").rename(checkpoints / "kept-last")
+    (checkpoints / "last").symlink_to("kept-last")
+    longer = replace(tiny_config, train=replace(tiny_config.train, max_steps=8))
+    summary = Trainer(longer, run_dir, device="cpu", resume=True).run()
+    assert (summary["reason"], summary["step"]) == ("finished", 8)
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith(".")) == []
+    assert (checkpoints / "last").is_dir() and not (checkpoints / "last").is_symlink()
+    assert load_checkpoint(checkpoints / "last").step == 8
+    assert load_checkpoint(checkpoints / "kept-last").step == 6  # the target is untouched

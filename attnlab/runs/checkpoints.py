@@ -138,12 +138,23 @@ def prepare_checkpoints(run_dir: Path) -> None:
             os.rename(fallback, final)  # the crash fell between the two renames: roll back
             _fsync_dir(root)
         for scratch in (*_scratch_dirs(root, tag, _TMP), *_scratch_dirs(root, tag, _OLD)):
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_entry(scratch)
         if final.is_dir():  # per-file temporaries of checkpoints written before 0.x
             for name in (MODEL_FILE, META_FILE, STATE_TENSORS, STATE_JSON):
                 remove_stale_temps(final, name)
     for name in (CONFIG_FILE, CONTROL_FILE):
         remove_stale_temps(run_dir, name)
+
+
+def remove_entry(path: Path) -> None:
+    """Remove a checkpoint entry: a symlink (``checkpoints/last -> elsewhere``) is removed
+    itself, never followed; a directory with its contents. rmtree refuses a symlink, and
+    with its error ignored a resume left ``.last.old-PID-*`` behind."""
+    with suppress(OSError):  # gone already, or left for prepare_checkpoints to try again
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _fault_pause() -> None:
@@ -170,7 +181,7 @@ def _swap_in(root: Path, tag: str, new: Path) -> None:
         raise
     _fsync_dir(root)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_entry(old)
 
 
 def save_checkpoint(
@@ -286,7 +297,7 @@ def _retire(root: Path, directory: Path) -> None:
     with suppress(OSError):
         os.rename(directory, scratch)
         _fsync_dir(root)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_entry(scratch)
 
 
 def resolve_or_none(directory: Path) -> Path | None:
