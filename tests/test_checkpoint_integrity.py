@@ -210,8 +210,10 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
         real(fd, data)
 
     monkeypatch.setattr(atomic, "_write_fd", write)
-    with pytest.raises(WriteError):
-        Trainer(tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu").run()
+    summary = Trainer(
+        tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu"
+    ).run()
+    assert (summary["reason"], summary["exit_code"]) == ("error", 1)  # as run-directory.md says
     monkeypatch.undo()
     events = list(iter_events(run_dir))
     errors = [e for e in events if e["type"] == "error"]
@@ -231,6 +233,27 @@ def test_enospc_in_the_cli_is_one_line_and_exit_2(tmp_path, tiny_sets, monkeypat
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_enospc_while_training_in_the_cli_is_one_line_and_exit_1(tmp_path, tiny_sets, monkeypatch):
+    """The line was printed twice (the Error event, then the raised error) and the exit code
+    was 2, while run-directory.md maps the "error" done reason to 1."""
+    real, calls = atomic._write_fd, {"n": 0}
+
+    def write(fd, data):  # config.toml and the first checkpoint's files fit; then the disk is full
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise ENOSPC
+        real(fd, data)
+
+    monkeypatch.setattr(atomic, "_write_fd", write)
+    result = CliRunner().invoke(
+        cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
+    )
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.output
     assert "Traceback" not in result.output
 
 

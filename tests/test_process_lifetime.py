@@ -32,7 +32,7 @@ TINY = (
     "train.log_every=1",
     "train.device=cpu",
     "train.max_steps=100000",
-    "train.eval_every=100000",
+    "train.eval_every=2",  # a `last` checkpoint early: the kill must leave it loadable
 )
 
 
@@ -83,11 +83,11 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     )
     run_dir = tmp_path / "r"
 
-    def stepped() -> bool:
+    def saved() -> bool:
         events = run_dir / "events.jsonl"
-        return events.is_file() and '"type": "step"' in events.read_text()
+        return events.is_file() and '"type": "checkpoint"' in events.read_text()
 
-    assert _wait_for(stepped, 150), "no training step within 150 s"
+    assert _wait_for(saved, 150), "no checkpoint within 150 s"
     return launcher, run_dir
 
 

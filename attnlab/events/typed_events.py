@@ -213,7 +213,7 @@ class Error(Event):
     TYPE: ClassVar[str] = "error"
 
     message: str = ""
-    kind: str = "exception"  # "nan" | "exception" | "oom" | "io"
+    kind: str = "exception"  # "nan" | "exception" | "oom" | "io" | "peer" (a rank is gone)
 
 
 @dataclass

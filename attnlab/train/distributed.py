@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 from attnlab.errors import AttnlabError
 from attnlab.events import INTERRUPT_WORD, ControlCommand
+from attnlab.train.signals import EXIT_FILE_ENV, PEER_LOST_KIND  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
@@ -58,8 +59,6 @@ CONTROL_WORDS = {code: word for word, code in CONTROL_CODES.items()}
 # torchrun): a repeat within this many seconds is the same request.
 SIGNAL_GRACE_S = 2.0
 
-# Set by `attnlab train --nproc N` for its workers: rank 0 writes its exit code there.
-EXIT_FILE_ENV = "ATTNLAB_EXIT_FILE"
 # ... and the launch time (ns since the epoch): a control word written after it is for us.
 LAUNCH_TIME_ENV = "ATTNLAB_LAUNCH_NS"
 # ... and the launcher's pid: a rank whose launcher is gone ends (see ``die_with_parent``).
@@ -78,9 +77,8 @@ class PeerFailed(AttnlabError):
     """Rank 0 failed in a step the others wait on (they end quietly; rank 0 reports)."""
 
 
-class PeerLost(PeerFailed):
-    """A collective failed because another rank is gone (killed, crashed): the launcher
-    names that rank in its one ``error:`` line, so the ranks left say nothing more."""
+# What the Error event (kind PEER_LOST_KIND) says when another rank is gone.
+LOST_PEER_MESSAGE = "another rank of this data-parallel job is gone (killed or crashed)"
 
 
 # What gloo and NCCL say when the other end of a collective has gone away.
@@ -330,7 +328,7 @@ def die_with_parent(grace_s: float = ORPHAN_GRACE_S) -> None:
     (saves are atomic: a kill inside one leaves the previous checkpoint). A rank still alive
     ``grace_s`` after the loss exits at once (a collective may wait on a rank that is gone)."""
     parent = os.getppid()
-    set_parent_death_signal(signal.SIGTERM)
+    kernel_tells = set_parent_death_signal(signal.SIGTERM)
     exit_file = os.environ.get(EXIT_FILE_ENV)
     if exit_file:  # the launcher's second Ctrl+C kills each rank by this pid
         with contextlib.suppress(OSError):
@@ -349,8 +347,9 @@ def die_with_parent(grace_s: float = ORPHAN_GRACE_S) -> None:
     def watch() -> None:
         while not orphaned():
             time.sleep(ORPHAN_POLL_S)
-        with contextlib.suppress(OSError):
-            os.kill(os.getpid(), signal.SIGTERM)  # a repeat of the kernel's: one request
+        if not kernel_tells:  # on Linux the kernel sent it (torchrun too, for its launcher):
+            with contextlib.suppress(OSError):  # a second one past the grace would abort the
+                os.kill(os.getpid(), signal.SIGTERM)  # stop before its checkpoint
         time.sleep(grace_s)
         os._exit(ORPHAN_EXIT_CODE)
 

@@ -39,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: torchrun got {name}; its ranks were stopped", file=sys.stderr, flush=True)
         return 128 + int(err.sigval)
     except ChildFailedError as err:
-        rank, failure = err.get_first_failure()
-        line = describe_failure(rank, failure.exitcode, failure.pid, failure.signal_name())
-        if line:
-            print(line, file=sys.stderr, flush=True)
+        # A rank killed by a signal is the cause even when another rank, which lost it in a
+        # collective, exited first: name the earliest signal death, if any.
+        failures = sorted(err.failures.items(), key=lambda item: item[1].timestamp)
+        for rank, failure in sorted(failures, key=lambda item: item[1].exitcode >= 0):
+            line = describe_failure(rank, failure.exitcode, failure.pid, failure.signal_name())
+            if line:
+                print(line, file=sys.stderr, flush=True)
+                break
         return FAILED_EXIT_CODE
     return 0
 

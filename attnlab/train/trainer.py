@@ -78,7 +78,13 @@ from attnlab.train.checkpointing import (  # noqa: F401 - EVAL_*: importable her
     NonFiniteLoss,
 )
 from attnlab.train.control import ControlAndSignals
-from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS, PeerFailed, shard_plan
+from attnlab.train.distributed import (
+    CONTROL_CODES,
+    CONTROL_WORDS,
+    PEER_LOST_KIND,
+    PeerFailed,
+    shard_plan,
+)
 from attnlab.train.schedules import (
     LRSchedule,
     teacher_forcing_ratio,
@@ -106,6 +112,9 @@ def seed_everything(seed: int) -> None:
         np.random.seed(seed % 2**32)
     except ImportError:  # pragma: no cover - numpy is a dependency
         pass
+
+
+SPLITS_CAPPED = ("dev", "test")  # the splits data.eval_max_tokens caps
 
 
 class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
@@ -282,6 +291,25 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             except Exception as err:  # e.g. no compiler on this platform
                 self._compile_failed(err)
 
+    def _note_skipped_eval_pairs(self) -> None:
+        """One line on stderr and in the events when data.eval_max_tokens skipped dev/test
+        pairs (evaluation then scores fewer sentences than the files hold)."""
+        stats = self.dataset.stats
+        counts = [
+            (split, int(stats.get(f"{split}_too_long_dropped", 0) or 0))
+            for split in ("dev", "test")
+        ]
+        skipped = " and ".join(f"{n} {split}" for split, n in counts if n)
+        if not skipped:
+            return
+        message = (
+            f"skipped {skipped} pairs longer than data.eval_max_tokens="
+            f"{self.config.data.eval_max_tokens} tokens"
+        )
+        if self.dist.is_primary:
+            print(f"note: {message}", file=sys.stderr, flush=True)
+        self.events.emit(Note(self.step, message=message))
+
     def _compile_failed(self, err: BaseException) -> None:
         """One line on stderr and in the events; training goes on eagerly."""
         self.train_model, self.train_loss = self._eager_model, token_loss_sum
@@ -373,6 +401,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             self.started = True
             if getattr(self, "_compile_note", None):
                 self.events.emit(Note(self.step, message=self._compile_note))
+            self._note_skipped_eval_pairs()
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
@@ -380,18 +409,27 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                 reason = DoneReason.ERROR
             except PeerFailed:  # rank 0 stopped on an error and reports it; this rank ends
                 reason = DoneReason.ERROR
+            except WriteError as err:
+                # No space for a checkpoint, a read-only checkpoints/: the run ends with done
+                # "error" and exit code 1, and its Error event is the one line the user sees
+                # (raised on, the CLI printed it a second time and exited 2).
+                self.events.emit(Error(self.step, message=str(err), kind="io"))
+                reason = DoneReason.ERROR
             except Exception as err:
-                oom = is_out_of_memory(err)
-                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
-                self.events.emit(
-                    Error(
-                        self.step,
-                        message=str(err) if io else f"{type(err).__name__}: {err}",
-                        kind="oom" if oom else "io" if io else "exception",
+                if self.dist.active and distributed.lost_peer(err):  # a rank was killed
+                    message = f"{distributed.LOST_PEER_MESSAGE} ({type(err).__name__})"
+                    self.events.emit(Error(self.step, message=message, kind=PEER_LOST_KIND))
+                    reason = DoneReason.ERROR
+                else:
+                    self.events.emit(
+                        Error(
+                            self.step,
+                            message=f"{type(err).__name__}: {err}",
+                            kind="oom" if is_out_of_memory(err) else "exception",
+                        )
                     )
-                )
-                self._done(DoneReason.ERROR)
-                raise
+                    self._done(DoneReason.ERROR)
+                    raise
             self._done(reason)
         finally:
             restore()
