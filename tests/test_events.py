@@ -1004,3 +1004,21 @@ def test_a_log_replaced_by_a_fifo_keeps_writing_to_its_file(tmp_path: Path) -> N
     log.emit("step", 1, loss=2.0)  # no hang: the FIFO is not opened blocking
     log.close()
     assert b'"step"' in (tmp_path / "moved.jsonl").read_bytes()
+
+
+def test_attnlab_runs_lists_runs_whose_files_are_fifos_without_hanging(tmp_path: Path) -> None:
+    """A FIFO as events.jsonl, config.toml or .lock blocked `attnlab runs` (and the lab's UI
+    thread) in open(); each is now a warning on its run while the others are listed."""
+    good = _bad_run(tmp_path, "good")
+    for name in ("events.jsonl", "config.toml", ".lock"):
+        run_dir = tmp_path / f"fifo-{name.strip('.')}"
+        _write(run_dir, _line(START))
+        (run_dir / "config.toml").write_text('name = "x"\n')
+        target = run_dir / name
+        target.unlink(missing_ok=True)
+        os.mkfifo(target)
+    runs = {run.path.name: run for run in list_runs(tmp_path)}
+    assert set(runs) == {"good", "fifo-events.jsonl", "fifo-config.toml", "fifo-lock"}
+    assert any("FIFO" in w for w in runs["fifo-events.jsonl"].warnings)
+    assert any("FIFO" in w for w in runs["fifo-config.toml"].warnings)
+    assert runs[good.name].steps == 10

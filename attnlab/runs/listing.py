@@ -153,7 +153,7 @@ def _model_defaults(model: dict[str, Any]) -> dict[str, Any]:
 def _read_run_config(run_dir: Path) -> tuple[dict[str, Any], str]:
     """config.toml as a dict (empty when absent or unreadable) and a warning, never raising."""
     path = run_dir / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():  # (a FIFO or folder in its place is read, and named in a warning)
         return {}, ""
     try:
         return load_toml(path), ""
