@@ -270,12 +270,12 @@ def case_ddp_kill(b: Bench, victim: str) -> Outcome:
         ranks = [
             p
             for p in _processes_naming(marker)
-            if "--nproc" not in _cmd(p) and "torch" not in _cmd(p)
+            if "--nproc" not in _cmd(p) and "torchrun_entry" not in _cmd(p)
         ]
         if victim == "launcher":
             os.kill(proc.pid, signal.SIGKILL)
         elif victim == "torchrun":
-            (agent,) = [p for p in _processes_naming(marker) if "torch" in _cmd(p)]
+            (agent,) = [p for p in _processes_naming(marker) if "torchrun_entry" in _cmd(p)]
             os.kill(agent, signal.SIGKILL)
         else:
             os.kill(max(ranks), signal.SIGKILL)
@@ -411,7 +411,7 @@ def case_fifo_control(b: Bench) -> Outcome:
 
 def case_corpus_special(b: Bench, kind: str) -> Outcome:
     o = Outcome(3 if kind == "fifo" else 4, f"{kind} as a corpus file")
-    folder = b.work / f"corpus-{kind}"
+    folder = b.work / f"corpus-{kind.strip('/').replace('/', '-')}"
     folder.mkdir(exist_ok=True)
     (folder / "c.de").write_text("ein hund\nzwei katzen\n" * 10)
     tgt = folder / "c.en"
@@ -674,13 +674,18 @@ def case_deleted_events(b: Bench) -> Outcome:
 
 
 def case_unwritable_save(b: Bench, base: Path) -> Outcome:
-    o = Outcome(10, "a checkpoint save that fails (read-only checkpoints/)")
+    """An immutable checkpoints/last (chattr +i: root too is refused), else read-only."""
+    o = Outcome(10, "a checkpoint save that fails (immutable checkpoints/last)")
     run = b.copy_run(base, "readonly-save")
-    checkpoints = run / "checkpoints"
-    os.chmod(checkpoints, 0o555)
+    checkpoints = run / "checkpoints" / "last"
+    immutable = subprocess.run(["chattr", "+i", str(checkpoints)], capture_output=True)
+    if immutable.returncode != 0:
+        os.chmod(checkpoints, 0o555)
     try:
         ran = b.run(["train", "--resume", str(run), "--quiet", "--set", "train.max_steps=4"])
     finally:
+        if immutable.returncode == 0:
+            subprocess.run(["chattr", "-i", str(checkpoints)], capture_output=True)
         os.chmod(checkpoints, 0o755)
     judge(o, ran, refused=True)
     if ran.code not in (None, 1):
@@ -749,7 +754,7 @@ def case_meta_task_corpus(b: Bench, base: Path) -> Outcome:
 
 def cases(b: Bench) -> list[tuple[int, Callable[[], Outcome]]]:
     base = b.train_run("base")
-    kept = b.train_run("kept", "train.keep_last=2", steps=4)
+    kept = b.train_run("kept", "train.keep_last=2", "train.eval_every=2", steps=4)
     deep = "[" * 100_000 + "]" * 100_000
     digits = '{"step": ' + "9" * 5000 + "}"
     return [

@@ -301,7 +301,8 @@ def _retire(root: Path, directory: Path) -> None:
 
 
 def resolve_or_none(directory: Path) -> Path | None:
-    """A checkpoint directory with its meta.json (or its mid-swap fallback), else None."""
-    if (directory / META_FILE).is_file():
+    """A checkpoint directory with its meta.json (or its mid-swap fallback), else None.
+    (exists(), not is_file(): a meta.json that is a FIFO is named by its reader.)"""
+    if (directory / META_FILE).exists():
         return directory
     return _fallback_dir(directory.parent, directory.name)

@@ -37,7 +37,7 @@ def export_source(run_dir: Path, which: str) -> tuple[Path, str]:
         return directory, which
     if which == "best" and resolve_or_none(checkpoint_dir(run_dir, "last")) is not None:
         return checkpoint_dir(run_dir, "last"), "last"
-    if (run_dir / META_FILE).is_file():
+    if (run_dir / META_FILE).exists():  # a FIFO there is named by the reader
         return run_dir, "checkpoint"
     raise AttnlabError(f"{run_dir}: no {which} checkpoint to export")
 
