@@ -62,7 +62,8 @@ class LoadedModel:
 # The largest size a config key may give a dimension (model.ff's bound): a mismatch is never
 # explained by building a model larger than a config could ask for.
 MAX_CANDIDATE_DIM = 65536
-EXPLAIN_BUDGET_S = 1.0  # seconds of candidate builds before naming the first differing tensor
+# Candidate builds before naming the first differing tensor (a real mismatch needs ~150).
+MAX_CANDIDATES = 400
 RUN_OR_CHECKPOINT = "give a run directory, a checkpoint directory or an exported .safetensors file"
 
 
@@ -255,11 +256,15 @@ def _explain_mismatch(
     """Name the meta.json value that the weights contradict, else the first differing tensor.
 
     Candidate models (on the meta device) take only sizes a config may hold (at most
-    MAX_CANDIDATE_DIM) and the search stops after EXPLAIN_BUDGET_S: a crafted header's
-    [0, 2^30] tensor once made it build a GRU of hidden size 2^30 for minutes."""
+    MAX_CANDIDATE_DIM), and at most MAX_CANDIDATES are built: a crafted header's [0, 2^30]
+    tensor once made it build a GRU of hidden size 2^30 for minutes."""
     import dataclasses
 
-    deadline = time.monotonic() + EXPLAIN_BUDGET_S
+    budget = [MAX_CANDIDATES]
+
+    def spent() -> bool:
+        budget[0] -= 1
+        return budget[0] < 0
     dims = sorted(
         {d for shape in want.values() for d in shape if 0 < d <= MAX_CANDIDATE_DIM}
         | set(range(1, 9))
@@ -273,7 +278,7 @@ def _explain_mismatch(
         for value in options:
             if value == current:
                 continue
-            if time.monotonic() > deadline:
+            if spent():
                 break
             model = dataclasses.replace(config.model, **{key: value})
             candidate = dataclasses.replace(config, model=model)
@@ -285,7 +290,7 @@ def _explain_mismatch(
                 )
     for name, n, other in (("src_vocab", n_src, n_tgt), ("tgt_vocab", n_tgt, n_src)):
         for value in dims:
-            if time.monotonic() > deadline:
+            if spent():
                 break
             sizes = (value, other) if name == "src_vocab" else (other, value)
             if value != n and _build_shapes(config, *sizes) == want:
