@@ -366,3 +366,29 @@ def test_follower_follows_the_log_a_trainer_started_again(tmp_path: Path) -> Non
     log.close()
     follower.poll()
     assert follower.step == 6 and follower.state == FINISHED and not follower.deleted
+
+
+async def test_a_fifo_as_a_runs_event_log_neither_freezes_the_lab_nor_hides_it(
+    tmp_path: Path,
+) -> None:
+    """A FIFO as events.jsonl froze the whole lab: its main thread blocked in open(). Now the
+    Runs tab lists the run with a warning, and following it says why nothing is read."""
+    write_run(tmp_path, "good")
+    fifo_run = write_run(tmp_path, "fifo")
+    (fifo_run / "events.jsonl").unlink()
+    os.mkfifo(fifo_run / "events.jsonl")
+    app = make_app(tmp_path, config=lab_config(), poll_seconds=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs(force=True)
+        await pilot.pause()
+        assert sorted(r.path.name for r in runs.runs) == ["fifo", "good"]
+        (fifo,) = [r for r in runs.runs if r.path.name == "fifo"]
+        assert any("is a FIFO, not a regular file" in w for w in fifo.warnings)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(fifo_run)
+        log = app.query_one("#event-log")
+        await until(pilot, lambda: any("is a FIFO" in line for line in log.lines))
