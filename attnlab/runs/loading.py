@@ -265,6 +265,7 @@ def _explain_mismatch(
     def spent() -> bool:
         budget[0] -= 1
         return budget[0] < 0
+
     dims = sorted(
         {d for shape in want.values() for d in shape if 0 < d <= MAX_CANDIDATE_DIM}
         | set(range(1, 9))
