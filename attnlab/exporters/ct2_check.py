@@ -2,9 +2,9 @@
 
 CTranslate2 runs one computation graph: embeddings · √d_model + a position table, then
 pre- or post-norm layers of softmax dot-product attention (optionally Shaw relative positions
-in self-attention, rotary queries/keys in self-attention, fewer key/value heads than query
-heads) and a ReLU/GELU feed-forward block. Anything else is refused here, in one line that
-names the setting and what CTranslate2 supports.
+or rotary queries/keys in self-attention, fewer key/value heads than query heads) and a
+ReLU/GELU feed-forward block; at least one encoder layer. Anything else is refused here, in
+one line that names the setting and what CTranslate2 supports.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def check_exportable(config: ExperimentConfig) -> None:
         if name not in valid:
             why = _WHY_NOT.get(
                 name,
-                "CTranslate2 computes softmax dot-product attention only (non-softmax, "
-                "kernel, sparse, gated, latent and recurrent variants have no equivalent)",
+                "CTranslate2 computes exact softmax(q·k/√d_h) attention (with optional "
+                f"relative or rotary positions and shared key/value heads), which {name} is not",
             )
             raise AttnlabError(
                 f"{key}={name}: {why}; exportable {'cross' if cross else 'self'}-attention "
