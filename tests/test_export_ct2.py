@@ -232,8 +232,11 @@ def test_int8_export_is_smaller_and_still_translates(tmp_path):
     from attnlab.exporters.ctranslate2 import load_ct2_model, save_ctranslate2, translate_tokens
 
     model, config, dataset = _trained("pre-sinusoidal")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     full = save_ctranslate2(model, config, dataset, tmp_path / "f32")
     small = save_ctranslate2(model, config, dataset, tmp_path / "i8", "int8")
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # quantized a copy
     # Every matrix (linears, embeddings) drops from 4 bytes a weight to 1 (+ a scale per row);
     # the position table and the vectors stay float32.
     matrices = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2)

@@ -40,7 +40,8 @@ LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which attnlab's norms
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().to("cpu", torch.float32).contiguous().numpy()
+    """A float32 copy: CTranslate2 quantizes its arrays in place, never the model's weights."""
+    return tensor.detach().to("cpu", torch.float32).numpy().copy()
 
 
 def _set_linear(spec: Any, *linears: nn.Linear) -> None:
@@ -88,7 +89,7 @@ def _position_table(model: TransformerSeq2Seq) -> np.ndarray:
 
 
 def _output_bias(model: TransformerSeq2Seq) -> np.ndarray:
-    bias = _array(model.output.bias).copy()
+    bias = _array(model.output.bias)
     bias[[PAD_ID, BOS_ID]] = -np.inf
     return bias
 
