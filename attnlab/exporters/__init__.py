@@ -6,3 +6,7 @@
 
 (The lab's own ``.safetensors`` export is ``attnlab.runs.export_checkpoint``.)
 """
+
+from attnlab.exporters.ct2_check import check_exportable
+
+__all__ = ["check_exportable"]
