@@ -206,7 +206,9 @@ def test_a_saved_run_exports_and_translates_text(tmp_path):
     assert ct2_config["unk_token"] == "<unk>"
 
     texts = [dataset.src_tokenizer.decode(e.src_tokens) for e in dataset.splits.test[:10]]
-    translations = translate_ctranslate2(out, texts, beam=5, threads=1)
+    translations = translate_ctranslate2(out, [*texts, ""], beam=5, threads=1)
+    assert (translations[-1].tokens, translations[-1].text) == ([], "")
+    translations = translations[:-1]
     sources = [dataset.src_vocab.encode(dataset.src_tokenizer.encode(t)) for t in texts]
     ours = decode_sorted(model, sources, DecodeConfig(beam=5))
     for translation, nbest in zip(translations, ours, strict=True):

@@ -270,7 +270,8 @@ def translate_tokens(
 ) -> list[CT2Translation]:
     """Decode token lists. Each sentence gets attnlab's step budget: CTranslate2 takes one
     ``max_decoding_length`` per call, so sentences are decoded in groups of equal budget
-    (equal source length). Length penalty 0 and no minimum length, as attnlab's defaults."""
+    (equal source length). Length penalty 0 and no minimum length, as attnlab's defaults.
+    An empty source gives an empty translation (score 0)."""
     if beam < 1:
         raise AttnlabError(f"beam={beam}: must be at least 1")
     ratio = model.max_len_ratio if max_len_ratio is None else max_len_ratio
@@ -278,7 +279,8 @@ def translate_tokens(
     budgets = step_budgets([len(s) for s in sources], ratio, const)
     groups: dict[int, list[int]] = {}
     for index, budget in enumerate(budgets):
-        groups.setdefault(budget, []).append(index)
+        if sources[index]:  # an empty line translates to nothing, as attnlab translate prints
+            groups.setdefault(budget, []).append(index)
     # CTranslate2 4.8's beam search gives each sentence of a multi-sentence batch the first
     # attention row of another sentence (its later rows are right): with attention asked
     # for, a beam decodes one sentence per batch, where the rows are exact.
@@ -303,7 +305,8 @@ def translate_tokens(
                 score=float(result.scores[0]),
                 attention=[list(row) for row in result.attention[0]] if return_attention else None,
             )
-    return [t for t in out if t is not None]
+    empty = CT2Translation([], "", 0.0, [] if return_attention else None)
+    return [empty if t is None else t for t in out]
 
 
 def translate_ctranslate2(
