@@ -190,7 +190,7 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
 
 
 def test_decoding_flags_map_onto_decode_keys():
-    from attnlab.cli import decode_overrides
+    from attnlab.cli.common import decode_overrides
 
     flags = {
         "beam": 5,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from click.testing import CliRunner
 
-from attnlab.cli import _runs_columns, cli
+from attnlab.cli import cli
+from attnlab.cli.runs import _runs_columns
 from attnlab.runs import load_checkpoint
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from attnlab.cli_data import data as data_cli
+from attnlab.cli.data import data as data_cli
 from attnlab.config import DataConfig
 from attnlab.data.corpus import split_off
 from attnlab.data.dataset import load_dataset

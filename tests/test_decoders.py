@@ -389,7 +389,7 @@ async def test_inspect_search_menu_is_the_registry(tmp_path):
 
 
 def test_decoder_sampling_with_nbest_draws_that_many_samples_like_sample():
-    from attnlab.cli import decode_overrides
+    from attnlab.cli.common import decode_overrides
 
     named = decode_overrides({"decoder": "sampling", "nbest": 3})
     assert named == ["decode.decoder=sampling", "decode.nbest=3", "decode.num_samples=3"]

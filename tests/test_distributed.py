@@ -512,11 +512,11 @@ def test_a_non_finite_dev_loss_on_rank_0_stops_every_rank(tiny_config, tmp_path,
 
 
 def test_a_torchrun_worker_takes_a_repeat_within_the_grace_as_the_same_ctrl_c(monkeypatch):
-    from attnlab import cli
+    from attnlab.train import signals as deferred
 
     clock = iter([100.0, 101.5, 102.5])
-    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
-    signals = cli.DeferredSignals(grace=2.0)
+    monkeypatch.setattr(deferred.time, "monotonic", lambda: next(clock))
+    signals = deferred.DeferredSignals(grace=2.0)
     signals._handle(signal.SIGINT, None)
     signals._handle(signal.SIGINT, None)  # torchrun's forwarded copy, 1.5 s later
     assert signals.hit

@@ -789,7 +789,7 @@ def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
 
 
 def test_the_cli_progress_reads_typed_events_and_dicts_alike(capsys) -> None:
-    from attnlab.cli import TrainProgress
+    from attnlab.cli.train import TrainProgress
 
     progress = TrainProgress(max_steps=10, start_step=0, quiet=True)
     progress.on_event(ev.Start(0, dropped_pairs=2))

@@ -216,7 +216,7 @@ def test_elapsed_ticks_from_the_start_and_the_final_step_comes_from_done(tmp_pat
 
 
 def test_cli_progress_bar_moves_per_step_with_a_step_rate_eta() -> None:
-    from attnlab.cli import TrainProgress, _summary_table
+    from attnlab.cli.train import TrainProgress, _summary_table
 
     clock = iter([100.0, 110.0])  # started at 100; the step event arrives at 110
     progress = TrainProgress(1000, 0, quiet=False, clock=lambda: next(clock))

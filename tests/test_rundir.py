@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from attnlab.cli import TrainProgress, cli
+from attnlab.cli import cli
+from attnlab.cli.train import TrainProgress
 from attnlab.config import ExperimentConfig, check_name
 from attnlab.runs import LOCK_FILE, list_runs, summarize_run
 

@@ -10,4 +10,5 @@
 - ``average``: checkpoint averaging and ``train.keep_last`` step copies.
 - ``entropy``: attention entropy per role × layer × head.
 - ``reports``: the heads and compare reports (CLI and lab), with progress and cancel hooks.
+- ``maps``: which map ``translate`` shows (role, layer, head or method) and computing it.
 """

@@ -124,3 +124,6 @@ def show_command(
             Text.assemble(e.tgt_text, "\n", (" ".join(e.tgt_tokens), "dim")),
         )
     Console().print(table)
+
+
+COMMANDS = (data,)

@@ -1,6 +1,6 @@
-"""CLI commands of issue 15: ``heads``, ``compare``, ``average``, plus the helpers behind
-``eval --gold-alignments``, ``translate --show-alignment / --method / --export`` and
-``export --tensorboard`` (attnlab/cli.py calls them)."""
+"""``attnlab heads``, ``compare`` and ``average`` (issue 15), plus the inspection helpers
+behind ``eval --gold-alignments`` and ``translate --show-alignment / --export``
+(attnlab/cli/evaluate.py calls them)."""
 
 from __future__ import annotations
 
@@ -11,26 +11,18 @@ from typing import Any
 
 import click
 
+from attnlab.cli.common import (
+    DEVICE_CHOICE,
+    export_option,
+    load_run,
+    max_sentences_option,
+    out_file_option,
+    rich_console,
+)
 from attnlab.errors import AttnlabError
 from attnlab.interpret.reports import compare_report, heads_report, scoring_dataset
 
 EXPORT_SUFFIXES = (".svg", ".html")  # attnlab.viz.export (imported lazily: rich)
-
-DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
-def _load(run: Path, device: str | None) -> tuple[Any, Any]:
-    from attnlab.device import resolve_device
-    from attnlab.runs import load_checkpoint
-
-    torch_device = resolve_device(device or "auto")
-    return load_checkpoint(run, device=torch_device), torch_device
 
 
 # -- eval --gold-alignments ------------------------------------------------------------------
@@ -59,37 +51,7 @@ def gold_alignment_result(
     return {"file": str(path), "order": order, **report}
 
 
-# -- translate --show-alignment / --method / --export ----------------------------------------
-
-
-def method_map(
-    loaded: Any,
-    source_tokens: list[str],
-    hyp: Any,
-    method: str,
-    layer: int = -1,
-    head: int | None = None,
-) -> Any:
-    """[T(+1), S] map of ``method`` for one hypothesis (``raw`` with the defaults is the
-    search's own map); ``layer`` / ``head`` pick the cross layer and head of raw / gradient /
-    norm (head None = the methods' own head combination)."""
-    from attnlab.interpret.attribution import explain
-
-    if method == "raw" and hyp.attention is not None and (layer, head) == (-1, None):
-        return hyp.attention.float()
-    maps = explain(
-        loaded.model,
-        loaded.src_vocab.encode(source_tokens),
-        list(hyp.tokens),
-        eos=hyp.finished,
-        layer=layer,
-        head=head,
-    )
-    if method not in maps:
-        raise AttnlabError(
-            f"--method {method} is not available for this model (available: {', '.join(maps)})"
-        )
-    return maps[method].float()
+# -- translate --show-alignment / --export ----------------------------------------
 
 
 def alignment_rows(matrix: Any, rows: list[str], cols: list[str]) -> list[dict[str, Any]]:
@@ -181,12 +143,8 @@ def heads_renderables(report: dict[str, Any]) -> list[Any]:
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
 @click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
-@click.option(
-    "--max-sentences",
-    type=click.IntRange(min=0),
-    default=200,
-    show_default=True,
-    help="sentences scored for the importance and at each point of the curve (0 = all)",
+@max_sentences_option(
+    200, "sentences scored for the importance and at each point of the curve (0 = all)"
 )
 @click.option("--no-curve", is_flag=True, help="importance only (no pruning curve)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
@@ -196,7 +154,7 @@ def heads(
 ) -> None:
     """Head importance (|∂L/∂ξ_h| of a head gate) and the pruning curve: dev BLEU with the k
     least important heads masked, k = 0 … all. Masks are run-time gates: no weight changes."""
-    loaded, torch_device = _load(run, device)
+    loaded, torch_device = load_run(run, device)
     dataset = scoring_dataset(loaded, loaded.config)
     report = heads_report(loaded, dataset, split, max_sentences, torch_device, curve=not no_curve)
     if as_json:
@@ -204,7 +162,7 @@ def heads(
 
         click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
-    console = _console()
+    console = rich_console()
     for renderable in heads_renderables(report):
         console.print(renderable)
 
@@ -291,13 +249,7 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
     help="which map to compare",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
-@click.option(
-    "--export",
-    "export_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="also write what is printed to FILE.svg or FILE.html",
-)
+@export_option("also write what is printed to FILE.svg or FILE.html")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 def compare(
     run_a: Path,
@@ -317,8 +269,8 @@ def compare(
         raise AttnlabError(
             "give either a SENTENCE or --index N (a sample of --split), not both or neither"
         )
-    a, torch_device = _load(run_a, device)
-    b, _ = _load(run_b, device)
+    a, torch_device = load_run(run_a, device)
+    b, _ = load_run(run_b, device)
     example = None
     if index is not None:
         examples = list(scoring_dataset(a, a.config).splits.split(split))
@@ -333,7 +285,7 @@ def compare(
 
         click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
-    console: Any = _console()
+    console: Any = rich_console()
     if export_path is not None:
         console = TeeConsole(console)
     for renderable in compare_renderables(report):
@@ -348,13 +300,7 @@ def compare(
 @click.command()
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path), metavar="RUN")
 @click.option("--last", type=int, required=True, help="how many of the newest step-* checkpoints")
-@click.option(
-    "--out",
-    "out_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="the .safetensors bundle to write (eval / translate load it)",
-)
+@out_file_option("the .safetensors bundle to write (eval / translate load it)", required=True)
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
 def average(run: Path, last: int, out_file: Path, force: bool) -> None:
     """Average the N newest checkpoints/step-* copies (train.keep_last = N keeps them)."""

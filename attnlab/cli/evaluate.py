@@ -1,0 +1,304 @@
+"""``attnlab eval`` and ``attnlab translate``: score a run on a split, translate text and show
+the attention map ``attnlab.interpret.maps`` picks (heatmap, alignment table, --export)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnlab.cli.common import (
+    DEVICE_CHOICE,
+    decode_options,
+    export_option,
+    fmt,
+    load_run,
+    max_sentences_option,
+    pop_decode,
+    rich_console,
+)
+from attnlab.errors import AttnlabError
+from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_map
+
+
+@click.command("eval")
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
+@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
+@click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@max_sentences_option(
+    0, "score only the first N sentences (0 = all; training scores train.eval_sentences of dev)"
+)
+@click.option(
+    "--gold-alignments",
+    "gold_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Pharaoh file (i-j sure, i?j possible; one line per sentence of --split): report AER",
+)
+@click.option(
+    "--alignment-order",
+    type=click.Choice(["src-tgt", "tgt-src"]),
+    default="src-tgt",
+    show_default=True,
+    help="what i and j in i-j index (0-based): source-target or target-source",
+)
+@decode_options
+def eval_command(
+    run: Path,
+    split: str,
+    as_json: bool,
+    device: str | None,
+    max_sentences: int,
+    gold_path: Path | None,
+    alignment_order: str,
+    **flags: Any,
+) -> None:
+    """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
+    from attnlab.data.dataset import load_dataset
+    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
+    from attnlab.experiment import apply_overrides
+    from attnlab.nn.archs import normalisations_of
+    from attnlab.runs import jsonable
+
+    loaded, torch_device = load_run(run, device)
+    config = apply_overrides(loaded.config, pop_decode(flags))
+    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
+    result = evaluate_split(
+        loaded.model,
+        dataset,
+        split,
+        config.decode,
+        device=torch_device,
+        max_sentences=max_sentences,
+        normalisations=normalisations_of(config),
+    )
+    result.pop("samples", None)
+    result["checkpoint"] = str(loaded.path)
+    result["step"] = loaded.step
+    if gold_path is not None:
+        from attnlab.cli.inspect import gold_alignment_result
+
+        # the same first --max-sentences sentences the rest of the report scores
+        result["gold_alignments"] = gold_alignment_result(
+            loaded, dataset, split, gold_path, alignment_order, torch_device, max_sentences
+        )
+    if as_json:
+        click.echo(json.dumps(jsonable(result), ensure_ascii=False, allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table(
+        title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False
+    )
+    table.add_column("metric", style="bold")
+    table.add_column("value", overflow="fold")  # wrap, never cut, the BLEU signature
+    for key, digits in (
+        ("n", 0),
+        ("bleu", 2),
+        ("chrf", 2),
+        ("exact_match", 4),
+        ("loss", 4),
+        ("ppl", 3),
+        ("alignment_accuracy", 4),
+    ):
+        if result.get(key) is not None:
+            table.add_row(key, fmt(result[key], digits))
+    if result.get("aer") is not None:
+        table.add_row("aer", fmt(result["aer"], 4))
+    gold = result.get("gold_alignments")
+    if gold is not None:
+        table.add_row("AER (gold file, last layer)", fmt(gold["aer"], 4))
+        shift = gold.get("shift_att")
+        if shift is not None and shift["aer"] is not None:
+            table.add_row(f"AER (Shift-Att, layer {shift['layer']})", fmt(shift["aer"], 4))
+    table.add_row("BLEU signature", result.get("bleu_signature", ""))
+    console = rich_console()
+    console.print(table)
+    buckets = Table(title="BLEU by source length")
+    for column in ("bucket", "n", "bleu"):
+        buckets.add_column(column, justify="right")
+    for row in result["bleu_by_length"]:
+        buckets.add_row(row["bucket"], str(row["n"]), fmt(row["bleu"]))
+    console.print(buckets)
+
+
+@click.command()
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
+@click.argument("text", nargs=-1)
+@click.option("--show-attention", is_flag=True, help="print each hypothesis's attention map")
+@click.option(
+    "--show-alignment",
+    is_flag=True,
+    help="print each target row's arg-max source token and weight (from the map --method picks)",
+)
+@click.option(
+    "--role",
+    type=click.Choice(list(ROLES)),
+    default="cross",
+    show_default=True,
+    help="which attention --show-attention prints (Transformers have all three)",
+)
+@click.option("--layer", type=int, default=None, help="0-based layer (default: the last)")
+@click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
+@click.option(
+    "--method",
+    type=click.Choice(list(METHODS)),
+    default="raw",
+    show_default=True,
+    help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
+    "layers and heads, gradient / norm take --layer and --head)",
+)
+@export_option("also write what is printed to FILE.svg or FILE.html (in colour)")
+@click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@decode_options
+def translate(
+    run: Path,
+    text: tuple[str, ...],
+    show_attention: bool,
+    show_alignment: bool,
+    role: str,
+    layer: int | None,
+    head: int | None,
+    method: str,
+    export_path: Path | None,
+    device: str | None,
+    **flags: Any,
+) -> None:
+    """Translate TEXT (or each line of stdin) with a run or checkpoint."""
+    from attnlab.cli.inspect import check_export_path
+    from attnlab.experiment import apply_overrides
+
+    check_export_path(export_path)
+    MapChoice(role, layer, head, method).check()
+    loaded, torch_device = load_run(run, device)
+    config = apply_overrides(loaded.config, pop_decode(flags))
+    if role != "cross" and loaded.config.model.arch != "transformer":
+        raise AttnlabError(
+            f"--role {role}: a {loaded.config.model.arch} model has only "
+            "cross-attention; valid: --role cross"
+        )
+    lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
+    need_maps = show_attention or show_alignment
+    results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
+    choice = MapChoice(role, layer, head, method)
+    # Every map before any output: a bad --layer/--head is one line, not a half-printed run.
+    maps = [
+        [chosen_map(loaded, toks, hyp, tokens, choice, torch_device) for hyp, tokens in nbest]
+        if need_maps
+        else []
+        for toks, nbest in results
+    ]
+    console: Any = rich_console()
+    if export_path is not None:  # also record what is printed, as a colour terminal shows it
+        from attnlab.cli.inspect import TeeConsole
+
+        console = TeeConsole(console)
+    detailed = config.decode.nbest > 1 or config.decode.beam > 1
+    for line, (_source_tokens, nbest), chosen in zip(lines, results, maps, strict=True):
+        if not nbest:
+            console.print("")
+            continue
+        texts = [loaded.dataset.detokenize_target(tokens) for _hyp, tokens in nbest]
+        if detailed:
+            from attnlab.viz.nbest import render_nbest
+
+            console.print(render_nbest([hyp for hyp, _ in nbest], texts, title=line))
+        elif export_path is not None:
+            console.print(texts[0], markup=False, highlight=False)
+        else:
+            click.echo(texts[0])
+        _print_maps(console, chosen, detailed, show_attention, show_alignment)
+    if export_path is not None:
+        from attnlab.cli.inspect import save_recording
+
+        save_recording(console.recording, export_path, "attnlab translate")
+
+
+def _translate_lines(
+    loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool
+) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
+    """Decode every non-empty line (length-sorted batches).
+
+    Per line: (source tokens, [(hyp, tokens)]).
+    """
+    import torch
+
+    from attnlab.decode.search import decode_sorted
+    from attnlab.evaluate import target_text
+
+    tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
+    results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
+        (toks, []) for toks in tokenized
+    ]
+    todo = [i for i, toks in enumerate(tokenized) if toks]
+    sources = [loaded.src_vocab.encode(tokenized[i]) for i in todo]
+    need = need_attention or decode_cfg.beta > 0
+    with torch.no_grad():
+        nbests = decode_sorted(
+            loaded.model, sources, decode_cfg, need, device, to_text=target_text(loaded.dataset)
+        )
+    for i, nbest in zip(todo, nbests, strict=True):
+        chosen = nbest[: decode_cfg.nbest]
+        results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
+    return results
+
+
+def _print_maps(
+    console: Any,
+    maps: list[ChosenMap | None],
+    detailed: bool,
+    show_attention: bool,
+    show_alignment: bool,
+) -> None:
+    """Each hypothesis's chosen map (None where not kept) as a heatmap and / or its arg-max
+    alignment table."""
+    from attnlab.cli.inspect import alignment_renderable, alignment_rows
+
+    for rank, chosen in enumerate(maps, start=1):
+        if chosen is None:
+            continue
+        title = chosen.title if not detailed else f"hypothesis {rank}: {chosen.title}"
+        if show_attention:
+            _print_heatmap(
+                console,
+                chosen.matrix,
+                chosen.rows,
+                chosen.cols,
+                title,
+                chosen.normalisation,
+                chosen.selected,
+            )
+        if show_alignment:
+            table = alignment_rows(chosen.matrix, chosen.rows, chosen.cols)
+            console.print(alignment_renderable(table, f"alignment from {title}"))
+
+
+def _print_heatmap(
+    console: Any,
+    matrix: Any,
+    rows: list[str],
+    cols: list[str],
+    title: str,
+    normalisation: str = "softmax",
+    selected: Any = None,
+) -> None:
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    kind = {"normalisation": normalisation, "selected": selected}
+    recording = getattr(console, "recording", None)  # --export: a TeeConsole
+    if recording is not None:  # the file shows what a colour terminal shows
+        width = recording.width
+        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=width, **kind))
+        console = console.console
+    # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
+    if not console.is_terminal or console.no_color:
+        click.echo(render_plain_heatmap(matrix, rows, cols, title=title, **kind))
+        return
+    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width, **kind))
+
+
+COMMANDS = (eval_command, translate)

@@ -1,0 +1,155 @@
+"""``attnlab runs`` and ``attnlab export``: list the runs of a folder with their best dev
+metrics (as many columns as the terminal fits), and write a run as one .safetensors file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from attnlab.cli.common import compact, fmt, out_file_option, rich_console
+from attnlab.errors import AttnlabError
+
+
+@click.command()
+@click.argument(
+    "directory", required=False, default="runs", type=click.Path(file_okay=False, path_type=Path)
+)
+def runs(directory: Path) -> None:
+    """Runs in DIRECTORY (default runs) with their best dev metrics."""
+    from rich import box
+    from rich.table import Table
+
+    from attnlab.runs import list_runs
+    from attnlab.viz.text import run_labels
+
+    if not directory.is_dir():
+        raise AttnlabError(f"{directory}: no such directory")
+    found = list_runs(directory)
+    console = rich_console()
+    rows = [
+        {
+            "run": r.path.name,
+            "task": str(r.task),
+            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
+            "params": compact(r.params),
+            "steps": _cell(r.steps),
+            "BLEU": _cell(r.best_bleu, 1),
+            "chrF": _cell(r.best_chrf, 1),
+            "EM": _cell(r.best_exact_match, 2),
+            "tok/s": _cell(r.tokens_per_s, 0),
+            "status": str(r.status),
+        }
+        for r in found
+    ]
+    columns, run_width = _runs_columns(rows, console.width)
+    table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
+    for column in columns:
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for cells, label in zip(rows, run_labels([r["run"] for r in rows], run_width), strict=True):
+        cells["run"] = label
+        table.add_row(*(cells[c] for c in columns))
+    console.print(table)
+    for r in found:  # after the table: skipped log lines, an unreadable config.toml
+        for warning in r.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    if not found and any((directory / name).is_file() for name in ("config.toml", "events.jsonl")):
+        parent = directory.resolve().parent
+        click.echo(
+            f"note: {directory} is a run directory itself; its runs folder is {parent} "
+            f"(attnlab runs {parent})",
+            err=True,
+        )
+
+
+RUNS_CELL = 12  # widest number cell of ``attnlab runs``
+
+
+def _cell(value: float | int | None, digits: int = 2) -> str:
+    """``fmt`` for the runs table, at most RUNS_CELL characters: a damaged log's 1e308 BLEU or
+    30-digit step reads 1e+308 instead of one wide cell pushing the column off the table
+    for every run."""
+    text = fmt(value, digits)
+    return text if len(text) <= RUNS_CELL else f"{value:.3g}"
+
+
+RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+# Most telling first; what does not fit the terminal is left out (the run name is cut in the
+# middle down to RUNS_MIN_NAME characters before any metric goes).
+RUNS_PRIORITY = (
+    "run",
+    "model",
+    "BLEU",
+    "chrF",
+    "EM",
+    "status",
+    "tok/s",
+    "steps",
+    "task",
+    "params",
+    "+run",
+)  # "+run": then the run name grows to RUNS_FULL_NAME
+RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+
+
+def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+
+    def need(column: str) -> int:  # content or header, plus padding and separator (3)
+        return max([len(column), *(len(r[column]) for r in rows)]) + 3
+
+    longest = need("run") - 3
+    run_width = min(longest, RUNS_MIN_NAME)
+    used = 1 + run_width + 3  # 1: the table's outer edge
+    chosen = ["run"]
+    for column in RUNS_PRIORITY[1:]:
+        if column == "+run":
+            grow = min(longest, RUNS_FULL_NAME) - run_width
+            run_width += max(min(grow, width - used), 0)
+            used += max(min(grow, width - used), 0)
+        elif used + need(column) <= width:
+            chosen.append(column)
+            used += need(column)
+    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
+    return [c for c in RUNS_ORDER if c in chosen], run_width
+
+
+@click.command()
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
+@out_file_option("the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)")
+@click.option(
+    "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
+)
+@click.option("--force", is_flag=True, help="replace --out if it already exists")
+@click.option(
+    "--tensorboard",
+    "tb_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
+    "without --out nothing else is written",
+)
+def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
+    """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
+    from attnlab.runs import default_export_path, export_checkpoint, export_source
+
+    if not run.exists():
+        raise AttnlabError(f"{run}: no such run directory")
+    if tb_dir is not None:
+        from attnlab.tensorboard_export import export_tensorboard
+
+        counts = export_tensorboard(run, tb_dir)
+        click.echo(f"wrote {counts['scalars']} scalars and {counts['texts']} texts to {tb_dir}")
+        if out_file is None:  # --tensorboard alone: the event files only
+            return
+    _directory, used = export_source(run, which)
+    if out_file is None:
+        out_file = default_export_path(run, used if used != "checkpoint" else which)
+    path = export_checkpoint(run, out_file, which, force=force)
+    if used != which and used == "last":
+        click.echo(f"note: {run} has no {which} checkpoint yet; exported last", err=True)
+    click.echo(f'exported {path}; use it with: attnlab translate {path} "..."')
+
+
+COMMANDS = (runs, export)
