@@ -368,3 +368,98 @@ def test_an_rnn_run_is_refused_before_anything_is_written(tmp_path, tiny_config)
     with pytest.raises(AttnlabError, match=r"^model\.arch=rnn:"):
         export_ctranslate2(tmp_path / "run", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def _cli(*args: str, input: str | None = None):
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+@pytest.fixture
+def saved_transformer_run(tmp_path):
+    from attnlab.nn.model import count_parameters
+    from attnlab.runs import save_checkpoint
+
+    model, config, dataset = _trained("pre-sinusoidal")
+    run = tmp_path / "run"
+    save_checkpoint(run, "best", model, config, dataset.meta(), 30, {}, count_parameters(model))
+    return run, dataset
+
+
+@needs_ct2
+def test_export_and_translate_on_the_command_line_agree_with_attnlab(saved_transformer_run):
+    run, dataset = saved_transformer_run
+    out = run.parent / "ct2"
+    exported = _cli("export", str(run), "--format", "ctranslate2", "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    assert "attnlab translate --engine ctranslate2" in exported.output
+    texts = [dataset.src_tokenizer.decode(e.src_tokens) for e in dataset.splits.test[:8]]
+    stdin = "\n".join(texts) + "\n"
+    ours = _cli("translate", str(run), input=stdin)
+    theirs = _cli("translate", "--engine", "ctranslate2", str(out), input=stdin)
+    assert theirs.exit_code == 0, theirs.output
+    assert theirs.output.splitlines() == ours.output.splitlines()
+    assert len(ours.output.splitlines()) == len(texts)
+    beam = _cli("translate", "--engine", "ctranslate2", str(out), "--beam", "5", *texts[:3])
+    assert beam.exit_code == 0 and len(beam.output.splitlines()) == 3
+
+    again = _cli("export", str(run), "--format", "ctranslate2", "--out", str(out))
+    assert again.exit_code == 2 and "--force" in again.output
+    forced = _cli(
+        "export", str(run), "--format", "ctranslate2", "--out", str(out), "--force",
+        "--quantization", "int8",
+    )  # fmt: skip
+    assert forced.exit_code == 0 and "int8 weights" in forced.output
+
+
+@needs_ct2
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--alpha", "0.6"], "--alpha is attnlab's own search"),
+        (["--sample"], "--sample is attnlab's own search"),
+        (["--show-attention"], "--show-attention is attnlab's own search or view"),
+        (["--device", "mps"], "CTranslate2 runs on cpu or cuda"),
+    ],
+)
+def test_translate_with_ctranslate2_refuses_attnlabs_own_flags(tmp_path, args, needle):
+    model, config, dataset = _trained("pre-sinusoidal")
+    from attnlab.exporters.ctranslate2 import save_ctranslate2
+
+    out = save_ctranslate2(model, config, dataset, tmp_path / "ct2")
+    result = _cli("translate", "--engine", "ctranslate2", str(out), *args, "1 2 3")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [result.output.splitlines()[0]]
+    assert result.output.startswith("error: ") and needle in result.output
+
+
+def test_export_flags_that_do_not_fit_are_one_line(saved_transformer_run):
+    run, _ = saved_transformer_run
+    for args, needle in (
+        (["--quantization", "int8"], "--quantization int8 applies to --format ctranslate2"),
+        (["--format", "ctranslate2"], "--format ctranslate2 needs --out DIR"),
+    ):
+        result = _cli("export", str(run), *args)
+        assert result.exit_code == 2 and result.output.count("\n") == 1
+        assert result.output.startswith("error: ") and needle in result.output
+
+
+def test_an_rnn_run_is_refused_on_the_command_line(tmp_path, tiny_config):
+    from attnlab.runs import save_checkpoint
+
+    dataset = load_dataset(tiny_config.data)
+    model = build_model(tiny_config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    save_checkpoint(tmp_path / "run", "best", model, tiny_config, dataset.meta(), 1, {}, 1)
+    result = _cli(
+        "export", str(tmp_path / "run"), "--format", "ctranslate2", "--out", str(tmp_path / "o")
+    )
+    assert result.exit_code == 2
+    if HAS_CT2:  # without it, the first line says how to install it
+        assert result.output.startswith("error: model.arch=rnn: ")
+    assert result.output.count("\n") == 1
