@@ -189,7 +189,7 @@ def test_one_alignment_head_returns_that_heads_map(tmp_path):
 def test_a_saved_run_exports_and_translates_text(tmp_path):
     from attnlab.exporters.ctranslate2 import export_ctranslate2, translate_ctranslate2
     from attnlab.nn.model import count_parameters
-    from attnlab.runs import save_checkpoint
+    from attnlab.runs import export_checkpoint, save_checkpoint
 
     model, config, dataset = _trained("pre-sinusoidal")
     run = tmp_path / "run"
@@ -219,6 +219,10 @@ def test_a_saved_run_exports_and_translates_text(tmp_path):
     with pytest.raises(AttnlabError, match="already exists"):
         export_ctranslate2(run, out)
     export_ctranslate2(run, out, force=True)
+    # an exported .safetensors file is a checkpoint too: the same model comes out
+    bundle = export_checkpoint(run, tmp_path / "model.safetensors")
+    again = export_ctranslate2(bundle, tmp_path / "from-file")
+    assert (again / "model.bin").read_bytes() == (out / "model.bin").read_bytes()
 
 
 @needs_ct2

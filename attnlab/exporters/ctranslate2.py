@@ -84,7 +84,7 @@ def check_quantization(quantization: str | None) -> None:
 # -- export ---------------------------------------------------------------------------------
 
 
-def _attnlab_meta(config: ExperimentConfig, dataset: Any, source: dict[str, Any]) -> dict:
+def _attnlab_meta(config: ExperimentConfig, dataset: Any, source: dict[str, Any]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
