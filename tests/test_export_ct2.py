@@ -65,7 +65,10 @@ MODELS = {
         ("data.shared_vocab=true", "model.share_embeddings=true", "model.tie_embeddings=true"),
         60,
     ),
-    "relative": (("model.self_attention=relative", "model.positions=none"), 30),
+    "relative": (
+        ("model.self_attention=relative", "model.positions=none", "model.relative.max_relative=3"),
+        30,
+    ),
     "gqa": (
         (
             "model.self_attention=gqa",
