@@ -33,6 +33,15 @@ share of the sentences (summed over rounds), so all searches see the same machin
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py --sentences 200   # quicker
+
+With ``--ctranslate2 RUN`` (a trained Transformer run, e.g. multi30k-transformer) the script
+instead exports RUN to CTranslate2 at float32 and at int8 and times, side by side in one run,
+attnlab's batched greedy / beam 5 against CTranslate2's on the run's own test sentences (its
+tokenizer and vocabularies; the same step budgets, the same batch sizes, ``--threads`` for
+both): sentences/s, BLEU (sacrebleu on detokenised text, as ``attnlab eval``), and the share
+of sentences whose tokens equal attnlab's, with the largest score difference among them.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py --ctranslate2 runs/m30k-tf
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import importlib.util
 import json
 import random
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -279,6 +289,94 @@ def mean_len(hyps: list[list[Any]]) -> float:
     return sum(len(h) for h in hyps) / max(len(hyps), 1)
 
 
+# ------------------------------------------- attnlab against its CTranslate2 export
+def ctranslate2_comparison(args: argparse.Namespace) -> None:
+    """attnlab's batched searches and CTranslate2 float32 / int8 on one run's test set."""
+    import dataclasses
+    import tempfile
+
+    from attnlab.data.dataset import load_dataset
+    from attnlab.evaluate import corpus_bleu, with_checkpoint_vocabularies
+    from attnlab.exporters.ctranslate2 import load_ct2_model, save_ctranslate2, translate_tokens
+    from attnlab.runs import load_checkpoint
+
+    loaded = load_checkpoint(Path(args.ctranslate2))
+    data = loaded.config.data
+    if args.corpus:
+        data = dataclasses.replace(data, path=args.corpus)
+    dataset = with_checkpoint_vocabularies(load_dataset(data), loaded)
+    test = dataset.splits.test[: args.sentences]
+    sources = [list(e.src_tokens) for e in test]
+    source_ids = [dataset.src_vocab.encode(t) for t in sources]
+    refs = [e.tgt_text or dataset.detokenize_target(e.tgt_tokens) for e in test]
+    model, itos = loaded.model, dataset.tgt_vocab.itos
+    base = replace(loaded.config.decode, batch_size=args.batch_size, batch_rows=args.batch_rows)
+    configs = {"greedy": replace(base, beam=1), "beam 5": replace(base, beam=5)}
+    print(
+        f"{loaded.config.name} ({loaded.path}): {len(test)} test sentences; "
+        f"torch {torch.__version__}, {args.threads} threads for both engines"
+    )
+
+    searches: dict[str, Callable[[], list[tuple[list[str], float]]]] = {}
+    for label, cfg in configs.items():
+
+        def ours(cfg: DecodeConfig = cfg) -> list[tuple[list[str], float]]:
+            best = [n[0] for n in decode_sorted(model, source_ids, cfg)]
+            return [([itos[i] for i in h.tokens], h.log_prob) for h in best]
+
+        searches[f"attnlab batched {label}"] = ours
+    scratch = Path(tempfile.mkdtemp(prefix="attnlab-ct2-bench-"))
+    for quantization in ("float32", "int8"):
+        out = save_ctranslate2(model, loaded.config, dataset, scratch / quantization, quantization)
+        ct2_model = load_ct2_model(out, quantization, threads=args.threads)
+        for label, cfg in configs.items():
+
+            def theirs(cfg: DecodeConfig = cfg, m: Any = ct2_model) -> list[Any]:
+                found = translate_tokens(
+                    m,
+                    sources,
+                    cfg.beam,
+                    max_len_ratio=cfg.max_len_ratio,
+                    max_len_const=cfg.max_len_const,
+                    batch_size=sentences_per_batch(cfg),
+                )
+                return [(t.tokens, t.score) for t in found]
+
+            searches[f"CTranslate2 {quantization} {label}"] = theirs
+
+    for fn in searches.values():  # warm-up
+        fn()
+    seconds: dict[str, list[float]] = {label: [] for label in searches}
+    outputs: dict[str, list[tuple[list[str], float]]] = {}
+    for r in range(max(1, args.rounds)):
+        for label, fn in searches.items():
+            outputs[label], t = timed(fn)
+            seconds[label].append(t)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in seconds.items()))
+
+    print(
+        f"\n## attnlab and CTranslate2 ({loaded.config.name}, {len(test)} sentences, step budget "
+        f"ceil({base.max_len_ratio}·|X|) + {base.max_len_const}, length penalty 0; batches of "
+        f"{sentences_per_batch(configs['greedy'])} (greedy) / "
+        f"{sentences_per_batch(configs['beam 5'])} (beam 5) sentences; {args.threads} threads)\n"
+    )
+    print("| search | sent/s | BLEU | same tokens as attnlab | max score diff |")
+    print("|---|---:|---:|---:|---:|")
+    for label in searches:
+        search = "greedy" if label.endswith("greedy") else "beam 5"
+        reference = outputs[f"attnlab batched {search}"]
+        same = [
+            abs(a[1] - b[1]) for a, b in zip(reference, outputs[label], strict=True) if a[0] == b[0]
+        ]
+        text = [dataset.detokenize_target(tokens) for tokens, _ in outputs[label]]
+        print(
+            f"| {label} | {len(test) / statistics.median(seconds[label]):,.1f} "
+            f"| {corpus_bleu(text, refs)[0].score:.2f} "
+            f"| {100 * len(same) / len(test):.1f}% | {max(same, default=0.0):.2e} |"
+        )
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -309,9 +407,20 @@ def main() -> None:
     parser.add_argument(
         "--skip-naive", action="store_true", help="only the stricter comparison (no seed_naive)"
     )
+    parser.add_argument(
+        "--ctranslate2",
+        metavar="RUN",
+        help="compare attnlab with its CTranslate2 export (float32, int8) on RUN's test set",
+    )
+    parser.add_argument(
+        "--corpus", help="with --ctranslate2: the corpus directory, if not RUN's data.path"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     retain_freed_memory()  # as the attnlab command does at start-up (both sides share this process)
+    if args.ctranslate2:
+        ctranslate2_comparison(args)
+        return
 
     name, train_src, train_tgt, test_src_tok, test_tgt_tok, max_out = load_data()
     test_src_tok, test_tgt_tok = test_src_tok[: args.sentences], test_tgt_tok[: args.sentences]

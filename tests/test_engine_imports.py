@@ -47,6 +47,7 @@ def test_the_walk_finds_the_engine_and_leaves_out_the_front_ends():
         "attnlab.interpret.reports",
         "attnlab.viz.export",
         "attnlab.tensorboard_export",
+        "attnlab.exporters.ctranslate2",
         "attnlab.viz.diverging",
         "attnlab.train.events",
         # the CLI's orchestration, moved into the engine (issue 28)

@@ -3,7 +3,8 @@
 One module per command group, each parsing its arguments and calling the engine:
 ``train`` (train), ``evaluate`` (eval, translate), ``inspect`` (heads, compare, average),
 ``data`` (data stats / show), ``runs`` (runs, export), ``catalog`` (variants, decoders,
-presets); ``common`` holds what they share. A new command goes into the module of its group,
+presets); ``common`` holds what they share, ``ct2`` the CTranslate2 side of export and
+translate. A new command goes into the module of its group,
 or into a new module with a ``COMMANDS`` tuple listed in COMMAND_MODULES below.
 
 Exit codes: 0 on success; 2 with one line ``error: ...`` on stderr for a user mistake

@@ -154,6 +154,13 @@ def eval_command(
 )
 @export_option("also write what is printed to FILE.svg or FILE.html (in colour)")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
+@click.option(
+    "--engine",
+    type=click.Choice(["attnlab", "ctranslate2"]),
+    default="attnlab",
+    show_default=True,
+    help="ctranslate2: RUN is a directory from attnlab export --format ctranslate2",
+)
 @decode_options
 def translate(
     run: Path,
@@ -166,12 +173,28 @@ def translate(
     method: str,
     export_path: Path | None,
     device: str | None,
+    engine: str,
     **flags: Any,
 ) -> None:
-    """Translate TEXT (or each line of stdin) with a run or checkpoint."""
+    """Translate TEXT (or each line of stdin) with a run or checkpoint, or with --engine
+    ctranslate2 a CTranslate2 export of one."""
     from attnlab.cli.inspect import check_export_path
     from attnlab.experiment import apply_overrides
 
+    if engine == "ctranslate2":
+        from attnlab.cli.ct2 import translate_ct2
+
+        views = {
+            "--show-attention": show_attention,
+            "--show-alignment": show_alignment,
+            "--role": role != "cross",
+            "--layer": layer is not None,
+            "--head": head is not None,
+            "--method": method != "raw",
+            "--export": export_path is not None,
+        }
+        translate_ct2(run, text, flags, views, device)
+        return
     check_export_path(export_path)
     MapChoice(role, layer, head, method).check()
     loaded, torch_device = load_run(run, device)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from attnlab.cli.common import compact, fmt, out_file_option, rich_console
+from attnlab.cli.common import compact, fmt, rich_console
+from attnlab.cli.ct2 import QUANTIZATIONS, export_ct2
 from attnlab.errors import AttnlabError
 
 
@@ -117,11 +118,32 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
 
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
-@out_file_option("the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors)")
+@click.option(
+    "--out",
+    "out_file",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="the .safetensors file to write (default exports/RUN-CHECKPOINT.safetensors), or "
+    "with --format ctranslate2 the model directory",
+)
 @click.option(
     "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
 )
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
+@click.option(
+    "--format",
+    "export_format",
+    type=click.Choice(["safetensors", "ctranslate2"]),
+    default="safetensors",
+    show_default=True,
+    help="ctranslate2: a CTranslate2 Transformer directory (needs attnlab[ctranslate2])",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default=None,
+    help="--format ctranslate2: the weights' type (default float32)",
+)
 @click.option(
     "--tensorboard",
     "tb_dir",
@@ -130,12 +152,26 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
     help="write events.jsonl as TensorBoard event files into DIR (needs tensorboardX); "
     "without --out nothing else is written",
 )
-def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Path | None) -> None:
-    """Write one self-contained .safetensors file (weights + config, vocabularies, metrics)."""
+def export(
+    run: Path,
+    out_file: Path | None,
+    which: str,
+    force: bool,
+    export_format: str,
+    quantization: str | None,
+    tb_dir: Path | None,
+) -> None:
+    """Write one self-contained .safetensors file (weights + config, vocabularies, metrics),
+    or with --format ctranslate2 a CTranslate2 model directory (docs/export.md)."""
     from attnlab.runs import default_export_path, export_checkpoint, export_source
 
     if not run.exists():
         raise AttnlabError(f"{run}: no such run directory")
+    if quantization is not None and export_format != "ctranslate2":
+        raise AttnlabError(
+            f"--quantization {quantization} applies to --format ctranslate2; a .safetensors "
+            "export keeps the trained weights"
+        )
     if tb_dir is not None:
         from attnlab.tensorboard_export import export_tensorboard
 
@@ -143,6 +179,9 @@ def export(run: Path, out_file: Path | None, which: str, force: bool, tb_dir: Pa
         click.echo(f"wrote {counts['scalars']} scalars and {counts['texts']} texts to {tb_dir}")
         if out_file is None:  # --tensorboard alone: the event files only
             return
+    if export_format == "ctranslate2":
+        export_ct2(run, out_file, which, quantization, force)
+        return
     _directory, used = export_source(run, which)
     if out_file is None:
         out_file = default_export_path(run, used if used != "checkpoint" else which)

@@ -1,0 +1,90 @@
+"""The CTranslate2 side of ``attnlab export --format ctranslate2`` and ``attnlab translate
+--engine ctranslate2`` (docs/export.md); the engine is attnlab.exporters.ctranslate2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnlab.errors import AttnlabError
+
+# Weight types ``--quantization`` offers (CTranslate2 converts to more; the engine takes them).
+QUANTIZATIONS = ("int8", "int8_float32", "float16", "bfloat16")
+# The decoding flags CTranslate2's search reads; every other one is attnlab's own search.
+CT2_DECODE_KEYS = ("beam", "max_len_ratio", "batch_size")
+
+
+def export_ct2(run: Path, out_dir: Path | None, which: str, quantization: str | None, force: bool):
+    """``attnlab export RUN --format ctranslate2 --out DIR``."""
+    from attnlab.exporters.ctranslate2 import export_ctranslate2
+
+    if out_dir is None:
+        raise AttnlabError("--format ctranslate2 needs --out DIR, the model directory to write")
+    path = export_ctranslate2(run, out_dir, quantization, which=which, force=force)
+    kind = quantization or "float32"
+    click.echo(
+        f"exported {path} (CTranslate2, {kind} weights); use it with: "
+        f'attnlab translate --engine ctranslate2 {path} "..."'
+    )
+
+
+def _refuse_attnlab_only(flags: dict[str, Any], options: dict[str, bool]) -> None:
+    """One line for the first flag only attnlab's own searches and views read."""
+    from attnlab.cli.common import DECODE_FLAGS
+
+    used = [flag for flag, on in options.items() if on]
+    used += [
+        flag
+        for flag, key, _kind, _help in DECODE_FLAGS
+        if flags.get(key) is not None and key not in CT2_DECODE_KEYS
+    ]
+    if flags.get("sample"):
+        used.append("--sample")
+    if used:
+        raise AttnlabError(
+            f"{used[0]} is attnlab's own search or view; --engine ctranslate2 takes --beam, "
+            "--max-len-ratio and --batch-size (or use --engine attnlab on the run)"
+        )
+
+
+def _ct2_device(device: str | None) -> str:
+    if device in (None, "cpu"):
+        return "cpu"
+    if device == "mps":
+        raise AttnlabError("--device mps: CTranslate2 runs on cpu or cuda; valid: cpu, cuda, auto")
+    if device == "auto":
+        from attnlab.exporters.ctranslate2 import require_ctranslate2
+
+        return "cuda" if require_ctranslate2().get_cuda_device_count() > 0 else "cpu"
+    return "cuda"
+
+
+def translate_ct2(
+    model_dir: Path,
+    text: tuple[str, ...],
+    flags: dict[str, Any],
+    options: dict[str, bool],
+    device: str | None,
+) -> None:
+    """``attnlab translate --engine ctranslate2 DIR [TEXT]...``: one line out per line in."""
+    from attnlab.exporters.ctranslate2 import load_ct2_model, translate_tokens
+
+    _refuse_attnlab_only(flags, options)
+    beam = flags.get("beam") or 1
+    if beam < 1:
+        raise AttnlabError(f"--beam {beam}: must be at least 1")
+    model = load_ct2_model(model_dir, device=_ct2_device(device))
+    lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
+    sources = model.src_tokenizer.encode_batch(lines)
+    found = translate_tokens(
+        model,
+        sources,
+        beam,
+        max_len_ratio=flags.get("max_len_ratio"),
+        batch_size=flags.get("batch_size") or 64,
+    )
+    for translation in found:
+        click.echo(translation.text)
