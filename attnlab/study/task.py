@@ -225,7 +225,7 @@ def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
         outcome.trained = True
         code, line = _run_child(argv, env, children)
         status = run_status(run_dir)
-        if code == 130 or status in ("interrupted", "stopped"):
+        if code == 130 or (code == 0 and status in ("interrupted", "stopped")):
             outcome.state = INTERRUPTED
             outcome.error = "interrupted; rerun the study to resume it"
             return outcome
