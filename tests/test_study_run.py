@@ -165,3 +165,60 @@ def test_the_dask_executor_runs_the_same_study_on_a_local_cluster(tmp_path: Path
         ("none-s2", "scored"),
     ]
     assert read_score(directory / "none-s1") is not None
+
+
+def test_a_dask_worker_that_dies_mid_run_is_reported_and_leaves_a_resumable_run(
+    tmp_path: Path,
+) -> None:
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    import dask
+
+    study = load_study(
+        _study_file(tmp_path, '[grid]\n"model.attention" = ["none"]\n', seeds=1),
+        extra=("train.max_steps=100000", "train.eval_every=100000"),
+    )
+    run = tmp_path / "out" / "tiny" / "none-s1"
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+    ):
+        with distributed.Client(cluster) as client:
+            worker_pids = list(client.run(os.getpid).values())
+
+        def kill_the_worker_once_training() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                events = run / "events.jsonl"
+                if events.is_file() and '"type": "step"' in events.read_text(errors="replace"):
+                    break
+                time.sleep(0.2)
+            for pid in worker_pids:
+                os.kill(pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_the_worker_once_training)
+        killer.start()
+        result, _ = run_study(
+            study, tmp_path / "out", executor="dask", scheduler=cluster.scheduler_address
+        )
+        killer.join()
+    (outcome,) = result.outcomes
+    assert outcome.state == "failed"
+    assert "Dask worker" in outcome.error and "rerun the study" in outcome.error
+    # The trainer got SIGTERM with its worker (PR_SET_PDEATHSIG): it saves `last` and stops,
+    # or, killed before it could, leaves no checkpoint; either way nothing is left running
+    # and a rerun of the study finishes the run.
+    deadline = time.monotonic() + 60
+    while summarize_run(run).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert summarize_run(run).status in ("interrupted", "stopped", "error")
+    reached = summarize_run(run).steps
+    again = load_study(
+        _study_file(tmp_path, '[grid]\n"model.attention" = ["none"]\n', seeds=1),
+        extra=(f"train.max_steps={reached + 3}",),
+    )
+    result, _ = run_study(again, tmp_path / "out", workers=1)
+    assert [o.state for o in result.outcomes] == ["scored"]
