@@ -78,7 +78,7 @@ def run_command(
         workers, threads = plan_workers(workers, threads)
     total = len(spec.cells) * len(spec.seeds)
     where = (
-        f"{workers} workers × {threads or 1} thread(s)"
+        f"{workers} worker(s), {threads or 1} thread(s) each"
         if executor == "local"
         else (f"Dask scheduler {scheduler}")
     )
@@ -206,8 +206,8 @@ def _print_table(directory: Path, kind: str) -> None:
     p_rows = p_value_rows(table)
     if p_rows:
         tests = Table(title="p-values against the baseline (Holm-adjusted)")
-        for column in ("cell", "metric", "over seeds", "over sentences"):
-            tests.add_column(column, justify="left" if column in ("cell", "metric") else "right")
+        for column in ("cell", "baseline", "metric", "over seeds", "over sentences"):
+            tests.add_column(column, justify="right" if column.startswith("over") else "left")
         for cells in p_rows:
             tests.add_row(*cells)
         console.print(tests)

@@ -66,7 +66,7 @@ def p_value_rows(table: StudyTable) -> list[list[str]]:
     """Per cell and metric: the Holm-adjusted p over seeds and over sentences."""
     out = []
     for row in table.rows:
-        if row.name == table.baseline:
+        if row.name == row.baseline:
             continue
         for metric in table.metrics:
             cell = row.metrics.get(metric)

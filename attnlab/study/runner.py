@@ -93,7 +93,10 @@ def write_study_record(study: Study, directory: Path) -> None:
         "checkpoint": study.checkpoint,
         "metrics": list(study.metrics),
         "baseline": study.baseline,
-        "cells": [{"name": c.name, "set": list(c.overrides)} for c in study.cells],
+        "cells": [
+            {"name": c.name, "set": list(c.overrides), "baseline": study.baselines[c.name]}
+            for c in study.cells
+        ],
     }
     atomic_write_json(directory / STUDY_FILE, record)
 

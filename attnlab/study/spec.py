@@ -68,6 +68,7 @@ class Cell:
 
     name: str
     overrides: tuple[str, ...]
+    values: tuple[tuple[str, str], ...] = ()  # a grid cell's (key, value) per axis
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ class Study:
     split: str
     checkpoint: str
     metrics: tuple[str, ...]
-    baseline: str
+    baseline: str  # the baseline cell, or for a per-axis baseline the first cell's
     cells: tuple[Cell, ...]
+    baselines: dict[str, str] = field(default_factory=dict)  # cell -> its baseline cell
     source: str = ""  # the file it was read from
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -196,7 +198,8 @@ def _grid_cells(path: Path, grid: Any) -> list[Cell]:
                 f"{key.split('.')[-1]}={_toml_text(v) or 'empty'}"
                 for (key, _), v in zip(axes, combo, strict=True)
             )
-        cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides))
+        values = tuple((key, _toml_text(v)) for (key, _), v in zip(axes, combo, strict=True))
+        cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides, values))
     return cells
 
 
@@ -268,14 +271,7 @@ def parse_study(
         raise _fail(path, "metrics", f"expected a list from {', '.join(METRICS)}")
     for metric in metrics:
         _choice(path, "metrics", metric, tuple(METRICS))
-    baseline = raw.get("baseline", names[0])
-    if baseline not in names:
-        raise _fail(
-            path,
-            "baseline",
-            f"{baseline!r} is not a cell{did_you_mean(str(baseline), names)}; "
-            f"cells: {', '.join(names)}",
-        )
+    baselines = _baselines(path, raw.get("baseline", names[0]), cells)
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise _fail(path, "description", "expected a string")
@@ -288,13 +284,56 @@ def parse_study(
         split=_choice(path, "split", raw.get("split", "test"), SPLITS),
         checkpoint=_choice(path, "checkpoint", raw.get("checkpoint", "best"), CHECKPOINTS),
         metrics=tuple(metrics),
-        baseline=baseline,
+        baseline=baselines[names[0]],
         cells=tuple(cells),
+        baselines=baselines,
         source=str(path),
         raw=raw,
     )
     check_cells(study)
     return study
+
+
+def _baselines(path: Path, baseline: Any, cells: list[Cell]) -> dict[str, str]:
+    """Each cell's baseline. ``baseline = "NAME"``: one cell for all. ``baseline =
+    {"model.self_attention" = "scaled-dot"}``: per grid axis, each cell is compared with the
+    cell that has the same values on the other axes and these values on the named ones (a
+    variants × tasks grid compares variants within each task)."""
+    names = [c.name for c in cells]
+    if isinstance(baseline, str):
+        if baseline not in names:
+            raise _fail(
+                path,
+                "baseline",
+                f"{baseline!r} is not a cell"
+                f"{did_you_mean(baseline, names)}; cells: {', '.join(names)}",
+            )
+        return {name: baseline for name in names}
+    if not isinstance(baseline, dict) or not baseline:
+        raise _fail(path, "baseline", 'expected a cell name or a table of "SECTION.KEY" = value')
+    axes = {key for cell in cells for key, _ in cell.values}
+    wanted = {}
+    for key, value in baseline.items():
+        if key not in axes:
+            raise _fail(
+                path, f"baseline.{key}", f"not a grid axis; axes: {', '.join(sorted(axes))}"
+            )
+        wanted[key] = _toml_text(value)
+    by_values = {cell.values: cell.name for cell in cells if cell.values}
+    result = {}
+    for cell in cells:
+        if not cell.values:
+            raise _fail(
+                path,
+                "baseline",
+                f"cell {cell.name} is not on the grid; a per-axis "
+                "baseline needs every cell on the grid",
+            )
+        target = tuple((key, wanted.get(key, value)) for key, value in cell.values)
+        if target not in by_values:
+            raise _fail(path, "baseline", f"no grid cell has {dict(target)} (for {cell.name})")
+        result[cell.name] = by_values[target]
+    return result
 
 
 def check_cells(study: Study) -> None:

@@ -54,6 +54,7 @@ class MetricCell:
 class CellRow:
     name: str
     overrides: list[str]
+    baseline: str  # the cell this one is compared with (itself: a baseline)
     runs: list[str]  # scored runs
     missing: list[str]  # not scored: (run, status or why)
     metrics: dict[str, MetricCell] = field(default_factory=dict)
@@ -170,25 +171,25 @@ def _compare(
     metric: str,
     rows: list[CellRow],
     scores: dict[str, dict[int, dict]],
-    baseline: str,
-    get: Any,
+    bucket: bool = False,
 ) -> None:
-    base_row = next(r for r in rows if r.name == baseline)
-    base = base_row.metrics.get(metric) if get is None else base_row.buckets.get(metric)
-    if base is None or base.mean is None:
-        return
+    """Each row against its baseline on one metric (or one length bucket); Holm over all the
+    comparisons of this metric in the study."""
+    by_name = {row.name: row for row in rows}
     compared = []
     for row in rows:
-        if row.name == baseline:
+        base_row = by_name.get(row.baseline)
+        if base_row is None or row.name == row.baseline:
             continue
-        cell = row.metrics.get(metric) if get is None else row.buckets.get(metric)
-        if cell is None or cell.mean is None:
+        cell = (row.buckets if bucket else row.metrics).get(metric)
+        base = (base_row.buckets if bucket else base_row.metrics).get(metric)
+        if cell is None or cell.mean is None or base is None or base.mean is None:
             continue
         cell.difference = cell.mean - base.mean
         if cell.n >= 2 and base.n >= 2:
             cell.seeds_p_raw = float(_stats().welch_test(cell.values, base.values).p_value)
-        if get is None:
-            p, n = _sentence_test(metric, scores[baseline], scores[row.name])
+        if not bucket:
+            p, n = _sentence_test(metric, scores[row.baseline], scores[row.name])
             cell.sentences_p_raw, cell.sentences_n = p, n
         compared.append(cell)
     _holm_in_place(compared, "seeds_p_raw", "seeds_p_value")
@@ -215,11 +216,11 @@ def method_notes() -> dict[str, str]:
     return {
         "interval": "mean ± half-width of a 95 % Student t interval over seeds",
         "seeds": f"Δ vs baseline over seeds: Welch's t-test ({_method(methods, 'welch')}), "
-        "Holm–Bonferroni over the cells compared with the baseline",
+        "Holm–Bonferroni over every comparison of the metric in the study",
         "sentences": "paired over test sentences, seed i paired with seed i, sentences pooled: "
         f"BLEU/chrF {_method(methods, 'paired_bootstrap')} ({BOOTSTRAP_RESAMPLES} resamples, "
         f"seed {BOOTSTRAP_SEED}); exact match {_method(methods, 'paired_exact_match')}; "
-        "Holm–Bonferroni over the cells",
+        "Holm–Bonferroni as above",
         "marks": "* seeds p < 0.05, † sentences p < 0.05 (both after Holm)",
     }
 
@@ -246,6 +247,7 @@ def load_table(directory: Path) -> StudyTable:
         row = CellRow(
             name=name,
             overrides=list(cell.get("set", [])),
+            baseline=str(cell.get("baseline", baseline)),
             runs=[f"{name}-s{s}" for s in sorted(cell_scores)],
             missing=[f"{run} ({why})" for run, why in missing],
         )
@@ -264,12 +266,10 @@ def load_table(directory: Path) -> StudyTable:
             outcome = outcomes.get(run, {})
             if why == "error" or outcome.get("state") == "failed":
                 failures.append({"run": run, "status": why, "error": outcome.get("error", "")})
-    if any(r.name == baseline for r in rows):
-        for metric in metrics:
-            _compare(metric, rows, scores, baseline, None)
-        bucket_names = {b for r in rows for b in r.buckets}
-        for bucket in bucket_names:
-            _compare(bucket, rows, scores, baseline, "bucket")
+    for metric in metrics:
+        _compare(metric, rows, scores)
+    for bucket in {b for r in rows for b in r.buckets}:
+        _compare(bucket, rows, scores, bucket=True)
     return StudyTable(
         name=str(record.get("name", directory.name)),
         directory=str(directory),
