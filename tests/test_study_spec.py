@@ -29,10 +29,10 @@ def test_a_grid_is_the_cartesian_product_named_by_its_values(tmp_path: Path) -> 
     )
     study = load_study(path)
     assert [c.name for c in study.cells] == [
-        "attention-bahdanau_hidden-16",
-        "attention-bahdanau_hidden-32",
-        "attention-luong-general_hidden-16",
-        "attention-luong-general_hidden-32",
+        "bahdanau_16",
+        "bahdanau_32",
+        "luong-general_16",
+        "luong-general_32",
     ]
     assert study.cells[1].overrides == ("model.attention=bahdanau", "model.hidden=32")
     assert study.seeds == (1, 2)
@@ -107,6 +107,11 @@ def test_seeds_flag_replaces_the_files_seeds(tmp_path: Path) -> None:
         (BASE + '[grid]\n"model.attention" = ["bahdanau", "nonsense"]\n', "cell nonsense: "),
         (BASE + '[grid]\n"model.hiddden" = [16]\n', "cell 16: "),
         (
+            BASE + 'baseline = { "model.emb" = 8 }\n[grid]\n"model.attention" = ["none"]\n'
+            '"model.hidden" = [8]\n',
+            "baseline.model.emb: not a grid axis",
+        ),
+        (
             BASE + '[[cells]]\nname = "a"\nset = ["model.hidden=8"]\n[[cells]]\nname = "a"\n',
             "two cells are named 'a'",
         ),
@@ -150,3 +155,18 @@ def test_workers_default_to_cores_over_threads(monkeypatch: pytest.MonkeyPatch) 
     assert plan_workers(None, 2) == (4, 2)
     assert plan_workers(None, 16) == (1, 16)
     assert plan_workers(3, 2) == (3, 2)
+
+
+def test_a_per_axis_baseline_compares_each_cell_within_its_other_axes(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + 'baseline = { "model.attention" = "none" }\n[grid]\n'
+        '"data.task" = ["reverse", "copy"]\n"model.attention" = ["none", "bahdanau"]\n',
+    )
+    study = load_study(path)
+    assert study.baselines == {
+        "reverse_none": "reverse_none",
+        "reverse_bahdanau": "reverse_none",
+        "copy_none": "copy_none",
+        "copy_bahdanau": "copy_none",
+    }

@@ -190,14 +190,8 @@ def _grid_cells(path: Path, grid: Any) -> list[Cell]:
     cells = []
     for combo in itertools.product(*(values for _, values in axes)):
         overrides = tuple(f"{key}={_toml_text(v)}" for (key, _), v in zip(axes, combo, strict=True))
-        # Name from the values alone when one axis varies; key=value pairs otherwise.
-        if len(axes) == 1:
-            label = _toml_text(combo[0]) or "empty"
-        else:
-            label = "_".join(
-                f"{key.split('.')[-1]}={_toml_text(v) or 'empty'}"
-                for (key, _), v in zip(axes, combo, strict=True)
-            )
+        # Named by the values, joined by "_" across axes (alibi, reverse_alibi).
+        label = "_".join(_toml_text(v) or "empty" for v in combo)
         values = tuple((key, _toml_text(v)) for (key, _), v in zip(axes, combo, strict=True))
         cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides, values))
     return cells
