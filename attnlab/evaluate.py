@@ -351,7 +351,9 @@ def evaluate_split(
         result["sentences"] = {
             "hyps": hyps_text,
             "refs": refs_text,
-            "exact": [list(h) == list(e.tgt_tokens) for h, e in zip(hyp_tokens, examples)],
+            "exact": [
+                list(h) == list(e.tgt_tokens) for h, e in zip(hyp_tokens, examples, strict=True)
+            ],
             "src_len": [len(e.src_tokens) for e in examples],
         }
     stats = examples[:ATTENTION_STATS_SENTENCES]
