@@ -342,3 +342,9 @@ def check_cells(study: Study) -> None:
 
 def with_seeds(study: Study, seeds: tuple[int, ...]) -> Study:
     return replace(study, seeds=seeds)
+
+
+def study_from_dict(raw: dict[str, Any], source: str) -> Study:
+    """A study built in code (the benchmark scripts) with the same checks as a file's;
+    ``source`` names it in error lines."""
+    return parse_study(raw, Path(source))
