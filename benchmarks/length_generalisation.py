@@ -51,9 +51,8 @@ def main() -> None:
     if args.only:
         raw["cells"] = [cell for cell in raw["cells"] if cell["name"] in args.only]
         if not raw["cells"]:
-            parser.error(
-                f"--only: no such cell; cells: {', '.join(c['name'] for c in load_toml(STUDY)['cells'])}"
-            )
+            names = ", ".join(cell["name"] for cell in load_toml(STUDY)["cells"])
+            parser.error(f"--only: no such cell; cells: {names}")
         if raw["baseline"] not in args.only:
             raw["baseline"] = raw["cells"][0]["name"]
     run_and_tabulate(raw, str(STUDY), args)
