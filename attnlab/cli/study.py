@@ -170,10 +170,9 @@ def _print_table(directory: Path, kind: str) -> None:
     from attnlab.runs import jsonable
     from attnlab.study.render import (
         bucket_rows,
-        header,
         markdown,
         p_value_rows,
-        rows,
+        stacked_rows,
     )
     from attnlab.study.table import load_table
 
@@ -190,9 +189,10 @@ def _print_table(directory: Path, kind: str) -> None:
 
     console = rich_console()
     main = Table(title=f"study {table.name} ({table.split}, {table.checkpoint} checkpoint)")
-    for i, column in enumerate(header(table)):
-        main.add_column(column, justify="left" if i == 0 else "right", overflow="fold")
-    for cells in rows(table):
+    columns, body = stacked_rows(table)
+    for i, column in enumerate(columns):
+        main.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for cells in body:
         main.add_row(*cells)
     console.print(main)
     columns, body = bucket_rows(table)

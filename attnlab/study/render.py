@@ -49,7 +49,7 @@ def rows(table: StudyTable) -> list[list[str]]:
     for row in table.rows:
         n = max((m.n for m in row.metrics.values()), default=0)
         cells = [
-            row.name + (" (baseline)" if row.name == table.baseline else ""),
+            row.name + (" (baseline)" if row.name == row.baseline else ""),
             f"{n}/{len(table.seeds)}",
         ]
         for metric in table.metrics:
@@ -73,7 +73,13 @@ def p_value_rows(table: StudyTable) -> list[list[str]]:
             if cell is None or cell.difference is None:
                 continue
             out.append(
-                [row.name, metric, p_text(cell.seeds_p_value), p_text(cell.sentences_p_value)]
+                [
+                    row.name,
+                    row.baseline,
+                    metric,
+                    p_text(cell.seeds_p_value),
+                    p_text(cell.sentences_p_value),
+                ]
             )
     return out
 
@@ -107,7 +113,9 @@ def _markdown(columns: list[str], body: list[list[str]]) -> str:
 def markdown(table: StudyTable) -> str:
     parts = [
         f"Study `{table.name}`: {table.split} split, {table.checkpoint} checkpoint, seeds "
-        f"{', '.join(map(str, table.seeds))}; baseline `{table.baseline}`.",
+        f"{', '.join(map(str, table.seeds))}; baseline `{table.baseline}`"
+        + ("" if len({r.baseline for r in table.rows}) <= 1 else " (per grid axis)")
+        + ".",
         "",
         _markdown(header(table), rows(table)),
     ]
@@ -119,7 +127,14 @@ def markdown(table: StudyTable) -> str:
         parts += [
             "",
             _markdown(
-                ["cell", "metric", "p (seeds, Welch, Holm)", "p (sentences, paired, Holm)"], p_rows
+                [
+                    "cell",
+                    "baseline",
+                    "metric",
+                    "p (seeds, Welch, Holm)",
+                    "p (sentences, paired, Holm)",
+                ],
+                p_rows,
             ),
         ]
     if table.failures:
@@ -130,3 +145,17 @@ def markdown(table: StudyTable) -> str:
         ]
     parts += ["", *[f"- {text}" for text in table.methods.values()]]
     return "\n".join(parts)
+
+
+def stacked_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
+    """The main table for a terminal: each metric one column, the mean ± half-width over its
+    Δ with marks (half the columns of ``rows``, so 80 columns hold three metrics)."""
+    columns = ["cell", "n"] + [METRICS[m][0] if m in METRICS else m for m in table.metrics]
+    out = []
+    for cells in rows(table):
+        stacked = cells[:2]
+        for i in range(len(table.metrics)):
+            value, delta = cells[2 + 2 * i], cells[3 + 2 * i]
+            stacked.append(value + (f"\n{delta}" if delta else ""))
+        out.append(stacked)
+    return columns, out
