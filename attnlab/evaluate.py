@@ -242,6 +242,7 @@ def evaluate_split(
     samples: int = 0,
     batch_size: int = 0,
     normalisations: Mapping[str, str] | None = None,
+    keep_sentences: bool = False,
 ) -> dict[str, Any]:
     """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
 
@@ -249,6 +250,9 @@ def evaluate_split(
     exact_match, alignment_accuracy (None without gold alignments), bleu_by_length,
     bleu_signature, chrf_signature`` and ``samples``: the
     first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
+    ``keep_sentences`` adds ``sentences``: per sentence, in split order, the detokenised
+    hypothesis and reference, whether it is an exact match and the source length (what paired
+    significance tests and ``eval --hyps/--refs`` need).
     ``normalisations`` (model key -> kind, ``attnlab.nn.archs.normalisations_of``; default
     all softmax) shape the entropy statistics and tag the samples' maps.
     """
@@ -326,6 +330,15 @@ def evaluate_split(
         if examples
         else [],
     }
+    if keep_sentences:
+        result["sentences"] = {
+            "hyps": hyps_text,
+            "refs": refs_text,
+            "exact": [
+                list(h) == list(e.tgt_tokens) for h, e in zip(hyp_tokens, examples, strict=True)
+            ],
+            "src_len": [len(e.src_tokens) for e in examples],
+        }
     stats = examples[:ATTENTION_STATS_SENTENCES]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
     result["samples"] = (
