@@ -12,7 +12,7 @@ HELP_TEXT = """\
 [b]attnlab — keys[/b]   (mouse works everywhere too; Ctrl+P opens the command palette)
 
 [b]Everywhere[/b]
-  1..5        Setup · Train · Inspect · Runs · Export
+  1..6        Setup · Train · Inspect · Runs · Export · Studies
   t / Ctrl+T  train the Setup experiment (queued if a run is active)
   p           pause / resume the active run
   x           stop the active run (it saves a checkpoint)
@@ -24,6 +24,7 @@ HELP_TEXT = """\
 [b]Setup[/b]    Tab / Shift+Tab move between fields; Enter opens a menu.
   Invalid values are marked in red; Train stays disabled and the reason is shown.
   Queue + adds the experiment to the queue; palette: "Queue every variant".
+  S           every variant of the attention slot × 3 seeds as a study (Studies tab)
 
 [b]Train[/b]    plots of train/dev loss, dev BLEU/chrF/exact match and mean attention
   entropy per role (nats, from each evaluation); the samples table
