@@ -734,6 +734,10 @@ class InspectView(Horizontal):
             index = int(self.query_one("#insp-index", Input).value or 0)
         except ValueError:
             index = 0
+        try:  # the search Inspect shows: compare decodes both runs with it
+            beam = max(int(self.query_one("#insp-beam", Input).value or 1), 1)
+        except ValueError:
+            beam = 1
         kind = self.current_kind
         self.app.push_screen(
             CompareScreen(
@@ -744,6 +748,8 @@ class InspectView(Horizontal):
                     index,
                     self.query_one("#insp-text", Input).value.strip(),
                     "raw" if kind in (None, "cross") or not is_attribution(kind) else kind,
+                    str(self.query_one("#insp-decoder", Select).value),
+                    beam,
                 ),
                 self.runs_dir,
             )

@@ -1,0 +1,101 @@
+"""The lab's part of issue 30 (what a demanding new user still tripped over). Every check waits
+on the lab's workers or messages (no sleeps) and compares the screen with an independent
+reference: the engine's own report, hand-written metadata, or the run's events."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from _tui_support import tiny_config, until, workers_idle
+from test_tui_issue15 import TRANSFORMER, saved_run, show
+from textual.widgets import Select, Static
+
+from attnlab.errors import AttnlabError
+from attnlab.interpret.compare import incomparable_reason
+from attnlab.interpret.reports import compare_report
+from attnlab.runs import load_checkpoint
+from attnlab.tui.app import make_app
+from attnlab.tui.inspect_engine import InspectRequest, analyse
+from attnlab.tui.screens.compare import CompareScreen
+
+SIZE = (100, 30)
+SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def _meta(task: str, src: list[str], tgt: list[str]) -> dict:
+    tok = {"kind": "whitespace"}
+    return {
+        "task": task,
+        "src_vocab": SPECIALS + src,
+        "tgt_vocab": SPECIALS + tgt,
+        "src_tokenizer": tok,
+        "tgt_tokenizer": tok,
+    }
+
+
+# -- 1: compare only comparable runs ----------------------------------------------------------
+
+
+def test_incomparable_reason_names_task_vocabulary_and_tokenizer() -> None:
+    digits = _meta("reverse", ["1", "2"], ["1", "2"])
+    assert incomparable_reason(digits, _meta("reverse", ["1", "2"], ["1", "2"])) == ""
+    assert incomparable_reason(digits, _meta("corpus", ["ein"], ["a"])) == (
+        "different tasks: A is reverse, B is corpus"
+    )
+    assert incomparable_reason(digits, _meta("reverse", ["1", "2", "3"], ["1", "2"])) == (
+        "their source vocabularies differ (6 vs 7 tokens)"
+    )
+    assert "target vocabularies differ (token 5: '2' vs '9')" in incomparable_reason(
+        digits, _meta("reverse", ["1", "2"], ["1", "9"])
+    )
+    other = {**digits, "src_tokenizer": {"kind": "chars"}}
+    assert incomparable_reason(digits, other) == "their source tokenizers differ"
+
+
+async def test_compare_offers_only_runs_of_the_same_task_and_vocabularies(tmp_path: Path) -> None:
+    run_a = saved_run(tmp_path, "tf-a", TRANSFORMER)
+    saved_run(tmp_path, "tf-sort", [*TRANSFORMER, "data.task=sort"])  # another task
+    saved_run(tmp_path, "tf-v12", [*TRANSFORMER, "data.vocab_size=12"])  # other vocabulary
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await show(app, pilot, run_a, index=1)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        await workers_idle(pilot)
+        await pilot.pause()
+        # only A's own kind of run is left, and there is none but A: refused, saying why
+        assert screen.query_one("#cmp-run", Select).value is Select.NULL
+        status = str(screen.query_one("#cmp-status", Static).content)
+        assert "B must have A's task and vocabularies" in status, status
+        assert "(and 1 more)" in status and screen.report is None
+        assert {name for name, _ in screen._left_out} == {"tf-sort", "tf-v12"}
+    # the engine refuses the same pair in one line naming why (the CLI's compare reuses it)
+    a = load_checkpoint(run_a / "checkpoints" / "best")
+    with pytest.raises(AttnlabError, match="different tasks: A is reverse, B is sort"):
+        compare_report(a, load_checkpoint(tmp_path / "tf-sort"), "3 4 5", None, "raw", "cpu")
+
+
+async def test_compare_decodes_with_inspects_search_and_says_which(tmp_path: Path) -> None:
+    run_a = saved_run(tmp_path, "tf-a", TRANSFORMER)
+    shutil.copytree(run_a, tmp_path / "tf-b")
+    saved_run(tmp_path, "tf-sort", [*TRANSFORMER, "data.task=sort"])
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        inspect = await show(app, pilot, run_a, index=1)
+        inspect.query_one("#insp-beam").value = "3"
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        await workers_idle(pilot)
+        await until(pilot, lambda: screen.report is not None)
+        options = [value for _, value in screen.query_one("#cmp-run", Select)._options]
+        assert str(tmp_path / "tf-b") in options and str(tmp_path / "tf-sort") not in options
+        report = screen.report
+        assert report["search"] == "beam 3"
+        expected = analyse(InspectRequest(run_a, "best", "dev", 1, beam=3)).hypotheses[0].tokens
+        assert report["a"]["hyp"] == expected
+        status = str(screen.query_one("#cmp-status", Static).content)
+        assert status.startswith("beam 3 search (as Inspect)") and "1 run left out" in status
