@@ -99,3 +99,51 @@ async def test_compare_decodes_with_inspects_search_and_says_which(tmp_path: Pat
         assert report["a"]["hyp"] == expected
         status = str(screen.query_one("#cmp-status", Static).content)
         assert status.startswith("beam 3 search (as Inspect)") and "1 run left out" in status
+
+
+# -- 2: unknown source tokens ------------------------------------------------------------------
+
+
+def test_unknown_tokens_and_labels_against_the_vocabulary() -> None:
+    from attnlab.data.oov import source_labels, unknown_tokens, unknown_warning
+    from attnlab.data.vocab import Vocab
+
+    vocab = Vocab(["ein", "mann", "5"])
+    typed = ["ein", "xyzzyq", "mann", "xyzzyq", "<unk>", "hallo"]
+    assert unknown_tokens(vocab, typed) == ["xyzzyq", "hallo"]  # distinct, first use first
+    assert source_labels(vocab, typed) == ["ein", "<unk>", "mann", "<unk>", "<unk>", "<unk>"]
+    # each label is what encode() gives the model: id 1 (<unk>) exactly where the label says so
+    assert [t == "<unk>" for t in source_labels(vocab, typed)] == [
+        i == 1 for i in vocab.encode(typed)
+    ]
+    assert unknown_warning(["hallo"]) == (
+        "1 source token is not in the model's vocabulary and read as <unk>: hallo"
+    )
+    assert unknown_warning([]) == ""
+
+
+async def test_inspect_warns_of_unknown_tokens_and_rechecks_on_another_run(
+    tmp_path: Path,
+) -> None:
+    from attnlab.tui.widgets.heatmap import AttentionHeatmap
+
+    run_30 = saved_run(tmp_path, "tf-30", TRANSFORMER)  # symbols 0..29
+    run_12 = saved_run(tmp_path, "tf-12", [*TRANSFORMER, "data.vocab_size=12"])  # 0..11
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        inspect = await show(app, pilot, run_30, index=1)
+        warning = inspect.query_one("#insp-warning", Static)
+        assert not warning.display  # a dev sample: every token known
+        inspect.query_one("#insp-text").value = "3 29 hallo 4"
+        inspect.decode()
+        await workers_idle(pilot)
+        await until(pilot, lambda: inspect.result is not None and inspect.result.request.text)
+        assert warning.display and "read as <unk>: hallo" in str(warning.content)
+        heatmap = inspect.query_one(AttentionHeatmap)
+        assert heatmap.col_labels == ["3", "29", "<unk>", "4"]
+        # another run, the typed text kept: decoded again and its own unknown tokens named
+        inspect.query_one("#insp-run", Select).value = str(run_12)
+        await until(pilot, lambda: inspect.result.checkpoint_path.startswith(str(run_12)))
+        await pilot.pause()
+        assert "2 source tokens" in str(warning.content) and "29, hallo" in str(warning.content)
+        assert heatmap.col_labels == ["3", "<unk>", "<unk>", "4"]

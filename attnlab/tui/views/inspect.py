@@ -174,6 +174,8 @@ class InspectView(Horizontal):
                 id="insp-title",
                 classes="note",  # wraps: at 80 columns it was cut to "... a sample in …"
             )
+            # Source tokens the model has no id for (read as <unk>): hidden while there are none.
+            yield Static("", id="insp-warning")
             yield AttentionHeatmap(id="heatmap")
             with Horizontal(id="insp-cell-row"):
                 yield Static("", id="insp-cell")
@@ -326,7 +328,20 @@ class InspectView(Horizontal):
         nbest.set_options(options)
         if options:
             nbest.highlighted = 0
+        self._warn_unknown(list(getattr(result, "unknown", [])))
         self.show_hypothesis(0)
+
+    def _warn_unknown(self, unknown: list[str]) -> None:
+        """The warning line over the map: which source tokens the model read as <unk> (the
+        columns say <unk>); every decode re-checks, so switching runs re-reads typed text."""
+        from attnlab.data.oov import unknown_warning
+
+        text = unknown_warning(unknown)
+        warning = self.query_one("#insp-warning", Static)
+        warning.update(f"[$warning]⚠ {_escape(text)}[/]" if text else "")
+        warning.display = bool(text)
+        if text:
+            self.app.notify(text, title="Inspect", severity="warning")
 
     def _title(self, text: str, kind: str = "") -> None:
         """Set the title; ``error``/``note`` titles wrap in full, others are one cut line."""
@@ -338,6 +353,7 @@ class InspectView(Horizontal):
     def _clear_maps(self) -> None:
         self.result, self.gold, self.maps, self.labels = None, None, {}, {}
         self.normalisations, self.selected = {}, {}
+        self._warn_unknown([])
         self.query_one("#insp-nbest", OptionList).clear_options()
         self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
         for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
@@ -354,6 +370,7 @@ class InspectView(Horizontal):
             with self.prevent(Select.Changed):
                 self.query_one("#insp-run", Select).value = str(run_dir)
         self._last_request = self._request()  # shown: a late menu event must not replace it
+        self._warn_unknown([])  # a logged sample is the run's own data
         weights = np.asarray(
             sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64
         )
