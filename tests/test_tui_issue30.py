@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _tui_support import tiny_config, until, workers_idle
+from _tui_support import ready, tiny_config, until, workers_idle
 from test_tui_issue15 import TRANSFORMER, saved_run, show
 from textual.widgets import Select, Static
 
@@ -147,3 +147,63 @@ async def test_inspect_warns_of_unknown_tokens_and_rechecks_on_another_run(
         await pilot.pause()
         assert "2 source tokens" in str(warning.content) and "29, hallo" in str(warning.content)
         assert heatmap.col_labels == ["3", "<unk>", "<unk>", "4"]
+
+
+# -- 3: Multi30k samples readable in the Train tab ----------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+LONG_SRC = _words("zwei junge weiße männer sind im freien in der nähe vieler büsche und")
+LONG_REF = _words("two young , white males are outside near many bushes and are looking")
+LONG_HYP = _words("two young men are standing outside near some bushes looking at it .")
+
+
+def _long_sample_events() -> list[dict]:
+    from _tui_support import run_events
+
+    events = [e for e in run_events(steps=20, eval_every=20, done=None) if e["type"] != "sample"]
+    for index in range(3):
+        events.append(
+            {
+                "type": "sample",
+                "step": 20,
+                "index": index,
+                "src": list(LONG_SRC),
+                "ref": list(LONG_REF),
+                "hyp": list(LONG_HYP[: len(LONG_HYP) - index]),
+                "attention": None,
+            }
+        )
+    return events
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_train_samples_fit_the_panel_with_the_hypothesis_visible(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    from _tui_support import write_run
+    from textual.widgets import DataTable
+
+    from attnlab.tui.views.train import TrainView
+
+    run_dir = write_run(tmp_path, "m30k", _long_sample_events())
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(run_dir)
+        train.poll()
+        table = app.query_one("#samples", DataTable)
+        await until(pilot, lambda: table.row_count == 3)
+        await pilot.pause()
+        # nothing beyond the right edge: no column is scrolled off-screen
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        screen = app.export_screenshot().replace("&#160;", " ")
+        lines = str(table.get_cell_at((0, 1))).split("\n")
+        assert [line.split(" ")[0] for line in lines] == ["src", "ref", "hyp"]
+        assert lines[2].startswith("hyp two young men") and len(lines[2]) >= 20
+        assert "hyp two young men" in screen  # drawn, not only stored

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -75,6 +76,7 @@ class TrainView(Vertical):
         self.paused = False
         self.pending_control: str | None = None
         self._timer: Timer | None = None
+        self._samples_width = 0  # the line width the samples table was filled for
         self._drawn = (-1, -1, -1, -1)  # (train points, eval points, samples step, log lines)
         self._failure_reported = False
         self._status_shown: tuple | None = None
@@ -103,7 +105,9 @@ class TrainView(Vertical):
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
-        table.add_columns("ok", "src", "ref", "hyp")  # "ok" first: long sentences never hide it
+        # One row per sample, three lines (src, ref, hyp) each fitted to the panel's width: a
+        # column per sentence put ref and hyp dozens of columns off-screen on Multi30k.
+        table.add_columns("ok", "sample")  # "ok" first: long sentences never hide it
         self._refresh_queue()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -147,6 +151,7 @@ class TrainView(Vertical):
         self.paused = False
         self.pending_control = None
         self._failure_reported = False
+        self._samples_width = 0  # the line width the samples table was filled for
         self._drawn = (-1, -1, -1, -1)
         self.query_one("#samples", DataTable).clear()
         self.query_one("#event-log", WrappedLog).clear()
@@ -262,18 +267,43 @@ class TrainView(Vertical):
                 )
                 entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
             if drawn[2] != previous[2]:
-                table = self.query_one("#samples", DataTable)
-                table.clear()
-                for sample in follower.samples:
-                    table.add_row(
-                        "✓" if sample.correct else "✗",
-                        " ".join(sample.src),
-                        " ".join(sample.ref),
-                        " ".join(sample.hyp),
-                    )
+                self._fill_samples()
             if drawn[3] != previous[3]:
                 start = max(previous[3], 0)
                 self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
+
+    def _sample_width(self) -> int:
+        """Characters a sample's line gets: the table's width less the vertical scrollbar
+        (counted always: it appears once rows overflow), the ok column ("ok" and its padding)
+        and the sample column's padding."""
+        table = self.query_one("#samples", DataTable)
+        scrollbar = table.styles.scrollbar_size_vertical
+        return max(table.content_region.width - scrollbar - 4 - 2, 12)
+
+    def _fill_samples(self) -> None:
+        follower = self.follower
+        table = self.query_one("#samples", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        if follower is None:
+            return
+        width = self._sample_width()
+        self._samples_width = width
+        for sample in follower.samples:
+            table.add_row(
+                "✓" if sample.correct else "✗",
+                Text(sample_lines(sample.src, sample.ref, sample.hyp, width)),
+                height=3,
+            )
+        if follower.samples:
+            table.move_cursor(row=min(cursor, len(follower.samples) - 1))
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refit_samples)  # the table's new width: after layout
+
+    def _refit_samples(self) -> None:
+        if self.follower is not None and self._sample_width() != self._samples_width:
+            self._fill_samples()
 
     def _refresh_queue(self) -> None:
         """The queue as a list under the progress bar (hidden while empty)."""
@@ -381,6 +411,20 @@ class TrainView(Vertical):
             self.post_message(
                 SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row])
             )
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut with "…" when longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def sample_lines(src: Sequence[str], ref: Sequence[str], hyp: Sequence[str], width: int) -> str:
+    """A logged sample as three labelled lines of at most ``width`` characters each, so the
+    hypothesis is always on screen however long the sentences are."""
+    return "\n".join(
+        clip(f"{label} {' '.join(tokens)}", width)
+        for label, tokens in (("src", src), ("ref", ref), ("hyp", hyp))
+    )
 
 
 def wrap_log_line(text: str, width: int) -> list[str]:
