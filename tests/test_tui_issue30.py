@@ -207,3 +207,88 @@ async def test_train_samples_fit_the_panel_with_the_hypothesis_visible(
         assert [line.split(" ")[0] for line in lines] == ["src", "ref", "hyp"]
         assert lines[2].startswith("hyp two young men") and len(lines[2]) >= 20
         assert "hyp two young men" in screen  # drawn, not only stored
+
+
+# -- 4: Setup shows only the data fields the chosen task reads -----------------------------------
+
+
+def _fields_touched(data_config) -> set[str]:
+    """The data.* fields ``load_dataset`` really reads for this config (a recording copy)."""
+    import dataclasses
+
+    from attnlab.config import DataConfig
+    from attnlab.data.dataset import load_dataset
+
+    touched: set[str] = set()
+    names = {f.name for f in dataclasses.fields(DataConfig)}
+
+    class Recording(DataConfig):
+        def __getattribute__(self, name: str):
+            if name in names:
+                touched.add(f"data.{name}")
+            return object.__getattribute__(self, name)
+
+    load_dataset(Recording(**dataclasses.asdict(data_config)))
+    return touched
+
+
+def test_fields_read_cover_what_loading_reads(tmp_path: Path) -> None:
+    from test_tui_corpus_preview import write_corpus
+
+    from attnlab.config import DataConfig
+    from attnlab.data.task_registry import fields_read
+
+    # shared by every task (not task-specific): the vocabulary options
+    common = {"data.task", "data.shared_vocab", "data.min_freq", "data.max_vocab"}
+    corpus = DataConfig(task="corpus", path=str(write_corpus(tmp_path / "c")))
+    assert _fields_touched(corpus) - common <= set(fields_read("corpus"))
+    toy = DataConfig(task="reverse", train_size=20, dev_size=4, test_size=4)
+    assert _fields_touched(toy) - common <= set(fields_read("reverse"))
+    assert "data.min_len" not in fields_read("corpus") and "data.path" not in fields_read("sort")
+
+
+async def test_setup_with_a_corpus_hides_the_toy_fields(tmp_path: Path) -> None:
+    from test_tui_corpus_preview import choose_corpus
+
+    from attnlab.tui.views.setup import field_id
+
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+
+        def shown(key: str) -> bool:
+            return app.query_one(f"#{field_id(key)}").parent.display
+
+        toy = ("data.min_len", "data.max_len", "data.train_size")
+        assert all(shown(key) for key in toy) and not shown("data.path")
+        await choose_corpus(app, pilot)
+        assert not any(shown(key) for key in toy) and shown("data.path")
+        app.query_one(f"#{field_id('data.task')}", Select).value = "sort"
+        await pilot.pause()
+        assert all(shown(key) for key in toy) and not shown("data.path")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_setup_corpus_snapshot(tmp_path: Path, monkeypatch, snap_compare, size) -> None:
+    from test_tui_corpus_preview import write_corpus
+
+    from attnlab.tui.views.corpus_preview import CorpusPreview
+    from attnlab.tui.views.setup import field_id
+
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "corpus")
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await ready(app, pilot)
+        app.query_one(f"#{field_id('data.task')}", Select).value = "corpus"
+        await pilot.pause()
+        app.query_one(f"#{field_id('data.path')}").value = "corpus"
+        await pilot.pause()
+        preview = app.query_one(CorpusPreview)
+        await until(pilot, lambda: preview.summary is not None and not preview.pending)
+        await workers_idle(pilot)
+        await pilot.pause()
+
+    app = make_app(Path("runs"), config=tiny_config())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -186,7 +186,7 @@ class SetupView(Vertical):
         # fields (no flash of the other one's).
         for row in rows:
             if not _row_shown(
-                row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", ""))
+                row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", "")), self.menus
             ):
                 row.display = False
         await form.mount_all(rows)
@@ -217,7 +217,11 @@ class SetupView(Vertical):
         groups = [definition.group] if definition.group else []
         groups += list(definition.archs)  # group-<arch>: shown for that architecture
         classes = " ".join(["field", *(f"group-{g}" for g in groups)])
-        return Horizontal(Label(definition.label, classes="field-label"), widget, classes=classes)
+        if _task_specific(key):
+            classes += " task-field"  # shown only when the chosen task reads it (name = key)
+        return Horizontal(
+            Label(definition.label, classes="field-label"), widget, classes=classes, name=key
+        )
 
     def _options_for(self, key: str) -> list[tuple[str, str]]:
         menus = self.menus
@@ -238,7 +242,7 @@ class SetupView(Vertical):
         values = self.form_values()
         arch, task = str(values.get("model.arch", "rnn")), str(values.get("data.task", ""))
         for row in self.query(".field, CorpusPreview"):
-            row.display = _row_shown(row, arch, task)
+            row.display = _row_shown(row, arch, task, self.menus)
 
     def _wanted_groups(self) -> list[tuple[str, list[HParamInfo]]]:
         """The hyper-parameter groups the menus' current values call for."""
@@ -312,7 +316,11 @@ class SetupView(Vertical):
         arch, corpus = values.get("model.arch", "rnn"), values.get("data.task") == "corpus"
         fields = {d.key: d for d in form_fields(self.menus)}
 
+        task, menus = str(values.get("data.task", "")), self.menus
+
         def shown(d: FieldDef) -> bool:
+            if _task_specific(d.key) and menus is not None and not menus.reads(task, d.key):
+                return False  # a field the task does not read: not shown, not checked
             return (not d.archs or arch in d.archs) and (d.group != "corpus" or corpus)
 
         return {k: v for k, v in values.items() if shown(fields[k])}
@@ -569,11 +577,18 @@ class SetupView(Vertical):
             await self._rebuild_form()
 
 
-def _row_shown(row: Widget, arch: str, task: str) -> bool:
-    """A row shows when its architecture groups (if any) include ``arch`` and, for corpus
-    rows, the task is corpus."""
+def _task_specific(key: str) -> bool:
+    """A data field only some tasks read (the task registry says which: ``Menus.reads``)."""
+    return key.startswith("data.") and key != "data.task"
+
+
+def _row_shown(row: Widget, arch: str, task: str, menus: Menus | None = None) -> bool:
+    """A row shows when its architecture groups (if any) include ``arch``, for corpus rows
+    the task is corpus, and for a task's data field the chosen task reads it."""
     groups = {c[len("group-") :] for c in row.classes if c.startswith("group-")}
     if "corpus" in groups and task != "corpus":
+        return False
+    if row.has_class("task-field") and menus is not None and not menus.reads(task, row.name or ""):
         return False
     archs = groups - {"corpus"}
     return not archs or arch in archs
