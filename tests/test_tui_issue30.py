@@ -292,3 +292,28 @@ def test_setup_corpus_snapshot(tmp_path: Path, monkeypatch, snap_compare, size) 
 
     app = make_app(Path("runs"), config=tiny_config())
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+# -- 5: the Runs tab never cuts the status ----------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_runs_tab_shows_every_status_whole(tmp_path: Path, size) -> None:
+    from _tui_support import run_events, write_run
+    from textual.widgets import DataTable
+
+    from attnlab.events import RunStatus
+
+    write_run(tmp_path, "reverse-transformer-differential-a", run_events(done="interrupted"))
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        table = app.query_one("#runs-table", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        await pilot.pause()
+        assert table.get_row_at(0)[-1] == "interrupted"
+        status = table.columns["status"]
+        assert status.width >= max(len(s.value) for s in RunStatus)
+        assert "interrupted" in app.export_screenshot().replace("&#160;", " ")
+

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
+from attnlab.events import RunStatus
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
 from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
@@ -50,7 +51,7 @@ WIDTHS = {
     "exact": 5,
     "tok/s": 6,
     "wall": 6,
-    "status": 8,
+    "status": max(len(status.value) for status in RunStatus),  # never cut: "interrupted"
 }
 # What matters most at 80 columns comes first: which run, which model, how good, is it done.
 PRIORITY = (
