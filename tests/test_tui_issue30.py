@@ -317,3 +317,25 @@ async def test_runs_tab_shows_every_status_whole(tmp_path: Path, size) -> None:
         assert status.width >= max(len(s.value) for s in RunStatus)
         assert "interrupted" in app.export_screenshot().replace("&#160;", " ")
 
+
+# -- 20: the Runs tab's e key is in the footer ----------------------------------------------
+
+
+async def test_runs_footer_lists_e_where_it_switches_panels(tmp_path: Path) -> None:
+    from _tui_support import write_run
+
+    write_run(tmp_path, "r-a")
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        shown = {
+            (key.key, key.description)
+            for key in app.screen.query("FooterKey")
+            if key.region.right <= 80 and key.region.width  # drawn on screen, not cut off
+        }
+        assert ("e", "Bars/entropy") in shown
+        await pilot.resize_terminal(120, 40)  # wide: three panels, nothing to switch
+        await pilot.pause()
+        assert "e" not in app.screen.active_bindings or not app.screen.active_bindings["e"].enabled

@@ -151,8 +151,9 @@ class RunsView(Vertical):
         Binding("space", "mark", "Mark/compare"),
         Binding("enter", "inspect", "Inspect", show=False),
         Binding("w", "watch", "Follow in Train"),
+        # In the footer while it matters: below NARROW columns, where the panels take turns.
+        Binding("e", "toggle_entropy", "Bars/entropy"),
         Binding("r", "refresh_runs", "Refresh"),
-        Binding("e", "toggle_entropy", "Bars/entropy", show=False),
     ]
     NARROW = 90  # below this width the BLEU-by-length bars and the entropy overlay take turns
 
@@ -262,11 +263,17 @@ class RunsView(Vertical):
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_entropy":  # wide: all three panels show, nothing to switch
+            return self.app.size.width < self.NARROW
+        return True
+
     def on_resize(self) -> None:
         if self.is_mounted and self._layout is not None and self._layout != self._fit():
             self._fill_table()
         if self.is_mounted:
             self._show_panels()
+            self.refresh_bindings()
 
     def action_toggle_entropy(self) -> None:
         """At 80 columns: the third panel shows BLEU by length or the entropy overlay."""
