@@ -339,3 +339,35 @@ async def test_runs_footer_lists_e_where_it_switches_panels(tmp_path: Path) -> N
         await pilot.resize_terminal(120, 40)  # wide: three panels, nothing to switch
         await pilot.pause()
         assert "e" not in app.screen.active_bindings or not app.screen.active_bindings["e"].enabled
+
+
+# -- 7: Inspect opens on the last layer and labels every figure with its layer -----------------
+
+
+async def test_inspect_defaults_to_the_last_layer_and_names_it(tmp_path: Path) -> None:
+    from attnlab.attention_map import last_layer_head_mean
+    from attnlab.tui.widgets.heatmap import AttentionHeatmap
+
+    two = [*TRANSFORMER, "model.enc_layers=2", "model.dec_layers=2"]
+    run_dir = saved_run(tmp_path, "tf2", two)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=SIZE) as pilot:
+        inspect = await show(app, pilot, run_dir, index=1)
+        hyp = inspect.result.hypotheses[0]
+        assert hyp.maps["cross"].shape[0] == 2
+        assert inspect.query_one("#insp-layer", Select).value == 1  # the last layer
+        shown = inspect.query_one(AttentionHeatmap).weights
+        # the drawn map is the last layer's head average, as the header's figure reads it
+        expected = last_layer_head_mean(hyp.maps["cross"])
+        assert shown.shape == expected.shape and abs(shown - expected).max() < 1e-6
+        title = str(inspect.query_one("#insp-title", Static).content)
+        assert "align acc. (layer 1/2)" in title
+        diag = str(inspect.query_one("#insp-diag", Static).content)
+        assert "layer 1/2, head avg" in diag.splitlines()[0]
+        # a layer the user chose is kept by the next decode
+        inspect.query_one("#insp-layer", Select).value = 0
+        await pilot.pause()
+        assert "layer 0/2" in str(inspect.query_one("#insp-diag", Static).content)
+        inspect.show_hypothesis(0)
+        await pilot.pause()
+        assert inspect.query_one("#insp-layer", Select).value == 0

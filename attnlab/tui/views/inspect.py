@@ -112,6 +112,8 @@ class InspectView(Horizontal):
         self._run_paths: list[str] = []
         self._last_request: tuple[str, ...] | None = None
         self._decoders_filled = False
+        self._layer_chosen = False  # the user picked a layer: keep it (else the last layer)
+        self._layer_set: object = 0  # the layer last set here (compose's value: 0)
         self.last_export: list[Path] = []
 
     def compose(self) -> ComposeResult:
@@ -405,8 +407,12 @@ class InspectView(Horizontal):
         self._configure_selectors()
         r = self.result
         ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        cross_layers = hyp.maps["cross"].shape[0] if "cross" in hyp.maps else 1
+        where = f" (layer {cross_layers - 1}/{cross_layers})" if cross_layers > 1 else ""
         acc = (
-            f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+            f" · align acc.{where} {r.alignment_accuracy:.0%}"
+            if r.alignment_accuracy is not None
+            else ""
         )
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         self.query_one("#insp-title", Static).update(
@@ -439,13 +445,17 @@ class InspectView(Horizontal):
         layer_select = self.query_one("#insp-layer", Select)
         head_select = self.query_one("#insp-head", Select)
         with self.prevent(Select.Changed):
+            # The last layer unless the user chose one (the header's figures and the CLI's
+            # --layer default read the last layer too).
             layer = (
                 layer_select.value
-                if isinstance(layer_select.value, int) and layer_select.value < layers
+                if self._layer_chosen
+                and isinstance(layer_select.value, int)
+                and layer_select.value < layers
                 else layers - 1
             )
             layer_select.set_options([(f"layer {i}", i) for i in range(layers)])
-            layer_select.value = layer
+            layer_select.value = self._layer_set = layer
             head = (
                 head_select.value
                 if isinstance(head_select.value, int) and head_select.value < heads
@@ -548,7 +558,7 @@ class InspectView(Horizontal):
         scale = " · ÷ its max" if is_attribution(kind) else ""
         lines = [
             f"[b]{KIND_LABELS.get(kind, kind)}[/] {matrix.shape[0]}×{matrix.shape[1]} "
-            f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
+            f"({KIND_AXES.get(kind, '?')}){self._where()}{scale} · [b]m[/] method",
             *normalisation_lines(d),
         ]
         mask = self.current_selected()
@@ -563,10 +573,26 @@ class InspectView(Horizontal):
         if self.current_kind == "cross" and self.gold is not None and self.result is not None:
             acc = alignment_accuracy(matrix, self.gold)
             if acc is not None and self.result.hypotheses[self.hyp_index].tokens == self.result.ref:
-                lines.append(f"alignment acc. (this hyp) {acc:.0%}")
+                lines.append(f"alignment acc. (this hyp{self._where(', ')}) {acc:.0%}")
         for warning in d.warnings():
             lines.append(f"[$warning]⚠ {warning}[/]")
         self.query_one("#insp-diag", Static).update("\n".join(lines))
+
+    def _where(self, sep: str = " · ") -> str:
+        """`` · layer 1/2, head avg`` for a map with several layers or heads ("" otherwise):
+        every figure says which layer it reads."""
+        kind = self.current_kind
+        if kind is None:
+            return ""
+        layers, heads = self.maps[kind].shape[:2]
+        layer = self.query_one("#insp-layer", Select).value
+        head = self.query_one("#insp-head", Select).value
+        parts = []
+        if layers > 1:
+            parts.append(f"layer {layer}/{layers}")  # as export names it: index/count
+        if heads > 1:
+            parts.append("head avg" if head in (HEAD_AVERAGE, Select.NULL) else f"head {head}")
+        return sep + ", ".join(parts) if parts else ""
 
     def _draw_bars(self, matrix: np.ndarray, cols: list[str]) -> None:
         row = (
@@ -593,7 +619,11 @@ class InspectView(Horizontal):
 
     @on(Select.Changed, "#insp-layer")
     @on(Select.Changed, "#insp-head")
-    def _layer_head_changed(self) -> None:
+    def _layer_head_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "insp-layer" and event.value != self._layer_set:
+            # the user's choice (not an echo of our own setting, which Select may post late):
+            # kept across decodes while the model has that layer
+            self._layer_chosen = True
         self.redraw()
 
     @on(OptionList.OptionSelected, "#insp-nbest")
