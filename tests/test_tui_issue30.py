@@ -371,3 +371,48 @@ async def test_inspect_defaults_to_the_last_layer_and_names_it(tmp_path: Path) -
         inspect.show_hypothesis(0)
         await pilot.pause()
         assert inspect.query_one("#insp-layer", Select).value == 0
+
+
+# -- 8: the corpus-missing error is re-checked on focus and on t ------------------------------
+
+
+async def test_missing_corpus_error_is_rechecked_on_focus_and_on_t(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from test_tui_corpus_preview import choose_corpus, write_corpus
+    from textual.widgets import Input
+
+    from attnlab.tui.views.setup import SetupView, field_id
+
+    requested = []
+    monkeypatch.setattr(
+        "attnlab.tui.views.train.TrainView.train",
+        lambda self, config, queue=False: requested.append(config) or "started",
+    )
+    folder = tmp_path / "multi30k"
+    app = make_app(tmp_path / "runs", config=tiny_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        setup = app.query_one(SetupView)
+        preview = await choose_corpus(app, pilot)
+        path = app.query_one(f"#{field_id('data.path')}", Input)
+        path.value = str(folder)
+        await until(pilot, lambda: not preview.pending and preview.error is not None)
+        await workers_idle(pilot)
+        assert "no such file or folder" in preview.error
+        # the corpus appears (downloaded elsewhere); focusing the field reads it again
+        write_corpus(folder)
+        app.query_one(f"#{field_id('data.task')}").focus()
+        await pilot.pause()
+        path.focus()
+        await until(pilot, lambda: not preview.pending and preview.error is None)
+        assert preview.summary.splits["train"].pairs == 4 and setup.error is None
+        assert not app.query_one("#train-button").disabled
+        # missing again, then back: `t` re-reads and trains once it reads
+        shutil.rmtree(folder)
+        path.value = str(folder) + "/"
+        await until(pilot, lambda: not preview.pending and preview.error is not None)
+        write_corpus(folder)
+        await pilot.press("escape", "t")  # leave the field: t is the Train key
+        await until(pilot, lambda: len(requested) == 1)
+        assert requested[0].data.path == str(folder) + "/" and preview.error is None

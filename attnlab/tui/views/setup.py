@@ -133,6 +133,7 @@ class SetupView(Vertical):
         self._hparam_values: dict[str, str] = {}  # "variant.name" -> the input's text
         self._shown_hparams: tuple[str, ...] | None = None  # None: not built yet
         self._shown_groups: tuple | None = None
+        self._train_when_read: bool | None = None  # `t` waits for a corpus re-read (queue?)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="setup-body"):
@@ -480,9 +481,25 @@ class SetupView(Vertical):
         key = next(s.key for s in self.menus.all_slots() if field_id(s.key) == wid)
         return resolved.get(key, "")
 
+    def on_show(self) -> None:
+        self._recheck_corpus()  # back on Setup: the corpus may have appeared meanwhile
+
+    def _recheck_corpus(self) -> bool:
+        """Read the corpus again if its preview shows an error (the red line must not outlive
+        the problem until the field is edited); True when a new read started."""
+        if self.menus is None or self.form_values().get("data.task") != "corpus":
+            return False
+        started = self.query_one(CorpusPreview).recheck()
+        if started:
+            self.validate_form()  # Train waits for the new read
+        return started
+
     def on_descendant_focus(self, event: Any) -> None:
-        """Focusing an attention menu shows that variant in the side panel."""
+        """Focusing an attention menu shows that variant in the side panel; focusing the
+        corpus path re-reads a corpus that failed."""
         widget = event.widget
+        if widget.id == field_id("data.path"):
+            self._recheck_corpus()
         if isinstance(widget, Select) and self._is_attention_select(widget.id or ""):
             value = widget.value
             if value is not Select.NULL:
@@ -506,7 +523,14 @@ class SetupView(Vertical):
 
     @on(CorpusPreview.Computed)
     def _corpus_previewed(self) -> None:
-        self.validate_form()  # Train follows the corpus: blocked on an error, allowed once read
+        # Train follows the corpus: blocked on an error, allowed once read
+        config = self.validate_form()
+        queue, self._train_when_read = self._train_when_read, None
+        if queue is not None:  # `t` re-read a failed corpus: train now, or say why not
+            if config is not None:
+                self.post_message(self.TrainRequested(config, queue=queue))
+            else:
+                self.app.notify(self.error or "", title="Cannot train", severity="error")
 
     @on(Button.Pressed, "#train-button")
     def _train(self) -> None:
@@ -517,7 +541,12 @@ class SetupView(Vertical):
         self.request_training(queue=True)
 
     def request_training(self, queue: bool = False) -> bool:
-        """Post TrainRequested if the form is valid; otherwise say why (never starts a run)."""
+        """Post TrainRequested if the form is valid; otherwise say why (never starts a run).
+        A corpus whose preview failed is read again first; the run starts when it reads."""
+        if self._recheck_corpus():
+            self._train_when_read = queue
+            self.app.notify("reading the corpus again …", title="Train")
+            return False
         config = self.validate_form()
         if config is None:
             waiting = (
