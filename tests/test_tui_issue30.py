@@ -416,3 +416,33 @@ async def test_missing_corpus_error_is_rechecked_on_focus_and_on_t(
         await pilot.press("escape", "t")  # leave the field: t is the Train key
         await until(pilot, lambda: len(requested) == 1)
         assert requested[0].data.path == str(folder) + "/" and preview.error is None
+
+
+# -- 9: menus at 80 columns: one line per entry; the preset menu opens on the current preset ---
+
+
+async def test_menus_keep_one_line_per_entry_and_open_on_the_current_preset(
+    tmp_path: Path,
+) -> None:
+    from textual.widgets._select import SelectOverlay
+
+    from attnlab.config import preset_names
+    from attnlab.tui.views.setup import SetupView
+
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await app.query_one(SetupView).load("long-copy-nsa")
+        await pilot.pause()
+        menu = app.query_one("#preset-select", Select)
+        menu.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = menu.query_one(SelectOverlay)
+        names = preset_names()
+        assert overlay.option_count == len(names) + 1  # the prompt, then every preset
+        # one row per entry although "copy-transformer-linformer" is wider than the menu
+        assert max(len(n) for n in names) > overlay.scrollable_content_region.width
+        assert overlay.virtual_size.height == overlay.option_count
+        prompt = overlay.get_option_at_index(overlay.highlighted).prompt
+        assert str(prompt) == "long-copy-nsa"

@@ -19,6 +19,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets._select import SelectOverlay  # Select's own list: no public name
 
 from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
@@ -150,7 +151,9 @@ class SetupView(Vertical):
                     )
                     yield Button("Queue +", id="queue-button", compact=True, disabled=True)
                 yield Label("presets:", classes="side-label")
-                yield Select([], prompt="load a built-in preset", id="preset-select", compact=True)
+                yield PresetSelect(
+                    [], prompt="load a built-in preset", id="preset-select", compact=True
+                )
                 yield Input(placeholder="or a file: my-run.toml", id="preset-path", compact=True)
                 with Horizontal(classes="buttons"):
                     yield Button("Load", id="preset-load", compact=True)
@@ -163,9 +166,10 @@ class SetupView(Vertical):
         self.menus = menus
         self._origin = self.config  # the app may have swapped in the default preset
         with self.prevent(Select.Changed):
-            self.query_one("#preset-select", Select).set_options(
+            self.query_one("#preset-select", PresetSelect).set_options(
                 [(name, name) for name in menus.presets]
             )
+        self.query_one("#preset-select", PresetSelect).current = self._origin.name
         await self._rebuild_form()
 
     async def _rebuild_form(self) -> None:
@@ -601,9 +605,23 @@ class SetupView(Vertical):
     async def set_config(self, config: ExperimentConfig) -> None:
         self.config = config
         self._origin = config
+        self.query_one("#preset-select", PresetSelect).current = config.name
         self._hparam_values = {}  # filled from the config per variant as the rows are built
         if self.menus is not None:
             await self._rebuild_form()
+
+
+class PresetSelect(Select[str]):
+    """The preset menu: opens with the highlight on the current preset (``current``, the
+    loaded experiment's name) rather than on the first entry."""
+
+    current = ""
+
+    def _watch_expanded(self, expanded: bool) -> None:
+        super()._watch_expanded(expanded)
+        values = [value for _, value in self._options]
+        if expanded and self.current in values:
+            self.query_one(SelectOverlay).highlighted = values.index(self.current)
 
 
 def _task_specific(key: str) -> bool:
