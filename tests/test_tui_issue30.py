@@ -446,3 +446,34 @@ async def test_menus_keep_one_line_per_entry_and_open_on_the_current_preset(
         assert overlay.virtual_size.height == overlay.option_count
         prompt = overlay.get_option_at_index(overlay.highlighted).prompt
         assert str(prompt) == "long-copy-nsa"
+
+
+# -- 18: the help screen's second column wraps under itself --------------------------------------
+
+
+async def test_help_at_80_columns_wraps_descriptions_under_their_column(tmp_path: Path) -> None:
+    from rich.text import Text
+    from textual.geometry import Region
+
+    from attnlab.tui.help import HELP_TEXT, HelpScreen
+
+    sections = {"attnlab", "Everywhere", "Setup", "Train", "Inspect", "Runs", "Export"}
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause()
+        text = app.screen.query_one("#help-text", Static)
+        width, height = text.size
+        assert width < 80  # narrower than the longest entries: they must wrap
+        lines = [strip.text.rstrip() for strip in text.render_lines(Region(0, 0, width, height))]
+    lines = [line for line in lines if line]
+    # every line is a section heading, or indented: nothing wraps back to column 1
+    stray = [ln for ln in lines if not ln.startswith("  ") and ln.split()[0] not in sections]
+    assert stray == []
+    # a key's description continues under the description column, not under the keys
+    at = next(i for i, line in enumerate(lines) if line.startswith("  m           map method"))
+    assert lines[at + 1].startswith(" " * 14) and lines[at + 1][14] != " "
+    # and nothing is lost: the same words as the help text
+    assert " ".join(lines).split() == Text.from_markup(HELP_TEXT).plain.split()
