@@ -477,3 +477,37 @@ async def test_help_at_80_columns_wraps_descriptions_under_their_column(tmp_path
     assert lines[at + 1].startswith(" " * 14) and lines[at + 1][14] != " "
     # and nothing is lost: the same words as the help text
     assert " ".join(lines).split() == Text.from_markup(HELP_TEXT).plain.split()
+
+
+# -- 19: saving a TOML over an existing file asks first --------------------------------------
+
+
+async def test_save_over_an_existing_toml_asks_first(tmp_path: Path, monkeypatch) -> None:
+    from textual.widgets import Input
+
+    from attnlab.config import dumps_toml
+    from attnlab.tui.help import ConfirmScreen
+    from attnlab.tui.views.setup import SetupView
+
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "mine.toml"
+    target.write_text("# keep me\n", encoding="utf-8")
+    app = make_app(tmp_path / "runs", config=tiny_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        app.query_one("#preset-path", Input).value = "mine"
+        await pilot.click("#preset-save")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert target.read_text(encoding="utf-8") == "# keep me\n"
+        await pilot.click("#preset-save")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: target.read_text(encoding="utf-8") != "# keep me\n")
+        assert target.read_text(encoding="utf-8") == dumps_toml(app.query_one(SetupView).config)
+        # a new file is written at once, with no question
+        app.query_one("#preset-path", Input).value = "fresh"
+        await pilot.click("#preset-save")
+        await until(pilot, lambda: (tmp_path / "fresh.toml").exists())
+        assert not isinstance(app.screen, ConfirmScreen)

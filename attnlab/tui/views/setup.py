@@ -24,6 +24,7 @@ from textual.widgets._select import SelectOverlay  # Select's own list: no publi
 from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
 from attnlab.naming import describe, experiment_name
+from attnlab.tui.help import ConfirmScreen
 from attnlab.tui.menus import (
     SAME_AS_ENCODER,
     HParamInfo,
@@ -594,6 +595,23 @@ class SetupView(Vertical):
             self.app.notify(self.error or "type a file name to save to", severity="error")
             return
         path = Path(name if name.endswith(".toml") else f"{name}.toml")
+        if not path.exists():
+            self._write_preset(path, config)
+            return
+
+        def decide(overwrite: bool | None) -> None:
+            if overwrite:
+                self._write_preset(path, config)
+            else:
+                self.app.notify(f"{path} left as it was", title="Not saved")
+
+        # As Export does: an existing file is replaced only when the user says so.
+        self.app.push_screen(
+            ConfirmScreen(f"[b]{_escape(str(path))}[/b] exists. Overwrite it with this setup?"),
+            decide,
+        )
+
+    def _write_preset(self, path: Path, config: ExperimentConfig) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(dumps_toml(config), encoding="utf-8")
