@@ -511,3 +511,70 @@ async def test_save_over_an_existing_toml_asks_first(tmp_path: Path, monkeypatch
         await pilot.click("#preset-save")
         await until(pilot, lambda: (tmp_path / "fresh.toml").exists())
         assert not isinstance(app.screen, ConfirmScreen)
+
+
+# -- 11 and 14: plot titles always shown; nice ticks; bounded metrics clamped ---------------------
+
+
+def test_nice_ticks_are_evenly_spaced_on_a_1_2_5_step() -> None:
+    import math
+
+    from attnlab.tui.widgets.plots import clamp_limits, nice_ticks, tick_labels
+
+    for low, high, most in [
+        (0.0072797, 0.0072904, 5),
+        (0.358, 0.842, 3),
+        (0.9, 2.9, 4),
+        (0, 100, 6),
+    ]:
+        ticks = nice_ticks(low, high, most)
+        assert 1 <= len(ticks) <= most and all(low - 1e-12 <= t <= high + 1e-12 for t in ticks)
+        gaps = {round(b - a, 12) for a, b in zip(ticks, ticks[1:], strict=False)}
+        assert len(gaps) <= 1  # evenly spaced
+        if gaps:
+            step = gaps.pop()
+            mantissa = step / 10 ** math.floor(math.log10(step))
+            assert round(mantissa, 9) in (1.0, 2.0, 5.0)
+            # the finest such step: the next finer one would give more than `most` ticks
+            finer = {1.0: 0.5, 2.0: 1.0, 5.0: 2.0}[round(mantissa, 9)] * step / mantissa
+            assert math.floor(high / finer) - math.ceil(low / finer) + 1 > most
+    assert tick_labels([0.00728, 0.007285, 0.00729]) == ["0.007280", "0.007285", "0.007290"]
+    assert tick_labels([20.0, 40.0, 60.0]) == ["20", "40", "60"]
+    assert clamp_limits((80.3, 103.2), (0.0, 100.0)) == (80.3, 100.0)
+    assert clamp_limits((-0.2, 0.4), None) == (-0.2, 0.4)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_train_plots_keep_titles_and_bounded_axes(tmp_path: Path, size) -> None:
+    from _tui_support import run_events, write_run
+    from textual.geometry import Region
+
+    from attnlab.tui.follow import ENTROPY_TITLE
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot, _Canvas, _Title
+
+    events = run_events(steps=40, eval_every=20)
+    for event in events:
+        if event["type"] == "eval":
+            event["bleu"] = event["chrf"] = 98.5  # the room above would pass 100
+            event["attention_normalisation"] = {"cross": "softmax", "dec_self": "signed"}
+    run_dir = write_run(tmp_path, "reverse-transformer-differential-a", events)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(run_dir)
+        train.poll()
+        entropy = app.query_one("#entropy-plot", MetricPlot)
+        await until(pilot, lambda: entropy.points > 0)
+        await pilot.pause()
+        title = entropy.query_one(_Title)
+        assert str(title.render()) == ENTROPY_TITLE and title.region.height == 1
+        assert "dec self: signed, none" in [label for label, _, _ in entropy.series]
+        metric = app.query_one("#metric-plot", MetricPlot)
+        canvas = metric.query_one(_Canvas)
+        lines = [s.text for s in canvas.render_lines(Region(0, 0, *canvas.size))]
+        labels = [line.split("┤")[0].strip() for line in lines if "┤" in line[:6]]
+        numbers = [float(x) for x in labels if x]
+        assert numbers and max(numbers) <= 100.0  # BLEU / chrF never above their range

@@ -175,8 +175,8 @@ class RunsView(Vertical):
         yield Static("", id="runs-status")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare"):
-            yield MetricPlot("dev BLEU of marked runs", id="compare-curves")
-            yield BarsPlot("BLEU by source length", id="compare-bars")
+            yield MetricPlot("dev BLEU of marked runs", bounds=(0.0, 100.0), id="compare-curves")
+            yield BarsPlot("BLEU by source length", bounds=(0.0, 100.0), id="compare-bars")
             yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
 
     def on_mount(self) -> None:

@@ -96,7 +96,7 @@ class TrainView(Vertical):
             yield OptionList(id="train-queue")
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
-            yield MetricPlot("dev metrics (0-100)", id="metric-plot")
+            yield MetricPlot("dev metrics (0-100)", bounds=(0.0, 100.0), id="metric-plot")
             yield MetricPlot(ENTROPY_TITLE, id="entropy-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
@@ -254,16 +254,16 @@ class TrainView(Vertical):
                     ]
                 )
                 entropy = self.query_one("#entropy-plot", MetricPlot)
-                signed = c.no_entropy()  # signed weights have no entropy: say which are missing
-                entropy.title = ENTROPY_TITLE + (
-                    f" · {', '.join(signed)}: signed, none" if signed else ""
-                )
+                # Signed weights have no entropy: the legend says which role is missing (in
+                # the title it pushed the title itself off a narrow plot).
+                signed = [(f"{role}: signed, none", [], []) for role in c.no_entropy()]
                 entropy.set_series(
                     [
                         (c.entropy_label(role), c.eval_step, c.entropy[role])
                         for role in ENTROPY_ROLES
                         if role in c.entropy
                     ]
+                    + signed
                 )
                 entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
             if drawn[2] != previous[2]:
