@@ -578,3 +578,46 @@ async def test_train_plots_keep_titles_and_bounded_axes(tmp_path: Path, size) ->
         labels = [line.split("┤")[0].strip() for line in lines if "┤" in line[:6]]
         numbers = [float(x) for x in labels if x]
         assert numbers and max(numbers) <= 100.0  # BLEU / chrF never above their range
+
+
+# -- 12: the Train header never wraps mid-field; plots keep equal heights -----------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_train_header_breaks_between_fields_and_plots_align(tmp_path: Path, size) -> None:
+    import re
+
+    from _tui_support import run_events, write_run
+    from textual.geometry import Region
+
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot, _Canvas
+
+    events = run_events(steps=40, eval_every=20)
+    for event in events:
+        if event["type"] == "step":
+            event["tokens_per_s"] = 8128.0
+    run_dir = write_run(tmp_path, "reverse-transformer-differential-20261204-235414", events)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(run_dir)
+        train.poll()
+        await until(pilot, lambda: app.query_one("#entropy-plot", MetricPlot).points > 0)
+        await pilot.pause()
+        await pilot.pause()
+        status = app.query_one("#train-status")
+        lines = [s.text.strip() for s in status.render_lines(Region(0, 0, *status.size))]
+        lines = [line for line in lines if line]
+        assert any("8,128 tok/s" in line for line in lines), lines
+        # fields are whole on their line: no value ends a line whose unit starts the next
+        assert not any(line.startswith(("tok/s", "/", "2.00e-03")) for line in lines), lines
+        assert not any(re.search(r"(step|loss|BLEU|lr|8,128)$", line) for line in lines), lines
+        heights = {
+            plot.query_one(_Canvas).region.height
+            for plot in app.query_one("#train-plots").query(MetricPlot)
+            if plot.display
+        }
+        assert len(heights) == 1, heights

@@ -33,7 +33,7 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.tui.widgets.plots import LegendWrapped, MetricPlot, align_legends
 from attnlab.viz.text import run_label
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
@@ -272,6 +272,11 @@ class TrainView(Vertical):
                 start = max(previous[3], 0)
                 self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
 
+    @on(LegendWrapped)
+    def _legend_wrapped(self) -> None:
+        """The three plots keep equal heights whatever their legends take."""
+        align_legends(list(self.query_one("#train-plots").query(MetricPlot)))
+
     def _sample_width(self) -> int:
         """Characters a sample's line gets: the table's width less the vertical scrollbar
         (counted always: it appears once rows overflow), the ok column ("ok" and its padding)
@@ -395,7 +400,10 @@ class TrainView(Vertical):
             elapsed = follower.live_elapsed_s(now)
         eta = follower.eta_s(now) if not follower.finished else 0.0
         clock = f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
-        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, clock)
+        if queued:
+            parts.append(queued.strip())
+        width = status.content_region.width or self.app.size.width - 2
+        shown = (fit_fields(parts, width), follower.max_steps, follower.step, clock)
         if shown == self._status_shown:
             return  # nothing changed: no repaint (this runs on every poll)
         self._status_shown = shown
@@ -411,6 +419,20 @@ class TrainView(Vertical):
             self.post_message(
                 SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row])
             )
+
+
+def fit_fields(parts: Sequence[str], width: int, gap: str = "  ") -> str:
+    """Markup ``parts`` joined by ``gap``, a new line started before a part that would not fit
+    ``width``: the header never breaks inside a field (``8,128`` / ``tok/s``)."""
+    lines: list[str] = []
+    line, used = "", 0
+    for part in parts:
+        size = Text.from_markup(part).cell_len
+        if line and used + len(gap) + size > width:
+            lines.append(line)
+            line, used = "", 0
+        line, used = (f"{line}{gap}{part}", used + len(gap) + size) if line else (part, size)
+    return "\n".join([*lines, line]) if line else "\n".join(lines)
 
 
 def clip(text: str, width: int) -> str:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -127,6 +129,10 @@ def legend_text(labels: Sequence[str], width: int = 0) -> Text:
     return text
 
 
+class LegendWrapped(Message):
+    """A plot's legend now takes a different number of lines (plots side by side re-align)."""
+
+
 class _Legend(Static):
     """The legend line(s) under a plot; re-wrapped when the plot is resized."""
 
@@ -135,13 +141,30 @@ class _Legend(Static):
     def __init__(self) -> None:
         super().__init__("")
         self.labels: list[str] = []
+        self.lines = 0  # lines the legend text takes at the current width
 
     def show(self, labels: Sequence[str]) -> None:
         self.labels = list(labels)
-        self.update(legend_text(self.labels, self.size.width - 2) if self.labels else "")
+        text = legend_text(self.labels, self.size.width - 2) if self.labels else Text("")
+        self.update(text)
+        lines = text.plain.count("\n") + 1 if self.labels else 0
+        if lines != self.lines:
+            self.lines = lines
+            self.post_message(LegendWrapped())
 
     def on_resize(self) -> None:
         self.show(self.labels)
+
+
+def align_legends(plots: Sequence[Widget]) -> None:
+    """Give the legends of plots side by side the height of the tallest one, so that their
+    canvases (and axes) keep equal heights when one legend wraps onto a second line."""
+    shown = [plot for plot in plots if plot.display]
+    rows = max((plot.query_one(_Legend).lines for plot in shown), default=0)
+    for plot in shown:
+        legend = plot.query_one(_Legend)
+        legend.styles.max_height = 3
+        legend.styles.height = min(max(rows, 1), 3)
 
 
 class _Canvas(PlotextPlot):
