@@ -621,3 +621,33 @@ async def test_train_header_breaks_between_fields_and_plots_align(tmp_path: Path
             if plot.display
         }
         assert len(heights) == 1, heights
+
+
+# -- 10: Inspect at 80x24: panels never run together; the header keeps the translation ----------
+
+
+async def test_inspect_at_80x24_keeps_the_arrow_and_separates_panels(tmp_path: Path) -> None:
+    from textual.geometry import Region
+
+    from attnlab.tui.views.inspect import fit_pair
+
+    run_dir = saved_run(tmp_path, "tf", TRANSFORMER)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        inspect = await show(app, pilot, run_dir, index=1)
+        inspect.query_one("#insp-text").value = " ".join(["7", "3", "12", "25", "9"] * 6)
+        inspect.decode()
+        await workers_idle(pilot)
+        await until(pilot, lambda: inspect.result is not None and inspect.result.request.text)
+        await pilot.pause()
+        title = inspect.query_one("#insp-title", Static)
+        first = title.render_lines(Region(0, 0, *title.size))[0].text.strip()
+        hyp = " ".join(inspect.result.hypotheses[0].tokens)
+        assert " → " in first and first.split(" → ")[1].startswith(hyp[:3]), first
+        assert len(first) <= title.content_region.width
+        diag, bars = inspect.query_one("#insp-diag"), inspect.query_one("#insp-bars-box")
+        assert bars.region.x >= diag.region.right and bars.styles.border_left[0] != ""
+    # each side keeps at least half the line unless the other is short
+    src, hyp = fit_pair("s" * 60, "h" * 60, 43)
+    assert len(src) == len(hyp) == 20 and src.endswith("…") and hyp.endswith("…")
+    assert fit_pair("short", "h" * 60, 43) == ("short", "h" * 34 + "…")

@@ -36,6 +36,7 @@ from attnlab.tui.diagnostics import Diagnostics, alignment_accuracy, diagnose, e
 from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
+from attnlab.viz.text import run_label
 
 KIND_LABELS = {
     "cross": "cross",
@@ -390,9 +391,12 @@ class InspectView(Horizontal):
         self.hyp_index = 0
         self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)])
         self._configure_selectors()
+        width = self._title_width()
+        name = run_label(run_dir.name, max(12, width // 3))  # the sentence pair gets the room
+        prefix = f"{name} logged sample {sample.index}: "
+        src, hyp = fit_pair(" ".join(sample.src), " ".join(sample.hyp), width - len(prefix))
         self.query_one("#insp-title", Static).update(
-            f"[b]{run_dir.name}[/] logged sample {sample.index}: "
-            f"{_escape(' '.join(sample.src))} → {_escape(' '.join(sample.hyp))}"
+            f"[b]{_escape(name)}[/] logged sample {sample.index}: {_escape(src)} → {_escape(hyp)}"
         )
         self.step_row = None
         self.redraw()
@@ -415,13 +419,19 @@ class InspectView(Horizontal):
             else ""
         )
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
+        src, shown = fit_pair(" ".join(r.src), " ".join(hyp.tokens), self._title_width())
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
+            f"[b]{_escape(src)}[/] → [b]{_escape(shown)}[/]\n"
             f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} "
             f"· step {r.step}{acc}{ref}"
         )
         self.step_row = None
         self.redraw()
+
+    def _title_width(self) -> int:
+        """Characters the title's line has (its padding left out)."""
+        title = self.query_one("#insp-title", Static)
+        return max(title.content_region.width or self.app.size.width - 30, 20)
 
     def _configure_selectors(self) -> None:
         kind_select = self.query_one("#insp-kind", Select)
@@ -810,6 +820,23 @@ class InspectView(Horizontal):
         if self.result is not None and self.result.hypotheses:
             self.show_hypothesis(self.hyp_index + delta)
             self.query_one("#insp-nbest", OptionList).highlighted = self.hyp_index
+
+
+def fit_pair(src: str, hyp: str, width: int, arrow: str = " → ") -> tuple[str, str]:
+    """Source and translation cut (with "…") so that ``src → hyp`` fits ``width``: a long
+    source no longer pushes the arrow and the translation off the line. Each side gets at
+    least half the room, and a short side leaves the rest to the other."""
+    room = max(width - len(arrow), 8)
+    if len(src) + len(hyp) <= room:
+        return src, hyp
+    half = room // 2
+    src_room = room - min(len(hyp), room - half) if len(src) > half else len(src)
+    hyp_room = room - min(len(src), src_room)
+    return _cut(src, src_room), _cut(hyp, hyp_room)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def normalisation_lines(d: Diagnostics) -> list[str]:
