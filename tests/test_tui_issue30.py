@@ -651,3 +651,32 @@ async def test_inspect_at_80x24_keeps_the_arrow_and_separates_panels(tmp_path: P
     src, hyp = fit_pair("s" * 60, "h" * 60, 43)
     assert len(src) == len(hyp) == 20 and src.endswith("…") and hyp.endswith("…")
     assert fit_pair("short", "h" * 60, 43) == ("short", "h" * 34 + "…")
+
+
+# -- 15: Setup fields never drop keys typed in a burst ---------------------------------------------
+
+
+async def test_setup_field_keeps_every_key_of_a_burst(tmp_path: Path) -> None:
+    from textual import events
+
+    from attnlab.tui.views.setup import SetupView, field_id
+
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        field = app.query_one(f"#{field_id('data.max_len')}")
+        field.focus()
+        await pilot.pause()
+        assert field.value == "8"
+        # as the terminal driver posts them: all at once, nothing waited for in between
+        burst = [("ctrl+a", "\x01"), ("ctrl+k", "\x0b"), ("3", "3"), ("0", "0"), ("0", "0")]
+        for key, character in burst:
+            app.post_message(events.Key(key, character))
+        setup = app.query_one(SetupView)
+        await until(pilot, lambda: setup.config.data.max_len == 300)
+        await pilot.pause()
+        assert field.value == "300"
+        # home, then typed at the start; Ctrl+K after a move deletes only what follows
+        for key, character in [("ctrl+a", "\x01"), ("1", "1"), ("ctrl+k", "\x0b")]:
+            app.post_message(events.Key(key, character))
+        await until(pilot, lambda: field.value == "1")

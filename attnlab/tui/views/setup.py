@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -155,7 +155,9 @@ class SetupView(Vertical):
                 yield PresetSelect(
                     [], prompt="load a built-in preset", id="preset-select", compact=True
                 )
-                yield Input(placeholder="or a file: my-run.toml", id="preset-path", compact=True)
+                yield FieldInput(
+                    placeholder="or a file: my-run.toml", id="preset-path", compact=True
+                )
                 with Horizontal(classes="buttons"):
                     yield Button("Load", id="preset-load", compact=True)
                     yield Button("Save", id="preset-save", compact=True)
@@ -218,7 +220,9 @@ class SetupView(Vertical):
         elif definition.kind == "check":
             widget = Checkbox("on", value=bool(value), id=wid, compact=True)
         else:
-            widget = Input(_text(value), placeholder=field_range_text(key), id=wid, compact=True)
+            widget = FieldInput(
+                _text(value), placeholder=field_range_text(key), id=wid, compact=True
+            )
         widget.tooltip = f"{key} {field_range_text(key)}".strip()
         groups = [definition.group] if definition.group else []
         groups += list(definition.archs)  # group-<arch>: shown for that architecture
@@ -287,7 +291,7 @@ class SetupView(Vertical):
         text = self._hparam_values.setdefault(
             info.key, _text(explicit.get(info.name, info.default))
         )
-        field = Input(
+        field = FieldInput(
             text,
             placeholder=info.range_text(),
             id=hparam_id(info.name, info.variants[0]),
@@ -627,6 +631,23 @@ class SetupView(Vertical):
         self._hparam_values = {}  # filled from the config per variant as the rows are built
         if self.menus is not None:
             await self._rebuild_form()
+
+
+class FieldInput(Input):
+    """An Input that applies its own editing keys (Ctrl+A home, Ctrl+K delete to the end, …)
+    in the order they were typed. Textual runs a widget's key bindings once the key has
+    bubbled up to the app, while it inserts characters at once: from a fast burst
+    (``C-a C-k 300`` pasted by tmux or typed quickly) the characters landed first and the
+    late Ctrl+K then deleted them, leaving the field empty."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        bindings = self._bindings.key_to_bindings.get(event.key, [])
+        if bindings and not event.is_printable:
+            event.stop()
+            event.prevent_default()
+            await self.run_action(bindings[0].action)
+            return
+        await super()._on_key(event)
 
 
 class PresetSelect(Select[str]):
