@@ -17,6 +17,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Static
@@ -427,7 +428,7 @@ def fit_fields(parts: Sequence[str], width: int, gap: str = "  ") -> str:
     lines: list[str] = []
     line, used = "", 0
     for part in parts:
-        size = Text.from_markup(part).cell_len
+        size = Content.from_markup(part).cell_length  # Textual markup: [$error] etc.
         if line and used + len(gap) + size > width:
             lines.append(line)
             line, used = "", 0
