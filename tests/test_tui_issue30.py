@@ -680,3 +680,45 @@ async def test_setup_field_keeps_every_key_of_a_burst(tmp_path: Path) -> None:
         for key, character in [("ctrl+a", "\x01"), ("1", "1"), ("ctrl+k", "\x0b")]:
             app.post_message(events.Key(key, character))
         await until(pilot, lambda: field.value == "1")
+
+
+# -- 13: progress shows the acknowledged step; ETA only once timed, evaluations included --------
+
+
+def test_follower_progress_and_eta_follow_the_trainer(tmp_path: Path) -> None:
+    from _tui_support import write_events
+
+    from attnlab.tui.follow import MIN_TIMED_STEPS, RunFollower
+
+    config = {"train": {"max_steps": 200, "eval_every": 50}}
+    start = {"type": "start", "step": 0, "name": "x", "max_steps": 200, "config": config}
+    write_events(tmp_path, [start, {"type": "step", "step": 1, "loss": 3.0, "elapsed_s": 60.0}])
+    follower = RunFollower(tmp_path)
+    follower.poll()
+    assert follower.eta_s() is None  # one slow first step (warm-up) is not a rate
+    # steps 1 -> 50: 49 steps in 4.9 s (0.1 s each), then an evaluation of 3.0 s
+    write_events(
+        tmp_path,
+        [
+            {"type": "step", "step": 50, "loss": 2.0, "elapsed_s": 64.9},
+            {
+                "type": "eval",
+                "step": 50,
+                "split": "dev",
+                "loss": 1.0,
+                "bleu": 1.0,
+                "elapsed_s": 67.9,
+            },
+            {"type": "step", "step": 60, "loss": 2.0, "elapsed_s": 68.9},
+        ],
+    )
+    follower.poll()
+    assert MIN_TIMED_STEPS <= 60 - 1  # the window is long enough to give an ETA
+    # by hand: training 59 steps in 68.9 - 60.0 - 3.0 (the eval) = 5.9 s -> 0.1 s a step;
+    # 140 steps left -> 14.0 s, plus the evaluations at 100, 150 and 200 at 3.0 s each
+    assert follower.eta_s() == pytest.approx(140 * 0.1 + 3 * 3.0)
+    # paused at step 66: the trainer's acknowledged step, not the last logged one (60)
+    write_events(tmp_path, [{"type": "control", "step": 66, "command": "pause"}])
+    follower.poll()
+    assert follower.state == "paused" and follower.step == 66
+    assert follower.eta_s() == pytest.approx(134 * 0.1 + 3 * 3.0)
