@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from rich.console import RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -83,9 +84,10 @@ def nice_ticks(low: float, high: float, max_ticks: int = 5) -> list[float]:
         magnitude *= 10
 
 
-def tick_count(height: int) -> int:
-    """How many y ticks a plot of ``height`` rows gets: about one every other row, 3 to 6."""
-    return max(3, min(6, height // 2 + 1))
+def tick_count(rows: int) -> int:
+    """Y ticks for a plot area of ``rows`` rows: about one every other row, 2 to 6, and never
+    more than the rows (plotext then picks which labels to show, differently run to run)."""
+    return max(1, min(rows, max(2, min(6, rows // 2 + 1))))
 
 
 def tick_labels(ticks: Sequence[float]) -> list[str]:
@@ -170,6 +172,16 @@ def align_legends(plots: Sequence[Widget]) -> None:
 class _Canvas(PlotextPlot):
     DEFAULT_CSS = "_Canvas { height: 1fr; width: 1fr; }"
 
+    y_range: tuple[float, float] | None = None  # set: nice y ticks for the size drawn at
+
+    def render(self) -> RenderResult:
+        # The ticks are chosen here, at the size the plot is drawn at (the height settles
+        # only after layout). The plot area is the height less the frame and x axis rows.
+        if self.y_range is not None:
+            ticks = nice_ticks(*self.y_range, tick_count(max(self.size.height - 4, 1)))
+            self.plt.yticks(ticks, tick_labels(ticks))
+        return super().render()
+
 
 class _Title(Static):
     """The plot's title, one line cut with "…": plotext dropped a title wider than its plot
@@ -225,6 +237,7 @@ class MetricPlot(Vertical):
         plt = canvas.plt
         plt.clear_data()
         plt.clear_figure()
+        canvas.y_range = None
         self.query_one(_Title).update(Text(self.title))
         plt.xlabel(self.x_label)
         if self.y_label:
@@ -252,8 +265,7 @@ class MetricPlot(Vertical):
             plt.xticks(ticks, [str(t) for t in ticks])
             y_lo, y_hi = clamp_limits(y_limits(all_y), self.bounds)
             plt.ylim(y_lo, y_hi)
-            y_ticks = nice_ticks(y_lo, y_hi, tick_count(canvas.size.height))
-            plt.yticks(y_ticks, tick_labels(y_ticks))
+            canvas.y_range = (y_lo, y_hi)
         self.points = total
         self.query_one(_Legend).show(labels)
         canvas.refresh()
@@ -298,6 +310,7 @@ class BarsPlot(Vertical):
         plt = canvas.plt
         plt.clear_data()
         plt.clear_figure()
+        canvas.y_range = None
         self.query_one(_Title).update(Text(self.title))
         labels = [label for label, _ in self.bars]
         if self.groups and self.bars:
@@ -310,7 +323,6 @@ class BarsPlot(Vertical):
             top = max((v for vals in values for v in vals), default=0.0)
             y_lo, y_hi = clamp_limits((0.0, max(top * 1.05, 1.0)), self.bounds)
             plt.ylim(y_lo, y_hi)
-            y_ticks = nice_ticks(y_lo, y_hi, tick_count(canvas.size.height))
-            plt.yticks(y_ticks, tick_labels(y_ticks))
+            canvas.y_range = (y_lo, y_hi)
         self.query_one(_Legend).show(labels)
         canvas.refresh()
