@@ -71,7 +71,7 @@ async def test_the_studies_tab_shows_the_table_and_failed_runs(tmp_path: Path) -
         notes = view.shown[1].plain
         better = next(r for r in expected.rows if r.name == "better").metrics["exact_match"]
         assert f"{better.mean:.3f} ± {(better.high - better.low) / 2:.3f}" in shown
-        assert "base (baseline)" in shown
+        assert "base ◆" in shown
         assert "broken-s1: no such corpus" in notes
         assert "Welch" in notes
         assert view.query_one("#study-curves").points > 0

@@ -41,6 +41,7 @@ CORPUS_FIELDS: tuple[str, ...] = (
     "data.tokenizer",
     "data.subword_vocab",
     "data.train_max_tokens",
+    "data.eval_max_tokens",
     "data.seed",
 )
 

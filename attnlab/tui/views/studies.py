@@ -24,9 +24,11 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.viz.text import middle_ellipsis
 
 REFRESH_SECONDS = 3.0
 STUDY_RECORD = "study.json"
+LIST_NAME_WIDTH = 14  # one line per study even in the narrow list (80 columns)
 
 
 def find_studies(runs_dir: Path) -> list[Path]:
@@ -67,10 +69,15 @@ def table_renderable(table: Any, highlighted: str | None = None) -> Table:
     out = Table(title=title, expand=True, show_lines=False)
     columns, body = stacked_rows(table)
     for i, column in enumerate(columns):
-        out.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        if i == 0:  # the cell's name gives way first: the figures are never cut
+            out.add_column(column, no_wrap=True, overflow="ellipsis", max_width=20)
+        else:
+            out.add_column(column, justify="right", no_wrap=True)
     for cells in body:
-        style = "reverse" if highlighted and cells[0].split(" ")[0] == highlighted else ""
-        out.add_row(*cells, style=style)
+        name = cells[0].replace(" (baseline)", " ◆")
+        style = "reverse" if highlighted and name.split(" ")[0] == highlighted else ""
+        out.add_row(name, *cells[1:], style=style)
+    out.caption = "◆ baseline · * p < 0.05 over seeds · † over sentences (Holm)"
     return out
 
 
@@ -96,7 +103,7 @@ class StudiesView(Vertical):
     ]
 
     DEFAULT_CSS = """
-    StudiesView #studies-list { width: 28; min-width: 20; height: 1fr; }
+    StudiesView #studies-list { width: 24; height: 1fr; }
     StudiesView #study-body { width: 1fr; height: 1fr; }
     StudiesView #study-table { height: auto; }
     StudiesView #study-notes { height: auto; }
@@ -165,7 +172,9 @@ class StudiesView(Vertical):
         options = self.query_one("#studies-list", OptionList)
         keep = self.current
         options.clear_options()
-        options.add_options([Option(d.name, id=str(d)) for d in self.directories])
+        options.add_options(
+            [Option(middle_ellipsis(d.name, LIST_NAME_WIDTH), id=str(d)) for d in self.directories]
+        )
         self.query_one("#studies-empty").display = not self.directories
         if self.directories:
             chosen = keep if keep in self.directories else self.directories[0]
