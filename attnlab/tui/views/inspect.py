@@ -23,40 +23,31 @@ from textual.widgets import Button, Input, Label, OptionList, Select, Static
 from attnlab.attention_map import (
     NORM_SIGNED,
     NORM_SOFTMAX,
-    NORM_SPARSE,
     NORM_SUB_STOCHASTIC,
     NORM_UNNORMALISED,
     SELECTED_MARK,
     SELECTED_NOTE,
     UNATTENDED_LABEL,
-    axes_text,
     target_rows,
 )
-from attnlab.tui.diagnostics import Diagnostics, alignment_accuracy, diagnose, entropy_note
+from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.tui.views.inspect_export import MapExport, MapExported  # noqa: F401 - re-export
+from attnlab.tui.views.inspect_text import (  # noqa: F401 - fit_pair: re-exported for tests
+    HEAD_AVERAGE,
+    KIND_AXES,
+    KIND_LABELS,
+    METHOD_CYCLE,
+    escape_markup,
+    fit_pair,
+    normalisation_lines,
+)
 from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
 from attnlab.viz.text import run_label
 
-KIND_LABELS = {
-    "cross": "cross",
-    "enc_self": "encoder self",
-    "dec_self": "decoder self",
-    "rollout": "rollout",
-    "relevancy": "relevancy (∇)",
-    "gradient": "gradient × attn",
-    "norm": "‖α f(v)‖",
-}
-METHOD_CYCLE = ("cross", "rollout", "relevancy", "gradient", "norm")  # the "m" key
-# (rows × columns) of each kind of map: self-attention relates a sequence to itself; every
-# interpretation method explains target tokens by source tokens
-KIND_AXES = {
-    **{role: axes_text(role) for role in ("cross", "enc_self", "dec_self")},
-    **{kind: axes_text("cross") for kind in METHOD_CYCLE[1:]},
-}
 _STEP = Binding.Group("Step", compact=True)
 _HYP = Binding.Group("Hyp", compact=True)
-HEAD_AVERAGE = -1
 RUN_LABEL = 18  # run names in the 24-column control panel: one line, variant kept
 
 
@@ -70,18 +61,12 @@ class InspectFailed(Message):
     error: str
 
 
-@dataclass
-class MapExported(Message):
-    paths: list[Path]
-    error: str = ""
-
-
 def is_attribution(kind: str | None) -> bool:
     """rollout / relevancy / gradient / norm: scores, not weights (no fixed 0..1 range)."""
     return kind in METHOD_CYCLE[1:]
 
 
-class InspectView(Horizontal):
+class InspectView(MapExport, Horizontal):
     BINDINGS = [
         Binding("d", "decode", "Decode"),
         # Grouped so that n/b and k/l fit the footer at 80 columns.
@@ -271,8 +256,9 @@ class InspectView(Horizontal):
             # A run still training before its first eval: say so calmly, no error.
             self._clear_maps()
             self._title(
-                f"[b]{_escape(Path(str(run)).name)}[/] has no checkpoint yet (it saves one at its "
-                "first evaluation). Choose another run, or Enter on a sample in Train.",
+                f"[b]{escape_markup(Path(str(run)).name)}[/] has no checkpoint yet "
+                "(it saves one at its first evaluation). Choose another run, or Enter on a "
+                "sample in Train.",
                 "note",
             )
             return
@@ -314,7 +300,7 @@ class InspectView(Horizontal):
         self._clear_maps()  # no heatmap of another run under this run's error
         self._last_request = None  # choosing the same again retries
         # An error wraps in full (a normal title is cut with an ellipsis).
-        self._title(f"[$error]✗ {_escape(message.error)}[/]", "error")
+        self._title(f"[$error]✗ {escape_markup(message.error)}[/]", "error")
         self.app.notify(message.error, title="Inspect", severity="error")
 
     @on(InspectReady)
@@ -341,7 +327,7 @@ class InspectView(Horizontal):
 
         text = unknown_warning(unknown)
         warning = self.query_one("#insp-warning", Static)
-        warning.update(f"[$warning]⚠ {_escape(text)}[/]" if text else "")
+        warning.update(f"[$warning]⚠ {escape_markup(text)}[/]" if text else "")
         warning.display = bool(text)
         if text:
             self.app.notify(text, title="Inspect", severity="warning")
@@ -396,7 +382,8 @@ class InspectView(Horizontal):
         prefix = f"{name} logged sample {sample.index}: "
         src, hyp = fit_pair(" ".join(sample.src), " ".join(sample.hyp), width - len(prefix))
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(name)}[/] logged sample {sample.index}: {_escape(src)} → {_escape(hyp)}"
+            f"[b]{escape_markup(name)}[/] logged sample {sample.index}: "
+            f"{escape_markup(src)} → {escape_markup(hyp)}"
         )
         self.step_row = None
         self.redraw()
@@ -410,7 +397,7 @@ class InspectView(Horizontal):
         self.selected = dict(getattr(hyp, "selected", {}))
         self._configure_selectors()
         r = self.result
-        ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        ref = f" · ref: {escape_markup(' '.join(r.ref))}" if r.ref is not None else ""
         cross_layers = hyp.maps["cross"].shape[0] if "cross" in hyp.maps else 1
         where = f" (layer {cross_layers - 1}/{cross_layers})" if cross_layers > 1 else ""
         acc = (
@@ -421,7 +408,7 @@ class InspectView(Horizontal):
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
         src, shown = fit_pair(" ".join(r.src), " ".join(hyp.tokens), self._title_width())
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(src)}[/] → [b]{_escape(shown)}[/]\n"
+            f"[b]{escape_markup(src)}[/] → [b]{escape_markup(shown)}[/]\n"
             f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} "
             f"· step {r.step}{acc}{ref}"
         )
@@ -651,7 +638,7 @@ class InspectView(Horizontal):
         where = "unattended mass" if unattended else f"col {cell.col}"
         chosen = f"  {SELECTED_MARK} selected" if cell.selected else ""
         self.query_one("#insp-cell", Static).update(
-            f"[b]{_escape(cell.row_label)}[/] → [b]{_escape(cell.col_label)}[/]  "
+            f"[b]{escape_markup(cell.row_label)}[/] → [b]{escape_markup(cell.col_label)}[/]  "
             f"weight [b]{cell.weight:.4f}[/]"
             f"  (row {cell.row}, {where}){chosen}"
         )
@@ -686,82 +673,6 @@ class InspectView(Horizontal):
     def _shown_run(self) -> Path | None:
         run = self.query_one("#insp-run", Select).value
         return None if run is Select.NULL or not run else Path(str(run))
-
-    def export_target(self) -> tuple[Path, str] | None:
-        """(file stem without suffix, title) of the map on screen; None without one."""
-        run = self._shown_run()
-        kind = self.current_kind
-        if run is None or kind is None:
-            return None
-        layer = self.query_one("#insp-layer", Select).value
-        head = self.query_one("#insp-head", Select).value
-        layers, heads = self.maps[kind].shape[:2]
-        where = []
-        if layers > 1:
-            where.append(f"layer {layer}/{layers}")
-        if heads > 1:
-            average = head in (HEAD_AVERAGE, Select.NULL)
-            where.append("head avg" if average else f"head {head}/{heads}")
-        text = self.query_one("#insp-text", Input).value.strip()
-        split = self.query_one("#insp-split", Select).value
-        index = self.query_one("#insp-index", Input).value or "0"
-        which = "typed" if text else f"{split}{index}"
-        h = "avg" if head in (HEAD_AVERAGE, Select.NULL) else f"h{head}"
-        name = f"{which}-{kind}-l{layer}-{h}-hyp{self.hyp_index + 1}"
-        title = f"{run.name}: {KIND_LABELS.get(kind, kind)} ({KIND_AXES.get(kind, '?')})"
-        title += (", " + ", ".join(where)) if where else ""
-        return run / "figures" / name, title
-
-    def action_export_map(self) -> None:
-        """Write the map on screen to RUN/figures/*.svg and *.html (attnlab.viz.export, the
-        renderer of `attnlab translate --export`) in a thread; the notice names the files."""
-        current = self.current_matrix()
-        target = self.export_target()
-        if current is None or target is None or not current[0].size:
-            self.app.notify("no map to export: decode a sample first", severity="warning")
-            return
-        matrix, rows, cols = current
-        mask = self.current_selected()
-        if self.step_row is not None:  # what is shown: the rows stepped through so far
-            matrix, rows = matrix[: self.step_row + 1], rows[: self.step_row + 1]
-        rows, cols = rows[: matrix.shape[0]], cols[: matrix.shape[1]]
-        if mask is not None:
-            mask = mask[: matrix.shape[0], : matrix.shape[1]]
-        self.write_export(matrix, rows, cols, *target, self.current_normalisation, mask)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
-    def write_export(
-        self,
-        matrix: np.ndarray,
-        rows: list[str],
-        cols: list[str],
-        stem: Path,
-        title: str,
-        normalisation: str = NORM_SOFTMAX,
-        selected: np.ndarray | None = None,
-    ) -> None:
-        from attnlab.errors import AttnlabError
-        from attnlab.viz.export import export_heatmap
-
-        try:
-            stem.parent.mkdir(parents=True, exist_ok=True)
-            paths = export_heatmap(
-                matrix, rows, cols, title, stem, normalisation=normalisation, selected=selected
-            )
-        except (AttnlabError, OSError) as err:
-            self.post_message(MapExported([], str(err)))
-            return
-        self.post_message(MapExported(paths))
-
-    @on(MapExported)
-    def _exported(self, message: MapExported) -> None:
-        if message.error:
-            self.app.notify(message.error, title="Export", severity="error")
-            return
-        svg, *others = message.paths
-        self.last_export = message.paths
-        extra = "".join(f" + {p.suffix}" for p in others)
-        self.app.notify(f"wrote {svg}{extra}", title="Map exported", timeout=10)
 
     def action_heads(self) -> None:
         """Head importance and the pruning curve of the chosen run (a screen with a worker)."""
@@ -820,44 +731,3 @@ class InspectView(Horizontal):
         if self.result is not None and self.result.hypotheses:
             self.show_hypothesis(self.hyp_index + delta)
             self.query_one("#insp-nbest", OptionList).highlighted = self.hyp_index
-
-
-def fit_pair(src: str, hyp: str, width: int, arrow: str = " → ") -> tuple[str, str]:
-    """Source and translation cut (with "…") so that ``src → hyp`` fits ``width``: a long
-    source no longer pushes the arrow and the translation off the line. Each side gets at
-    least half the room, and a short side leaves the rest to the other."""
-    room = max(width - len(arrow), 8)
-    if len(src) + len(hyp) <= room:
-        return src, hyp
-    half = room // 2
-    src_room = room - min(len(hyp), room - half) if len(src) > half else len(src)
-    hyp_room = room - min(len(src), src_room)
-    return _cut(src, src_room), _cut(hyp, hyp_room)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
-
-
-def normalisation_lines(d: Diagnostics) -> list[str]:
-    """The entropy line (read by the map's kind) and what the kind adds: the unattended mass
-    of sub-stochastic rows, the exact zeros of sparse ones, the negative weights of signed."""
-    note = entropy_note(d.normalisation)
-    if d.mean_entropy is None:  # signed: no distribution, no entropy
-        lines = [f"row entropy — ({note})"]
-    else:
-        lines = [
-            f"row entropy {d.mean_entropy:.2f} / uniform {d.uniform_entropy:.2f} nats "
-            f"({d.entropy_ratio:.0%})" + (f" · {note}" if note else "")
-        ]
-    if d.normalisation == NORM_SUB_STOCHASTIC and d.unattended is not None:
-        lines.append(f"unattended mass ({UNATTENDED_LABEL}) {d.unattended:.0%} per row on average")
-    elif d.normalisation == NORM_SPARSE:
-        lines.append(f"exact zeros {d.zeros} of {d.size} weights ({d.zeros / max(d.size, 1):.0%})")
-    elif d.normalisation == NORM_SIGNED:
-        lines.append(f"signed weights: {d.negatives} of {d.size} negative")
-    return lines
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
