@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError, unknown_choice
+from attnlab.regular_files import read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,6 +60,9 @@ class DataConfig:
     # corpora: drop training pairs longer than N tokens (0 = keep all). On by default: one
     # stray 100k-token line would otherwise ask for gigabytes in its batch.
     train_max_tokens: int = 250
+    # corpora: skip dev/test pairs longer than N tokens, and cut `translate` input to N tokens
+    # (0 = no cap). One 100k-token dev line stalled the final evaluation for minutes.
+    eval_max_tokens: int = 1000
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.tokenizer": ("whitespace", "char", "word", "bpe", "unigram"),
 }
 
+# Every integer setting fits a signed 64-bit integer (as in SQLite and torch): a larger one
+# is refused, never rounded through a float.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+# Integer literals: decimal (digits may be grouped with "_", as in TOML), or 0x / 0o / 0b.
+_INT_LITERAL = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*)")
+_INT_LITERAL_MAX = 40  # characters: more cannot be in range (and int() of 5,000 digits fails)
+
+
 # (low, high) for numeric fields; None = unbounded on that side.
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.train_size": (1, None),
@@ -230,6 +242,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.test_fraction": (0.0, 0.5),
     "data.max_pairs": (0, None),
     "data.train_max_tokens": (0, None),
+    "data.eval_max_tokens": (0, None),
     "model.hidden": (1, 16384),
     "model.emb": (1, 16384),
     "model.layers": (1, 16),
@@ -254,6 +267,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.patience": (0, None),
     "train.keep_last": (0, None),
     "train.nproc": (1, 1024),
+    "train.threads": (0, 1024),  # also at most the cores here (distributed.check_threads)
+    "train.seed": (0, INT_MAX),
+    "data.seed": (0, INT_MAX),
+    "decode.seed": (0, INT_MAX),
     "decode.beam": (1, 1000),
     "decode.alpha": (0.0, 10.0),
     "decode.beta": (0.0, 10.0),
@@ -298,6 +315,37 @@ def safe_name(text: str) -> str:
     return name if name.strip(".") else "experiment"
 
 
+def parse_int(key: str, value: Any) -> int:
+    """An integer setting from TOML (an integer) or the command line (an integer literal:
+    ``500``, ``1_000``, ``0x10``); ``1e3`` and ``2.0`` are not integers, and values
+    outside [-2^63, 2^63 - 1] are refused."""
+    wanted = "an integer (e.g. 1000, 1_000 or 0x3e8)"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise AttnlabError(f"{key} must be {wanted}, got {_shown(value)}")
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > _INT_LITERAL_MAX or not _INT_LITERAL.fullmatch(text):
+            raise AttnlabError(f"{key} must be {wanted}, got {_shown(value)}")
+        try:
+            value = int(text, 0)
+        except ValueError:  # "007" (base 0 refuses leading zeros) or a misplaced "_"
+            try:
+                value = int(text, 10)
+            except ValueError:
+                raise AttnlabError(f"{key} must be {wanted}, got {_shown(value)}") from None
+    if not INT_MIN <= value <= INT_MAX:
+        raise AttnlabError(f"{key}={_shown(value)} is out of range [-2^63, 2^63 - 1]")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A value for an error line: at most 40 characters of it."""
+    if isinstance(value, int) and value.bit_length() > 128:  # str() of 4,300+ digits fails
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Coerce a TOML or command-line value to the type of the field's default."""
     kind = type(default)
@@ -327,15 +375,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             raise AttnlabError(f"{key} must be a list of finite numbers, got {value!r}")
         return numbers
     if kind is int:
-        if isinstance(value, bool):
-            raise AttnlabError(f"{key} must be an integer, got {value!r}")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise AttnlabError(f"{key} must be an integer, got {value!r}") from None
-        if not number.is_integer():
-            raise AttnlabError(f"{key} must be an integer, got {value!r}")
-        return int(number)
+        return parse_int(key, value)
     if kind is float:
         if isinstance(value, bool):
             raise AttnlabError(f"{key} must be a number, got {value!r}")
@@ -398,10 +438,15 @@ def _put_param(model: dict[str, Any], key: str, value: Any) -> None:
         model[key] = value
 
 
+# A preset or config.toml larger than this is not one (a sparse giant, a device).
+TOML_MAX_BYTES = 16 << 20
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file: a regular file (a FIFO never blocks), at most TOML_MAX_BYTES."""
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        data = read_bounded(path, TOML_MAX_BYTES, "TOML file")
+        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as err:
@@ -412,6 +457,9 @@ def load_toml(path: Path) -> dict[str, Any]:
             f"{path}:{line}: invalid UTF-8 (byte 0x{err.object[err.start]:02x}); "
             "save the file as UTF-8"
         ) from None
+    except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting too deep
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise AttnlabError(f"{path}: invalid TOML: {reason}") from None
     except OSError as err:
         raise AttnlabError(f"{path}: cannot read: {err.strerror}") from None
 

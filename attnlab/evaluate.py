@@ -214,23 +214,6 @@ def decode_best(
     return [nbest[0] for nbest in nbests]
 
 
-def with_checkpoint_vocabularies(dataset: Any, loaded: Any) -> Any:
-    """``dataset``'s splits with the vocabularies and tokenizers of a loaded checkpoint.
-
-    A checkpoint is scored (``attnlab eval``) and inspected (the lab) with the ids and
-    detokenisation it was trained with, whatever a fresh ``load_dataset`` would build.
-    """
-    import dataclasses
-
-    return dataclasses.replace(
-        dataset,
-        src_vocab=loaded.dataset.src_vocab,
-        tgt_vocab=loaded.dataset.tgt_vocab,
-        src_tokenizer=loaded.dataset.src_tokenizer,
-        tgt_tokenizer=loaded.dataset.tgt_tokenizer,
-    )
-
-
 def target_text(dataset: Any) -> Any:
     """ids -> detokenised target text with ``dataset``'s vocabulary (MBR's utility reads it)."""
     return lambda ids: dataset.detokenize_target(dataset.tgt_vocab.decode(ids))
@@ -259,6 +242,7 @@ def evaluate_split(
     samples: int = 0,
     batch_size: int = 0,
     normalisations: Mapping[str, str] | None = None,
+    keep_sentences: bool = False,
 ) -> dict[str, Any]:
     """Score ``split`` of ``dataset`` (attnlab.data.dataset.Dataset) with ``model``.
 
@@ -266,6 +250,9 @@ def evaluate_split(
     exact_match, alignment_accuracy (None without gold alignments), bleu_by_length,
     bleu_signature, chrf_signature`` and ``samples``: the
     first ``samples`` sentences with src/ref/hyp tokens and the hypothesis's attention.
+    ``keep_sentences`` adds ``sentences``: per sentence, in split order, the detokenised
+    hypothesis and reference, whether it is an exact match and the source length (what paired
+    significance tests and ``eval --hyps/--refs`` need).
     ``normalisations`` (model key -> kind, ``attnlab.nn.archs.normalisations_of``; default
     all softmax) shape the entropy statistics and tag the samples' maps.
     """
@@ -343,6 +330,15 @@ def evaluate_split(
         if examples
         else [],
     }
+    if keep_sentences:
+        result["sentences"] = {
+            "hyps": hyps_text,
+            "refs": refs_text,
+            "exact": [
+                list(h) == list(e.tgt_tokens) for h, e in zip(hyp_tokens, examples, strict=True)
+            ],
+            "src_len": [len(e.src_tokens) for e in examples],
+        }
     stats = examples[:ATTENTION_STATS_SENTENCES]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
     result["samples"] = (

@@ -35,6 +35,7 @@ from attnlab.runs import (  # noqa: F401 - write_control: the one writer, re-exp
 
 SCRATCH_PREFIX = "attnlab-lab-"
 OWNER_FILE = "owner"  # "<lab pid> <child pid>": the sweep keeps a scratch dir while either lives
+STDERR_TAIL_BYTES = 64 << 10  # how much of a child's stderr.log the lab reads back
 UNOWNED_MAX_AGE_S = 3600.0  # scratch dirs from before owner files: removed once this old
 
 
@@ -146,8 +147,10 @@ class TrainingProcess:
         if self._scratch is None:
             return []
         path = self._scratch / "stderr.log"
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+        try:  # its end only: a child that printed for hours must not cost the lab memory
+            with open(path, "rb") as handle:
+                handle.seek(max(os.fstat(handle.fileno()).st_size - STDERR_TAIL_BYTES, 0))
+                text = handle.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
         except OSError:
             return []
         lines = [line for line in text.splitlines() if line.strip()]
@@ -167,9 +170,14 @@ class TrainingProcess:
             self._proc.send_signal(signal.SIGINT)
 
     def kill(self) -> None:
-        """Last resort when a stop request is not honoured."""
+        """Last resort when a stop request is not honoured: SIGKILL to the child's whole
+        process group (its own session). A ``--nproc`` child's torchrun and ranks end with
+        it (they watch their parent: attnlab.train.distributed.die_with_parent)."""
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except OSError:  # not a group leader (a test's command): the child alone
+                self._proc.kill()
             self._proc.wait()
 
     def terminate(self, grace_s: float = 5.0) -> None:

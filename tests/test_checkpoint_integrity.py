@@ -17,7 +17,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import attnlab.runs as runs
+import attnlab.runs.atomic as atomic  # where _write_fd is called
+import attnlab.runs.checkpoints as checkpoints  # where a save renames, writes and removes
 from attnlab.cli import cli
 from attnlab.errors import AttnlabError
 from attnlab.events import EventLog, iter_events
@@ -91,9 +92,9 @@ class Crash(BaseException):
 
 def _crash_at(monkeypatch, k):
     """Make the k-th disk operation of a save 'kill' the process: it and every later rename,
-    write and rmtree of attnlab.runs are skipped (no cleanup runs after a kill)."""
+    write and rmtree of attnlab.runs.checkpoints are skipped (no cleanup runs after a kill)."""
     calls = {"n": 0, "dead": False}
-    real = {"rename": os.rename, "write": runs._write_new_file, "rmtree": shutil.rmtree}
+    real = {"rename": os.rename, "write": checkpoints._write_new_file, "rmtree": shutil.rmtree}
 
     def guarded(name):
         def op(*args, **kwargs):
@@ -107,9 +108,9 @@ def _crash_at(monkeypatch, k):
 
         return op
 
-    monkeypatch.setattr(runs.os, "rename", guarded("rename"))
-    monkeypatch.setattr(runs, "_write_new_file", guarded("write"))
-    monkeypatch.setattr(runs.shutil, "rmtree", guarded("rmtree"))
+    monkeypatch.setattr(checkpoints.os, "rename", guarded("rename"))
+    monkeypatch.setattr(checkpoints, "_write_new_file", guarded("write"))
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", guarded("rmtree"))
     return calls
 
 
@@ -150,7 +151,7 @@ def test_a_failed_rename_is_rolled_back_at_once(tmp_path, tiny_config, monkeypat
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real(src, dst)
 
-    monkeypatch.setattr(runs.os, "rename", second_rename_fails)
+    monkeypatch.setattr(checkpoints.os, "rename", second_rename_fails)
     with pytest.raises(WriteError, match="Input/output error"):
         _save(run_dir, tiny_config, model, meta, params, 2)
     monkeypatch.undo()
@@ -184,7 +185,7 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint(tmp_path, tiny_confi
     model, meta, params = _model_and_meta(tiny_config)
     run_dir = tmp_path / "run"
     _save(run_dir, tiny_config, model, meta, params, 1)
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     with pytest.raises(WriteError) as err:
         _save(run_dir, tiny_config, model, meta, params, 2)
     message = str(err.value)
@@ -198,7 +199,7 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
     tmp_path, tiny_config, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    real, full = runs._write_fd, {"now": False}
+    real, full = atomic._write_fd, {"now": False}
 
     def disk_fills_after_the_first_last(event):
         full["now"] = full["now"] or (event["type"] == "checkpoint" and event["tag"] == "last")
@@ -208,9 +209,11 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
             raise ENOSPC
         real(fd, data)
 
-    monkeypatch.setattr(runs, "_write_fd", write)
-    with pytest.raises(WriteError):
-        Trainer(tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu").run()
+    monkeypatch.setattr(atomic, "_write_fd", write)
+    summary = Trainer(
+        tiny_config, run_dir, on_event=disk_fills_after_the_first_last, device="cpu"
+    ).run()
+    assert (summary["reason"], summary["exit_code"]) == ("error", 1)  # as run-directory.md says
     monkeypatch.undo()
     events = list(iter_events(run_dir))
     errors = [e for e in events if e["type"] == "error"]
@@ -223,13 +226,34 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
 
 
 def test_enospc_in_the_cli_is_one_line_and_exit_2(tmp_path, tiny_sets, monkeypatch):
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     result = CliRunner().invoke(
         cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
     )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_enospc_while_training_in_the_cli_is_one_line_and_exit_1(tmp_path, tiny_sets, monkeypatch):
+    """The line was printed twice (the Error event, then the raised error) and the exit code
+    was 2, while run-directory.md maps the "error" done reason to 1."""
+    real, calls = atomic._write_fd, {"n": 0}
+
+    def write(fd, data):  # config.toml and the first checkpoint's files fit; then the disk is full
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise ENOSPC
+        real(fd, data)
+
+    monkeypatch.setattr(atomic, "_write_fd", write)
+    result = CliRunner().invoke(
+        cli, ["train", "--out", str(tmp_path), "--run-name", "r", "--quiet", *tiny_sets]
+    )
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.output
     assert "Traceback" not in result.output
 
 
@@ -421,7 +445,7 @@ def test_enospc_during_export_leaves_nothing_and_keeps_an_old_file(tiny_run, tmp
     out = tmp_path / "m.safetensors"
     export_checkpoint(tiny_run, out, which="last")
     before = out.read_bytes()
-    monkeypatch.setattr(runs, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
+    monkeypatch.setattr(atomic, "_write_fd", lambda fd, data: (_ for _ in ()).throw(ENOSPC))
     line = _one_error(_invoke("export", tiny_run, "--out", out, "--checkpoint", "last", "--force"))
     assert line == f"error: {out}: cannot write (No space left on device); nothing was replaced"
     fresh = tmp_path / "new.safetensors"
@@ -573,12 +597,13 @@ def test_export_of_a_file_says_what_export_takes(tiny_run, tmp_path):
 
 
 def test_eval_json_stays_json_when_a_score_is_not_finite(tiny_run):
-    # A NaN weight (a damaged file: the trainer saves only finite weights) gives a NaN loss;
-    # --json printed the bare NaN token, which strict JSON parsers (jq, JSON.parse) refuse.
+    # Finite weights near float32's largest overflow to a NaN loss; --json printed the bare
+    # NaN token, which strict JSON parsers (jq, JSON.parse) refuse. (NaN weights themselves
+    # are refused on loading: test_non_finite_weights_are_refused_on_loading.)
     last = tiny_run / "checkpoints" / "last"
     _rewrite_weights(
         last / "model.safetensors",
-        lambda t: t.update({k: torch.full_like(v, float("nan")) for k, v in t.items()}),
+        lambda t: t.update({k: torch.full_like(v, 3e38) for k, v in t.items()}),
     )
     result = _invoke("eval", last, "--json", "--max-sentences", "4")
     assert result.exit_code == 0, result.output
@@ -614,11 +639,19 @@ def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
     [
         (
             lambda m: m["dataset"].update(src_vocab=5),
-            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+            "dataset metadata is invalid: src_vocab: a vocabulary must be a list of token strings",
         ),
         (
             lambda m: m["dataset"].update(tgt_vocab=[*m["dataset"]["tgt_vocab"], 7]),
-            "dataset metadata is invalid: a vocabulary must be a list of token strings",
+            "dataset metadata is invalid: tgt_vocab: a vocabulary must be a list of token strings",
+        ),
+        (  # a repeated token shifted every later id: silently wrong output before
+            lambda m: m["dataset"]["src_vocab"].__setitem__(5, m["dataset"]["src_vocab"][4]),
+            "dataset metadata is invalid: src_vocab: token '{tok}' appears twice (ids 4 and 5)",
+        ),
+        (  # a special token past id 3 was dropped, shifting the ids after it
+            lambda m: m["dataset"]["tgt_vocab"].__setitem__(6, "<pad>"),
+            "dataset metadata is invalid: tgt_vocab: token '<pad>' appears twice (ids 0 and 6)",
         ),
         (
             lambda m: m.update(metrics=[1]),
@@ -630,9 +663,10 @@ def test_a_meta_json_that_is_not_utf8_is_one_line(tiny_run):
 def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(tiny_run, edit, needle):
     # Each of these raised TypeError / ValueError out of load_checkpoint (a traceback).
     last = tiny_run / "checkpoints" / "last"
+    tok = json.loads((last / "meta.json").read_text())["dataset"]["src_vocab"][4]
     _edit_json(last / "meta.json", edit)
     line = _one_error(_invoke("eval", last))
-    assert line == f"error: {last / 'meta.json'}: {needle}"
+    assert line == f"error: {last / 'meta.json'}: {needle.format(tok=tok)}"
 
 
 def test_a_python_random_state_of_the_wrong_size_is_one_line(tmp_path, tiny_config):
@@ -673,3 +707,145 @@ def test_optimiser_tensors_that_do_not_fit_are_one_line(tmp_path, tiny_config, e
         Trainer(more, run_dir, device="cpu", resume=True).run()
     path = run_dir / "checkpoints" / "last" / "trainer_state.safetensors"
     assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_weights_are_refused_on_loading(tiny_run, value):
+    """NaN weights evaluated to loss nan and BLEU 0 with exit 0; saving refuses them, so
+    loading does too (eval, export, translate, resume all load through the same check)."""
+    last = tiny_run / "checkpoints" / "last"
+    name = {}
+
+    def poison(tensors):
+        key = sorted(k for k, v in tensors.items() if v.is_floating_point())[0]
+        name["key"] = key
+        tensors[key].view(-1)[:3] = value
+
+    _rewrite_weights(last / "model.safetensors", poison)
+    for command in ("eval", "export"):
+        line = _one_error(
+            _invoke(command, last)
+            if command == "eval"
+            else _invoke(
+                "export", tiny_run, "--checkpoint", "last", "--out", tiny_run / "x.safetensors"
+            )
+        )
+        assert line == (
+            f"error: checkpoint {last}: tensor {name['key']} holds 3 non-finite values "
+            "(NaN or infinity); weights must be finite (use another checkpoint, or retrain)"
+        )
+
+
+def _relabel(path, edit):
+    """Rewrite a safetensors header in place (the bytes stay): what a crafted file does."""
+    import struct
+
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    data = raw[8 + size :]
+    edit(header, len(data))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def test_a_header_whose_dtype_lies_is_refused(tiny_run):
+    """F32 relabelled I32 (same bytes) loaded and evaluated to a loss of 3.7e10."""
+    last = tiny_run / "checkpoints" / "last"
+    name = {}
+
+    def lie(header, _size):
+        key = sorted(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")[0]
+        header[key]["dtype"] = "I32"
+        name["key"] = key
+
+    _relabel(last / "model.safetensors", lie)
+    line = _one_error(_invoke("eval", last))
+    assert line == (
+        f"error: checkpoint {last}: tensor {name['key']} is int32 in the weights but float32 in "
+        "the model meta.json builds (a damaged or altered file)"
+    )
+
+
+def test_a_crafted_huge_zero_byte_tensor_is_one_line_within_seconds(tiny_run):
+    """An extra [0, 2^30] tensor (zero bytes) sent the mismatch explanation into building a
+    GRU of hidden size 2^30: eval, export and the lab's Inspect spun for minutes."""
+    import time
+
+    last = tiny_run / "checkpoints" / "last"
+
+    def extra(header, size):
+        header["zz.extra"] = {"dtype": "F32", "shape": [0, 2**30], "data_offsets": [size, size]}
+
+    _relabel(last / "model.safetensors", extra)
+    began = time.monotonic()
+    line = _one_error(_invoke("eval", last))
+    assert time.monotonic() - began < 10
+    assert line == (
+        f"error: checkpoint {last}: tensor zz.extra is shape [0, 1073741824] in the weights but "
+        "absent in the model meta.json builds"
+    )
+
+
+CRAFTED_JSON = [
+    ("[" * 100_000 + "]" * 100_000, "invalid JSON (nested too deeply)"),  # RecursionError
+    ('{"step": ' + "9" * 5000 + "}", "invalid JSON (Exceeds the limit (4300 digits)"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), CRAFTED_JSON)
+def test_a_crafted_meta_json_is_one_line_for_every_reader(tiny_run, content, needle):
+    last = tiny_run / "checkpoints" / "last"
+    (last / "meta.json").write_text(content)
+    for args in (
+        ("eval", last),
+        ("export", tiny_run, "--checkpoint", "last", "--out", tiny_run / "x.safetensors"),
+    ):
+        line = _one_error(_invoke(*args))
+        assert line.startswith(f"error: {last / 'meta.json'}: {needle}"), line
+
+
+@pytest.mark.parametrize(("content", "needle"), CRAFTED_JSON)
+def test_a_crafted_trainer_state_json_is_one_line_on_resume(tmp_path, tiny_config, content, needle):
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    path = run_dir / "checkpoints" / "last" / "trainer_state.json"
+    path.write_text(content)
+    with pytest.raises(AttnlabError) as err:
+        Trainer(tiny_config, run_dir, device="cpu", resume=True).run()
+    assert str(err.value).startswith(f"{path}: {needle}")
+
+
+def test_a_step_beyond_int64_in_meta_json_is_one_line(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", lambda m: m.update(step=2**64))
+    line = _one_error(_invoke("eval", last))
+    assert line == (
+        f'error: {last / "meta.json"}: field "step" a number is not a step count '
+        "(an integer in [0, 2^63 - 1])"
+    )
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "meta.json"])
+def test_a_fifo_in_a_checkpoint_is_one_line_not_a_hang(tiny_run, name):
+    import os
+
+    last = tiny_run / "checkpoints" / "last"
+    (last / name).unlink()
+    os.mkfifo(last / name)  # no writer: a plain open() waits forever
+    line = _one_error(_invoke("eval", last))
+    assert line.endswith(
+        f"{last / name}: is a FIFO, not a regular file; attnlab reads only regular files"
+    )
+
+
+def test_data_settings_that_do_not_load_name_the_meta_json(tiny_run):
+    last = tiny_run / "checkpoints" / "last"
+    _edit_json(last / "meta.json", lambda m: m["config"]["data"].update(task="corpus"))
+    line = _one_error(_invoke("eval", last))
+    assert line.startswith(f"error: {last / 'meta.json'}: its data settings do not load: ")
+    assert line.endswith(
+        'data.task="corpus" needs data.path (a folder or a .tsv file) or '
+        "data.src_file + data.tgt_file"
+    )

@@ -209,3 +209,88 @@ def test_a_type_error_in_a_preset_file_names_the_file(tmp_path):
     preset.write_text("[train]\nlr = nan\n", encoding="utf-8")
     with pytest.raises(AttnlabError, match=r"mine\.toml: train\.lr=nan must be a finite number"):
         load_preset(str(preset))
+
+
+@pytest.mark.parametrize(
+    ("literal", "expected"),
+    [
+        ("500", 500),
+        ("1_000", 1000),
+        ("0x10", 16),
+        ("0o17", 15),
+        ("0b101", 5),
+        ("007", 7),
+        (" 12 ", 12),
+        (str(2**63 - 1), 2**63 - 1),  # the largest: exact, no float round trip
+        (str(2**53 + 1), 2**53 + 1),  # a float would make it 2**53
+    ],
+)
+def test_integers_are_parsed_as_integers(literal, expected):
+    config = apply_overrides(ExperimentConfig(), [f"train.max_steps={literal}"])
+    assert config.train.max_steps == expected and type(config.train.max_steps) is int
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("train.max_steps=1e3", "must be an integer"),  # refused, as 0x10 is accepted: literals
+        ("train.max_steps=2.0", "must be an integer"),
+        ("train.max_steps=1__0", "must be an integer"),
+        ("train.max_steps=99999999999999999999999", r"out of range \[-2\^63"),
+        ("train.max_steps=" + "9" * 5000, "must be an integer"),  # no int() of 5,000 digits
+        ("train.seed=1180591620717411303424", "out of range"),  # 2**70: no OverflowError
+        ("train.seed=-1", "out of range"),
+        ("train.threads=100000", r"train.threads=100000 is out of range \[0, 1024\]"),
+        ("decode.seed=" + str(2**64), "out of range"),
+    ],
+)
+def test_huge_and_non_integer_values_are_one_line_errors(override, pattern):
+    with pytest.raises(AttnlabError, match=pattern) as err:
+        apply_overrides(ExperimentConfig(), [override])
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+
+
+def test_a_toml_float_for_an_integer_is_refused_like_the_command_line(tmp_path):
+    from attnlab.experiment import load_preset
+
+    preset = tmp_path / "mine.toml"
+    preset.write_text("[train]\nmax_steps = 1e3\n")
+    with pytest.raises(AttnlabError, match=r"mine\.toml: train\.max_steps must be an integer"):
+        load_preset(str(preset))
+    preset.write_text(f"[train]\nmax_steps = {2**63}\n")
+    with pytest.raises(AttnlabError, match="out of range"):
+        load_preset(str(preset))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("[train]\nmax_steps = " + "9" * 5000 + "\n", "invalid TOML: Exceeds the limit"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "invalid TOML: nested too deeply"),
+    ],
+)
+def test_a_crafted_toml_is_one_error_line(tmp_path, content, needle):
+    from attnlab.config import load_toml
+
+    path = tmp_path / "mine.toml"
+    path.write_text(content)
+    with pytest.raises(AttnlabError, match=needle) as err:
+        load_toml(path)
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_a_toml_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    import os
+
+    from attnlab.config import load_toml
+
+    path = tmp_path / "config.toml"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a plain open() waits forever
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(AttnlabError, match="not a regular file"):
+        load_toml(path)

@@ -462,3 +462,132 @@ def test_preview_reads_without_preparing(tmp_path):
     alone = summarise_corpus(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt)))
     assert {k: s.pairs for k, s in alone.splits.items()} == {"train": 36, "dev": 2, "test": 2}
     assert sorted(alone.split_off) == ["dev", "test"]
+
+
+def test_identical_sources_say_why_train_is_empty(tmp_path):
+    tsv = tmp_path / "same.tsv"
+    tsv.write_text("same line\tgleich\n" * 300)
+    with pytest.raises(AttnlabError) as err:
+        load(DataConfig(task="corpus", path=str(tsv)), tmp_path)
+    message = str(err.value)
+    assert "the train split is empty" in message and "0 empty lines" not in message
+    assert "300 pairs have only 1 distinct source" in message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_corpus_file_that_is_not_a_regular_file_is_one_error_not_a_hang(tmp_path, kind):
+    import os
+
+    src = write(tmp_path / "c.de", ["a", "b", "c", "d"])
+    tgt = tmp_path / "c.en"
+    if kind == "fifo":
+        os.mkfifo(tgt)  # no writer: open() without O_NONBLOCK would wait forever
+    elif kind == "device":
+        tgt.symlink_to("/dev/zero")  # endless: read whole, it ends in MemoryError
+    else:
+        tgt.mkdir()
+    names = {"fifo": "a FIFO", "device": "a character device", "folder": "a folder"}
+    with pytest.raises(AttnlabError, match=rf"c\.en: is {names[kind]}, not a regular file"):
+        load(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt)), tmp_path)
+
+
+def test_a_corpus_line_past_the_limit_is_one_error_naming_it(tmp_path, monkeypatch):
+    import attnlab.data.corpus as corpus_module
+
+    monkeypatch.setattr(corpus_module, "MAX_LINE_BYTES", 64)
+    src = write(tmp_path / "c.de", ["a", "b" * 64, "c" * 65, "d"])  # 64 bytes + "\n" fits
+    tgt = write(tmp_path / "c.en", ["a", "b", "c", "d"])
+    with pytest.raises(AttnlabError, match=r"c\.de:3: line longer than 64 bytes"):
+        load(DataConfig(task="corpus", src_file=str(src), tgt_file=str(tgt)), tmp_path)
+    gz = write(tmp_path / "g.de", ["a", "b" * 100], gz=True)  # bounded inside .gz too
+    with pytest.raises(AttnlabError, match=r"g\.de\.gz:2: line longer than 64 bytes"):
+        corpus_module.read_raw_lines(gz)
+
+
+def test_reading_keeps_lines_endings_and_bom_as_before(tmp_path):
+    from attnlab.data.corpus import read_raw_lines
+
+    path = tmp_path / "x.txt"
+    path.write_bytes("\ufeffone\r\ntwo\n\nthree".encode())
+    assert read_raw_lines(path) == ["one", "two", "", "three"]
+    path.write_bytes(b"")
+    assert read_raw_lines(path) == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: {**p, "pairs": {**p["pairs"], "train": p["pairs"]["train"][:-1]}},  # zip()
+        lambda p: {**p, "tokens": {**p["tokens"], "dev": {"src": [], "tgt": []}}},
+        lambda p: {**p, "meta": {**p["meta"], "src_vocab": 7}},
+        lambda p: [[[[[[]]]]]] * 3,
+    ],
+)
+def test_a_valid_json_but_inconsistent_cache_is_prepared_again(tmp_path, damage):
+    folder = make_folder(tmp_path / "m")
+    cfg = DataConfig(task="corpus", path=str(folder))
+    ds = load(cfg, tmp_path)
+    cache = Path(ds.stats["cache_file"])
+    cache.write_text(json.dumps(damage(json.loads(cache.read_text()))))
+    again = load(cfg, tmp_path)
+    assert again.stats["cache"] in ("miss", "damaged (prepared again)")
+    assert [e.src_tokens for e in again.splits.train] == [e.src_tokens for e in ds.splits.train]
+    assert load(cfg, tmp_path).stats["cache"] == "hit"  # rewritten whole
+
+
+def test_a_deeply_nested_cache_is_prepared_again(tmp_path):
+    folder = make_folder(tmp_path / "m")
+    cfg = DataConfig(task="corpus", path=str(folder))
+    cache = Path(load(cfg, tmp_path).stats["cache_file"])
+    cache.write_text("[" * 100_000 + "]" * 100_000)  # RecursionError in json
+    assert load(cfg, tmp_path).stats["cache"] == "miss"
+
+
+def test_cache_files_get_the_umasks_mode(tmp_path):
+    import os
+
+    folder = make_folder(tmp_path / "m")
+    old = os.umask(0o022)
+    try:
+        cache = Path(
+            load(DataConfig(task="corpus", path=str(folder)), tmp_path).stats["cache_file"]
+        )
+    finally:
+        os.umask(old)
+    assert cache.stat().st_mode & 0o777 == 0o644  # 0o666 & ~0o022, like every file we write
+
+
+def test_dev_and_test_pairs_over_eval_max_tokens_are_skipped_and_counted(tmp_path):
+    """A 100,000-token dev line stalled the final evaluation: the cap skips it, counted."""
+    from attnlab.data.stats import dataset_stats, stats_notes
+
+    folder = make_folder(tmp_path / "m")
+    huge = " ".join(["wort"] * 100_000)
+    write(folder / "val.de", [f"{s} val" for s in DE[:2]] + [huge])
+    write(folder / "val.en", [f"{s} val" for s in EN[:2]] + ["a b"])
+    ds = load(DataConfig(task="corpus", path=str(folder)), tmp_path)
+    assert DataConfig().eval_max_tokens == 1000
+    assert [len(e.src_tokens) for e in ds.splits.dev] == [5, 5]  # "ein hund läuft . val"
+    assert (ds.stats["dev_too_long_dropped"], ds.stats["test_too_long_dropped"]) == (1, 0)
+    assert "dev pairs skipped as longer than data.eval_max_tokens: 1" in stats_notes(
+        dataset_stats(ds)
+    )
+    # 0 = no cap: every dev pair kept
+    whole = load(DataConfig(task="corpus", path=str(folder), eval_max_tokens=0), tmp_path)
+    assert len(whole.splits.dev) == 3
+    # a cap that leaves a split empty says so
+    with pytest.raises(AttnlabError, match=r"dev split is empty: all 3 .*eval_max_tokens=3"):
+        load(DataConfig(task="corpus", path=str(folder), eval_max_tokens=3), tmp_path)
+
+
+def test_translate_input_is_cut_to_the_cap_with_a_count():
+    from attnlab.decode.source_cap import cap_sources, cut_warning
+
+    sources = [["a"] * 5, ["b"] * 2, [], ["c"] * 3]
+    capped, cut = cap_sources(sources, 3)
+    assert capped == [["a"] * 3, ["b"] * 2, [], ["c"] * 3] and cut == 1
+    assert cap_sources(sources, 0) == (sources, 0)
+    assert cut_warning(1, 4, 3) == (
+        "warning: 1 of 4 input lines cut to their first 3 tokens (data.eval_max_tokens of the run)"
+    )
+    assert cut_warning(0, 4, 3) is None

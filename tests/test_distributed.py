@@ -567,16 +567,16 @@ def test_ctrl_c_while_the_ranks_start_leaves_no_run_directory(tmp_path):
 NAN_DEV = """\
 import sys
 
-import attnlab.train.trainer as trainer
+import attnlab.train.checkpointing as checkpointing  # where the trainer evaluates dev
 
-real = trainer.evaluate_split
+real = checkpointing.evaluate_split
 
 
 def nan_dev(*args, **kwargs):  # rank 0's dev loss turns non-finite; training stays finite
     return {**real(*args, **kwargs), "loss": float("nan")}
 
 
-trainer.evaluate_split = nan_dev
+checkpointing.evaluate_split = nan_dev
 from attnlab.cli import main
 
 main(sys.argv[1:])

@@ -894,3 +894,131 @@ def test_the_lab_says_how_many_processes_train_a_ddp_run(tmp_path: Path) -> None
     assert any(
         line.endswith("1,000 parameters on cpu (1 thread) × 2 processes") for line in follower.log
     )
+
+
+# -- bounded reading, special files, a log deleted while written (issue 31) -----------------
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(chunks=st.lists(_LINES, max_size=12))
+def test_reading_in_tiny_chunks_gives_what_one_read_gives(
+    tmp_path_factory, chunks: list[bytes]
+) -> None:
+    """READ_CHUNK of 3 bytes puts every line boundary inside and across chunks."""
+    import attnlab.events.log as log_module
+
+    run_dir = tmp_path_factory.mktemp("chunks")
+    _write(run_dir, b"".join(chunks))
+    whole, reader = read_event_log(run_dir)
+    original = log_module.READ_CHUNK
+    log_module.READ_CHUNK = 3
+    try:
+        small, small_reader = read_event_log(run_dir)
+    finally:
+        log_module.READ_CHUNK = original
+    assert small == whole
+    assert (small_reader.offset, small_reader.pending) == (reader.offset, reader.pending)
+    assert (small_reader.skipped, small_reader.line) == (reader.skipped, reader.line)
+
+
+def test_an_over_long_line_is_skipped_and_counted_without_being_held(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import attnlab.events.log as log_module
+
+    monkeypatch.setattr(log_module, "MAX_LINE_BYTES", 80)
+    monkeypatch.setattr(log_module, "READ_CHUNK", 16)
+    step = {"type": "step", "step": 1}
+    _write(tmp_path, _line(START) + b"x" * 100 + b"\n" + _line(step) + b"y" * 200)
+    reader = EventReader(tmp_path)
+    first = reader.read()
+    assert [e["type"] for e in first] == ["start", "step"]
+    # the unfinished 200-byte line is past the limit: skipped at once, not re-read each poll
+    assert reader.skipped == 2 and reader.pending == 0
+    assert reader.problems == ["line 2: longer than 80 bytes", "line 4: longer than 80 bytes"]
+    assert reader.offset == (tmp_path / "events.jsonl").stat().st_size
+    _write(tmp_path, b"y" * 50 + b"\n" + _line({"type": "done", "step": 1, "reason": "finished"}))
+    assert [e["type"] for e in reader.read()] == ["done"]
+    assert reader.skipped == 2 and reader.line == 5
+
+
+def test_a_sparse_giant_log_is_read_in_bounded_memory(tmp_path: Path, monkeypatch) -> None:
+    """A 2 GB sparse events.jsonl cost `attnlab runs` and the lab 2.1 GB; here 256 MB of
+    zeros with a 1 MB line limit are read with a peak of a few MB."""
+    import tracemalloc
+
+    import attnlab.events.log as log_module
+
+    monkeypatch.setattr(log_module, "MAX_LINE_BYTES", 1 << 20)
+    path = _write(tmp_path, _line(START))
+    with open(path, "ab") as handle:
+        handle.truncate(handle.tell() + (256 << 20))
+    _write(tmp_path, b"\n" + _line({"type": "step", "step": 3}))
+    tracemalloc.start()
+    try:
+        events, reader = read_event_log(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [e["type"] for e in events] == ["start", "step"] and reader.skipped == 1
+    assert peak < 16 << 20, f"peak {peak / 2**20:.0f} MB"
+
+
+def test_a_fifo_as_the_log_is_a_warning_not_a_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "events.jsonl")  # no writer: a plain open() waits forever
+    reader = EventReader(tmp_path)
+    assert reader.read() == []
+    assert reader.warning().endswith(
+        "cannot read it (is a FIFO, not a regular file; attnlab reads only regular files)"
+    )
+    with pytest.raises(AttnlabError, match="is a FIFO, not a regular file"):
+        EventLog(tmp_path)  # the writer refuses it too (its open would block as well)
+
+
+def test_a_log_deleted_while_written_starts_again_with_a_note(tmp_path: Path) -> None:
+    """The trainer kept writing into the unlinked file and exited 0: every later event was
+    lost and `attnlab runs` showed an error run with 0 steps."""
+    log = EventLog(tmp_path)
+    log.emit("start", 0, name="r", params=10)
+    log.emit("step", 1, loss=2.0)
+    (tmp_path / "events.jsonl").unlink()
+    log.emit("step", 2, loss=1.5)
+    log.emit("done", 2, reason="finished")
+    log.close()
+    events, reader = read_event_log(tmp_path)
+    assert [e["type"] for e in events] == ["note", "step", "done"] and reader.skipped == 0
+    assert events[0]["step"] == 2 and "events.jsonl was deleted or replaced" in events[0]["message"]
+    assert log.restarted == 1
+    summary = summarize_run(tmp_path)
+    assert (summary.status, summary.steps) == ("finished", 2)
+
+
+def test_a_log_replaced_by_a_fifo_keeps_writing_to_its_file(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    log.emit("start", 0, name="r")
+    path = tmp_path / "events.jsonl"
+    path.rename(tmp_path / "moved.jsonl")
+    os.mkfifo(path)
+    log.emit("step", 1, loss=2.0)  # no hang: the FIFO is not opened blocking
+    log.close()
+    assert b'"step"' in (tmp_path / "moved.jsonl").read_bytes()
+
+
+def test_attnlab_runs_lists_runs_whose_files_are_fifos_without_hanging(tmp_path: Path) -> None:
+    """A FIFO as events.jsonl, config.toml or .lock blocked `attnlab runs` (and the lab's UI
+    thread) in open(); each is now a warning on its run while the others are listed."""
+    good = _bad_run(tmp_path, "good")
+    for name in ("events.jsonl", "config.toml", ".lock"):
+        run_dir = tmp_path / f"fifo-{name.strip('.')}"
+        _write(run_dir, _line(START))
+        (run_dir / "config.toml").write_text('name = "x"\n')
+        target = run_dir / name
+        target.unlink(missing_ok=True)
+        os.mkfifo(target)
+    runs = {run.path.name: run for run in list_runs(tmp_path)}
+    assert set(runs) == {"good", "fifo-events.jsonl", "fifo-config.toml", "fifo-lock"}
+    assert any("FIFO" in w for w in runs["fifo-events.jsonl"].warnings)
+    assert any("FIFO" in w for w in runs["fifo-config.toml"].warnings)
+    assert runs[good.name].steps == 10

@@ -60,17 +60,18 @@ def test_a_new_copy_retires_the_oldest_and_leaves_no_scratch(run):
 
 
 def test_a_failed_copy_leaves_the_kept_ones_untouched(run, monkeypatch):
-    import attnlab.runs as runs
+    import attnlab.runs.checkpoints as checkpoints  # where a save writes its files
+    from attnlab.runs import WriteError
 
-    real = runs._write_new_file
+    real = checkpoints._write_new_file
 
     def fail_on_meta(path, data):
         if path.name == META_FILE:
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(runs, "_write_new_file", fail_on_meta)
-    with pytest.raises(runs.WriteError, match="No space left"):
+    monkeypatch.setattr(checkpoints, "_write_new_file", fail_on_meta)
+    with pytest.raises(WriteError, match="No space left"):
         keep_step_checkpoint(run, 9, 1)
     assert names(run) == ["best", "last", "step-3", "step-6"]  # nothing retired, no scratch
 
@@ -150,3 +151,18 @@ def test_average_takes_buffers_from_the_newest_copy_and_averages_the_parameters(
             assert torch.equal(value, b[key]), key
         else:
             assert torch.equal(value, ((a[key].double() + b[key].double()) / 2).to(value.dtype))
+
+
+@pytest.mark.parametrize("key", ["src_vocab", "tgt_vocab"])
+def test_average_refuses_copies_whose_vocabularies_differ_at_one_size(run, tmp_path, key):
+    """Same size, other tokens (two tokens swapped): averaging them mixed the rows of
+    different tokens into a model of neither, with exit 0."""
+    meta_file = run / "checkpoints" / "step-3" / META_FILE
+    meta = json.loads(meta_file.read_text())
+    vocab = meta["dataset"][key]
+    vocab[4], vocab[5] = vocab[5], vocab[4]
+    meta_file.write_text(json.dumps(meta))
+    result = average(run, tmp_path / "avg.safetensors")
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert f"step-3: its {key} differs from step-6's (id 4: " in result.output
+    assert not (tmp_path / "avg.safetensors").exists()

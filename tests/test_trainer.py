@@ -600,3 +600,68 @@ def test_the_device_line_counts_threads_in_words():
         assert describe(torch.device("cpu")) == "cpu (2 threads)"
     finally:
         torch.set_num_threads(before)
+
+
+def test_an_unknown_control_word_leaves_a_note(tmp_path, tiny_config):
+    """An unknown word was dropped with no trace: the run's log now says what was ignored."""
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 2:
+            (run_dir / "control").write_text("explode\n")
+
+    summary = Trainer(tiny_config, run_dir, on_event=on_event, device="cpu").run()
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+    notes = [e for e in iter_events(run_dir) if e["type"] == "note"]
+    assert [n["message"] for n in notes] == [
+        f"control: unknown word 'explode' in {run_dir / 'control'} ignored; "
+        "valid: pause, resume, save, stop"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["sparse", "fifo"])
+def test_a_giant_or_fifo_control_file_is_read_without_bound_or_block(tmp_path, tiny_config, kind):
+    """A 3 GB sparse RUN/control took the trainer past 8.5 GB (it was read whole); a FIFO
+    there hung it in open(). The first 64 bytes are read, and only from a regular file."""
+    import os
+    import resource
+
+    run_dir = tmp_path / "run"
+
+    def on_event(event):
+        if event["type"] == "step" and event["step"] == 2:
+            path = run_dir / "control"
+            if kind == "sparse":
+                with open(path, "wb") as handle:
+                    handle.truncate(3 << 30)
+            else:
+                os.mkfifo(path)
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    summary = Trainer(tiny_config, run_dir, on_event=on_event, device="cpu").run()
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+    assert grew_mb < 500, f"peak memory grew by {grew_mb:.0f} MB"
+    notes = [e["message"] for e in iter_events(run_dir) if e["type"] == "note"]
+    if kind == "fifo":
+        assert notes == [
+            f"control: {run_dir / 'control'}: is a FIFO, not a regular file; attnlab reads only "
+            "regular files; ignored"
+        ]
+
+
+def test_resume_with_a_symlinked_last_removes_the_link_not_its_target(tmp_path, tiny_config):
+    """checkpoints/last a symlink: the save moved the link aside as .last.old-PID-*, rmtree
+    refused it (a symlink), the error was ignored and the link stayed behind."""
+    run_dir = tmp_path / "run"
+    Trainer(tiny_config, run_dir, device="cpu").run()
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "last").rename(checkpoints / "kept-last")
+    (checkpoints / "last").symlink_to("kept-last")
+    longer = replace(tiny_config, train=replace(tiny_config.train, max_steps=8))
+    summary = Trainer(longer, run_dir, device="cpu", resume=True).run()
+    assert (summary["reason"], summary["step"]) == ("finished", 8)
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith(".")) == []
+    assert (checkpoints / "last").is_dir() and not (checkpoints / "last").is_symlink()
+    assert load_checkpoint(checkpoints / "last").step == 8
+    assert load_checkpoint(checkpoints / "kept-last").step == 6  # the target is untouched

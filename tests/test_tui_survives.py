@@ -342,3 +342,53 @@ async def test_the_lab_removes_its_scratch_dirs_when_it_exits(
     assert json.loads(
         (next((tmp_path / "runs").iterdir()) / "events.jsonl").read_text().splitlines()[-1]
     )["reason"]
+
+
+def test_follower_follows_the_log_a_trainer_started_again(tmp_path: Path) -> None:
+    """events.jsonl deleted while the run writes it: the trainer (EventLog) starts a new log
+    with a note; the lab follows that instead of calling the run deleted (and stopping it)."""
+    from attnlab.events import EventLog
+
+    run_dir = tmp_path / "r"
+    log = EventLog(run_dir)
+    log.emit("start", 0, name="r", max_steps=10)
+    for step in range(1, 6):
+        log.emit("step", step, loss=2.0 / step)
+    follower = RunFollower(run_dir)
+    follower.poll()
+    assert follower.step == 5
+    (run_dir / "events.jsonl").unlink()
+    log.emit("step", 6, loss=0.3)
+    follower.poll()  # the new log is shorter than what was read: started again, not deleted
+    assert not follower.deleted and follower.state == RUNNING
+    assert "following the new log" in follower.log[-1]
+    log.emit("done", 6, reason="finished")
+    log.close()
+    follower.poll()
+    assert follower.step == 6 and follower.state == FINISHED and not follower.deleted
+
+
+async def test_a_fifo_as_a_runs_event_log_neither_freezes_the_lab_nor_hides_it(
+    tmp_path: Path,
+) -> None:
+    """A FIFO as events.jsonl froze the whole lab: its main thread blocked in open(). Now the
+    Runs tab lists the run with a warning, and following it says why nothing is read."""
+    write_run(tmp_path, "good")
+    fifo_run = write_run(tmp_path, "fifo")
+    (fifo_run / "events.jsonl").unlink()
+    os.mkfifo(fifo_run / "events.jsonl")
+    app = make_app(tmp_path, config=lab_config(), poll_seconds=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs(force=True)
+        await pilot.pause()
+        assert sorted(r.path.name for r in runs.runs) == ["fifo", "good"]
+        (fifo,) = [r for r in runs.runs if r.path.name == "fifo"]
+        assert any("is a FIFO, not a regular file" in w for w in fifo.warnings)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(fifo_run)
+        log = app.query_one("#event-log")
+        await until(pilot, lambda: any("is a FIFO" in line for line in log.lines))

@@ -2,9 +2,9 @@
 
 One module per command group, each parsing its arguments and calling the engine:
 ``train`` (train), ``evaluate`` (eval, translate), ``inspect`` (heads, compare, average),
-``data`` (data stats / show), ``runs`` (runs, export), ``catalog`` (variants, decoders,
-presets); ``common`` holds what they share, ``ct2`` the CTranslate2 side of export and
-translate. A new command goes into the module of its group,
+``data`` (data stats / show), ``runs`` (runs, export), ``study`` (study run / show),
+``catalog`` (variants, decoders, presets); ``common`` holds what they share, ``ct2`` the
+CTranslate2 side of export and translate. A new command goes into the module of its group,
 or into a new module with a ``COMMANDS`` tuple listed in COMMAND_MODULES below.
 
 Exit codes: 0 on success; 2 with one line ``error: ...`` on stderr for a user mistake
@@ -23,12 +23,12 @@ from typing import Any
 import click
 
 from attnlab import __version__
-from attnlab.cli import catalog, data, evaluate, inspect, runs, train
+from attnlab.cli import catalog, data, evaluate, inspect, runs, study, train
 from attnlab.cli.common import one_line, say
 from attnlab.errors import AttnlabError
 
 # Each module's COMMANDS are added to the group (a click group such as ``data`` counts as one).
-COMMAND_MODULES = (train, evaluate, inspect, data, runs, catalog)
+COMMAND_MODULES = (train, evaluate, inspect, data, runs, study, catalog)
 
 
 class AttnlabGroup(click.Group):

@@ -19,6 +19,7 @@ from attnlab.cli.common import (
     max_sentences_option,
     pop_decode,
     rich_console,
+    say,
 )
 from attnlab.errors import AttnlabError
 from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_map
@@ -46,6 +47,20 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
     show_default=True,
     help="what i and j in i-j index (0-based): source-target or target-source",
 )
+@click.option(
+    "--hyps",
+    "hyps_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the detokenised hypotheses here, one per line (check a figure with sacrebleu)",
+)
+@click.option(
+    "--refs",
+    "refs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the references here, one per line, in the same order",
+)
 @decode_options
 def eval_command(
     run: Path,
@@ -55,18 +70,24 @@ def eval_command(
     max_sentences: int,
     gold_path: Path | None,
     alignment_order: str,
+    hyps_path: Path | None,
+    refs_path: Path | None,
     **flags: Any,
 ) -> None:
-    """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import evaluate_split, with_checkpoint_vocabularies
+    """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split.
+    --hyps / --refs write what was scored, one sentence per line, so that
+    ``sacrebleu REFS -i HYPS`` gives the same BLEU."""
+    for flag, path in (("--hyps", hyps_path), ("--refs", refs_path)):
+        if path is not None and not path.parent.is_dir():
+            raise AttnlabError(f"{flag} {path}: no such folder {path.parent}")
+    from attnlab.evaluate import evaluate_split
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
-    from attnlab.runs import jsonable
+    from attnlab.runs import jsonable, load_checkpoint_data
 
     loaded, torch_device = load_run(run, device)
     config = apply_overrides(loaded.config, pop_decode(flags))
-    dataset = with_checkpoint_vocabularies(load_dataset(config.data), loaded)
+    dataset = load_checkpoint_data(loaded, config.data)
     result = evaluate_split(
         loaded.model,
         dataset,
@@ -75,8 +96,17 @@ def eval_command(
         device=torch_device,
         max_sentences=max_sentences,
         normalisations=normalisations_of(config),
+        keep_sentences=hyps_path is not None or refs_path is not None,
     )
     result.pop("samples", None)
+    sentences = result.pop("sentences", None)
+    if sentences is not None:
+        from attnlab.runs import atomic_write_text
+
+        for path, key in ((hyps_path, "hyps"), (refs_path, "refs")):
+            if path is not None:  # one line each: a line break inside would shift the pairs
+                lines = [" ".join(line.split()) for line in sentences[key]]
+                atomic_write_text(path, "".join(f"{line}\n" for line in lines))
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
     if gold_path is not None:
@@ -251,9 +281,14 @@ def _translate_lines(
     import torch
 
     from attnlab.decode.search import decode_sorted
+    from attnlab.decode.source_cap import cap_sources, cut_warning
     from attnlab.evaluate import target_text
 
-    tokenized = [loaded.dataset.tokenize_source(line) for line in lines]
+    cap = loaded.config.data.eval_max_tokens
+    tokenized, cut = cap_sources([loaded.dataset.tokenize_source(line) for line in lines], cap)
+    warning = cut_warning(cut, len(lines), cap)
+    if warning:
+        say(warning)
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
         (toks, []) for toks in tokenized
     ]

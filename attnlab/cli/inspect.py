@@ -240,7 +240,18 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
     default=None,
     help="use sample INDEX of --split instead of a typed sentence (gold alignments, if any)",
 )
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option(
+    "--split",
+    type=click.Choice(["dev", "test"]),
+    default=None,
+    help="the split of --index (default dev) or of --significance (default test)",
+)
+@click.option(
+    "--significance",
+    is_flag=True,
+    help="paired tests of B against A on --split: BLEU/chrF paired bootstrap and approximate "
+    "randomisation (as sacrebleu), exact match exact McNemar",
+)
 @click.option(
     "--method",
     type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
@@ -256,15 +267,23 @@ def compare(
     run_b: Path,
     sentence: str,
     index: int | None,
-    split: str,
+    split: str | None,
+    significance: bool,
     method: str,
     as_json: bool,
     export_path: Path | None,
     device: str | None,
 ) -> None:
     """Two models, one sentence: both maps on one colour scale, A − B where the target tokens
-    agree, Jensen-Shannon divergence per target row, alignment accuracy / AER with gold."""
+    agree, Jensen-Shannon divergence per target row, alignment accuracy / AER with gold.
+    With --significance: both models on a whole split and the paired tests of B against A."""
     check_export_path(export_path)
+    if significance:
+        if sentence.strip() or index is not None:
+            raise AttnlabError("--significance scores a whole split: give no SENTENCE or --index")
+        _significance(run_a, run_b, split or "test", as_json, device)
+        return
+    split = split or "dev"
     if (index is None) == (not sentence.strip()):
         raise AttnlabError(
             "give either a SENTENCE or --index N (a sample of --split), not both or neither"
@@ -292,6 +311,48 @@ def compare(
         console.print(renderable)
     if export_path is not None:
         save_recording(console.recording, export_path, "attnlab compare")
+
+
+def _significance(run_a: Path, run_b: Path, split: str, as_json: bool, device: str | None) -> None:
+    from attnlab.stats import format_p
+    from attnlab.study.significance import paired_report
+
+    a, torch_device = load_run(run_a, device)
+    b, _ = load_run(run_b, device)
+    report = paired_report(a, b, split, torch_device)
+    if as_json:
+        from attnlab.runs import jsonable
+
+        click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"B against A on {split} ({report['n']} sentences, paired; A = baseline)")
+    for column in ("metric", "test", "A", "B", "B − A", "p"):
+        table.add_column(column, justify="left" if column in ("metric", "test") else "right")
+    for row in report["tests"]:
+        digits = 3 if row["metric"] == "exact_match" else 2
+        table.add_row(
+            row["metric"],
+            row["test"],
+            f"{row['a']:.{digits}f}",
+            f"{row['b']:.{digits}f}",
+            f"{row['difference']:+.{digits}f}",
+            format_p(row["p_value"]),
+        )
+    console = rich_console()
+    console.print(f"A: {report['a']['checkpoint']} (step {report['a']['step']})", highlight=False)
+    console.print(f"B: {report['b']['checkpoint']} (step {report['b']['step']})", highlight=False)
+    console.print(table)
+    for row in report["tests"]:
+        if row["test"] != "approximate randomisation":
+            console.print(f"- {row['metric']}: {row['method']}", highlight=False, markup=False)
+    console.print(
+        f"- seed {report['seed']}; the BLEU/chrF p-values equal sacrebleu's --paired-bs / "
+        "--paired-ar on the same files (eval --hyps/--refs writes them)",
+        highlight=False,
+        markup=False,
+    )
 
 
 # -- average -----------------------------------------------------------------------------------

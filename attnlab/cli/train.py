@@ -12,7 +12,7 @@ import click
 from attnlab.cli.common import DEVICE_CHOICE, fmt, one_line, rich_console
 from attnlab.events import Checkpoint, Done, Error, Eval, Event, Start, Step, as_event
 from attnlab.train.session import DEFAULT_PRESET, RunRequest, start_or_resume
-from attnlab.train.signals import primary_process
+from attnlab.train.signals import PEER_LOST_KIND, primary_process, under_launcher
 
 
 class TrainProgress:
@@ -83,6 +83,8 @@ class TrainProgress:
                 "data.train_max_tokens tokens",
                 err=True,
             )
+        if isinstance(typed, Error) and typed.kind == PEER_LOST_KIND and under_launcher():
+            return  # under `train --nproc` the launcher names the rank that died, in one line
         if self.progress is None:
             if isinstance(typed, Error):  # --quiet still says why training stopped
                 click.echo(f"error: {one_line(typed.message)}", err=True)
@@ -238,8 +240,11 @@ def train(
         pass
     elif quiet:
         best = summary.get("best") or {}
+        # "error: ..." is the one line that says what went wrong (on stderr); the summary of
+        # such a run must not read as a second one.
+        label = "ended on an error" if summary["reason"] == "error" else summary["reason"]
         click.echo(
-            f"{summary['reason']}: step {summary['step']}, dev BLEU {fmt(best.get('bleu'))}, "
+            f"{label}: step {summary['step']}, dev BLEU {fmt(best.get('bleu'))}, "
             f"exact match {fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
         )
     else:

@@ -5,6 +5,7 @@ Sources (``data.task = "corpus"``):
   transparently; ``test_2016_flickr.de`` counts as test), direction from
   ``data.src_lang`` / ``data.tgt_lang``; or with ``train.tsv`` / ``dev.tsv`` / ``test.tsv``;
 - ``data.path`` = one ``.tsv`` file, columns chosen with ``data.columns`` (extra ignored);
+- ``data.path`` = a SCAN file or split folder (``IN: ... OUT: ...`` lines, attnlab.data.scan);
 - ``data.src_file`` + ``data.tgt_file``: one pair of line-aligned files.
 Splits missing from the source (all of dev/test for a single file) are split off the
 training data with ``data.seed``, grouping identical source sentences so that no dev or test
@@ -23,7 +24,7 @@ import hashlib
 import json
 import os
 import random
-import tempfile
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,10 @@ from typing import Any
 
 from attnlab.config import PRESETS_DIR, DataConfig
 from attnlab.data.example import Example, Splits
+from attnlab.data.scan import FORMAT as SCAN
+from attnlab.data.scan import looks_like_scan_file, parse_scan_lines, scan_split_files
 from attnlab.errors import AttnlabError
+from attnlab.regular_files import LineTooLong, bounded_lines, open_regular
 
 SPLITS = ("train", "dev", "test")
 DEV_NAMES = ("dev", "val", "valid", "validation")
@@ -56,29 +60,44 @@ def resolve_path(raw: str, field_name: str) -> Path:
     raise AttnlabError(f"{field_name}={raw}: no such file or folder")
 
 
+# The longest corpus line read (bytes): past it a file is not a sentence-per-line corpus
+# (``/dev/zero``-like data, a binary file), and reading on would only exhaust memory.
+MAX_LINE_BYTES = 1 << 20
+
+
 def read_raw_lines(path: Path) -> list[str]:
-    """Decoded lines of a text file (``.gz`` transparently), without line endings."""
+    """Decoded lines of a text file (``.gz`` transparently), without line endings.
+
+    Only a regular file is opened (a FIFO or a device is one error, never a hang), and each
+    line is read with a bound: one longer than MAX_LINE_BYTES is an error naming it."""
+    raw: list[bytes] = []
     try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        else:
-            data = path.read_bytes()
+        with open_regular(path) as handle:
+            stream: Any = gzip.GzipFile(fileobj=handle) if path.name.endswith(".gz") else handle
+            raw.extend(bounded_lines(stream, MAX_LINE_BYTES))
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
+    except LineTooLong as err:
+        line = str(err).split()[1]
+        raise AttnlabError(
+            f"{path}:{line}: line longer than {MAX_LINE_BYTES:,} bytes, the most a corpus line "
+            "may have (is this a sentence-per-line text file?)"
+        ) from None
     except (OSError, EOFError) as err:
         raise AttnlabError(f"{path}: cannot read: {err}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise AttnlabError(
-            f"{path}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8"
-        ) from None
-    lines = text.removeprefix("\ufeff").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.removesuffix("\r") for line in lines]
+    lines = []
+    for number, data in enumerate(raw, start=1):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise AttnlabError(
+                f"{path}:{number}: invalid UTF-8 (byte 0x{data[err.start]:02x}); "
+                "save the file as UTF-8"
+            ) from None
+        lines.append(text.removesuffix("\n").removesuffix("\r"))
+    if lines:
+        lines[0] = lines[0].removeprefix("\ufeff")
+    return lines
 
 
 def read_lines(path: Path) -> list[str]:
@@ -94,6 +113,7 @@ class Side:
     pairs: list[Pair]
     empty_skipped: int = 0
     files: tuple[Path, ...] = ()
+    format: str = "parallel"  # parallel | tsv | scan: part of the cache key
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> Side:
@@ -141,7 +161,15 @@ def read_tsv(path: Path, columns: tuple[int, int]) -> Side:
                 f"(data.columns={columns[0]},{columns[1]}), found {len(fields)}"
             )
         pairs.append((" ".join(fields[columns[0]].split()), " ".join(fields[columns[1]].split())))
-    return _keep_non_empty(str(path), pairs, (path,))
+    side = _keep_non_empty(str(path), pairs, (path,))
+    side.format = "tsv"
+    return side
+
+
+def read_scan(path: Path, lines: list[str] | None = None) -> Side:
+    """A SCAN file: the command words are the source, the action tokens the target."""
+    pairs, blank = parse_scan_lines(path, read_raw_lines(path) if lines is None else lines)
+    return Side(str(path), pairs, blank, (path,), SCAN)
 
 
 def _keep_non_empty(description: str, pairs: Any, files: tuple[Path, ...]) -> Side:
@@ -179,6 +207,9 @@ def _partner(path: Path, src_lang: str, tgt_lang: str) -> Path:
 
 
 def read_folder(folder: Path, cfg: DataConfig) -> dict[str, Side | None]:
+    scan = scan_split_files(folder)
+    if scan is not None:
+        return {split: (read_scan(p) if p else None) for split, p in scan.items()}
     columns = parse_columns(cfg.columns)
     tsv = {
         "train": _find_split_file(folder, ("train",), "tsv", False),
@@ -238,8 +269,12 @@ def read_source(cfg: DataConfig) -> dict[str, Side | None]:
         return read_folder(path, cfg)
     if path.name.endswith((".tsv", ".tsv.gz")):
         return {"train": read_tsv(path, parse_columns(cfg.columns)), "dev": None, "test": None}
+    lines = read_raw_lines(path)
+    if looks_like_scan_file(path, lines):
+        return {"train": read_scan(path, lines), "dev": None, "test": None}
     raise AttnlabError(
-        f"data.path={cfg.path}: expected a folder with train/dev/test files or a .tsv file "
+        f"data.path={cfg.path}: expected a folder with train/dev/test files, a .tsv file or a "
+        "SCAN file ('IN: ... OUT: ...' lines) "
         "(for two line-aligned files use data.src_file and data.tgt_file)"
     )
 
@@ -287,6 +322,7 @@ def assemble_splits(
     pairs: dict[str, list[Pair]] = {}
     stats: dict[str, Any] = {"sources": {}, "empty_skipped": {}, "split_off": missing}
     train_pairs = train.pairs[: cfg.max_pairs] if cfg.max_pairs > 0 else train.pairs
+    train_pairs_read = train_pairs
     if missing:
         fractions = {"test": cfg.test_fraction, "dev": cfg.dev_fraction}
         train_pairs, held = split_off(train_pairs, {s: fractions[s] for s in missing}, cfg.seed)
@@ -310,6 +346,14 @@ def assemble_splits(
                 reason = (
                     f"data.{key}={getattr(cfg, key)} of {len(train.pairs)} pairs "
                     f"leaves no {split} pairs"
+                )
+            elif split == "train" and missing and train_pairs_read:
+                # Splitting off dev/test takes whole groups of identical sources.
+                distinct = len({src for src, _ in train_pairs_read})
+                reason = (
+                    f"its {len(train_pairs_read)} pairs have only {distinct} distinct source "
+                    f"sentence(s), and the split-off {'/'.join(missing)} take whole groups of "
+                    "identical sources; give dev/test files or more distinct sentences"
                 )
             else:
                 reason = f"no non-empty pairs ({side.empty_skipped} empty lines skipped)"
@@ -343,16 +387,25 @@ _KEY_FIELDS = (
     "seed",
     "max_pairs",
     "train_max_tokens",
+    "eval_max_tokens",
 )
 
 
-def cache_key(cfg: DataConfig, files: Sequence[Path]) -> str:
+def cache_key(cfg: DataConfig, files: Sequence[Path], formats: Sequence[str] = ()) -> str:
     digest = hashlib.sha256(f"attnlab-corpus-v{CACHE_VERSION}".encode())
+    digest.update(f"formats={','.join(formats)};".encode())
     for name in _KEY_FIELDS:
         digest.update(f"{name}={getattr(cfg, name)!r};".encode())
     for path in files:
         digest.update(path.name.encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        content = hashlib.sha256()
+        try:
+            with open_regular(path) as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    content.update(chunk)
+        except OSError as err:
+            raise AttnlabError(f"{path}: cannot read: {err.strerror}") from None
+        digest.update(content.digest())
     return digest.hexdigest()[:24]
 
 
@@ -389,21 +442,26 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
         src_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, train_src, cfg.subword_vocab)
         tgt_tok = make_tokenizer(cfg.tokenizer, cfg.lowercase, train_tgt, cfg.subword_vocab)
     tokens: dict[str, dict[str, list[str]]] = {}
-    dropped = 0
+    dropped = dict.fromkeys(SPLITS, 0)  # pairs over the split's token cap
     for split in SPLITS:
         src_tokens = src_tok.encode_batch([s for s, _ in pairs[split]])
         tgt_tokens = tgt_tok.encode_batch([t for _, t in pairs[split]])
-        if split == "train" and cfg.train_max_tokens > 0:
+        cap = cfg.train_max_tokens if split == "train" else cfg.eval_max_tokens
+        if cap > 0:
             keep = [
                 i
                 for i in range(len(src_tokens))
-                if len(src_tokens[i]) <= cfg.train_max_tokens
-                and len(tgt_tokens[i]) <= cfg.train_max_tokens
+                if len(src_tokens[i]) <= cap and len(tgt_tokens[i]) <= cap
             ]
-            dropped = len(src_tokens) - len(keep)
+            dropped[split] = len(src_tokens) - len(keep)
             src_tokens = [src_tokens[i] for i in keep]
             tgt_tokens = [tgt_tokens[i] for i in keep]
             pairs[split] = [pairs[split][i] for i in keep]
+        if not src_tokens and split != "train" and dropped[split]:
+            raise AttnlabError(
+                f"the {split} split is empty: all {dropped[split]} of its pairs are longer than "
+                f"data.eval_max_tokens={cap} tokens (raise it, or 0 for no cap)"
+            )
         tokens[split] = {
             "src": [_join(t) for t in src_tokens],
             "tgt": [_join(t) for t in tgt_tokens],
@@ -424,7 +482,9 @@ def prepare(cfg: DataConfig, pairs: dict[str, list[Pair]]) -> Prepared:
     }
     stats = {
         "tokenizer": {"src": src_tok.describe(), "tgt": tgt_tok.describe()},
-        "train_too_long_dropped": dropped,
+        "train_too_long_dropped": dropped["train"],
+        "dev_too_long_dropped": dropped["dev"],  # over data.eval_max_tokens
+        "test_too_long_dropped": dropped["test"],
     }
     return Prepared(meta, tokens, pairs, stats)
 
@@ -437,7 +497,9 @@ def _save(path: Path, prepared: Prepared) -> None:
         "pairs": {s: [list(p) for p in prepared.pairs[s]] for s in SPLITS},
         "stats": prepared.stats,
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    # O_EXCL with mode 0o666: the umask's mode, as every file attnlab writes (mkstemp's is 0600).
+    tmp = str(path.parent / f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(payload, handle, ensure_ascii=False, separators=(",", ":"))
@@ -448,13 +510,37 @@ def _save(path: Path, prepared: Prepared) -> None:
 
 
 def _load(path: Path) -> Prepared | None:
+    """The cache entry at ``path``, or None when it is missing, damaged or inconsistent
+    (then the corpus is prepared again and the entry rewritten)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            payload = json.load(handle)
+        with open_regular(path) as handle:
+            data = handle.read()
+        payload = json.loads(data)  # deep nesting: RecursionError, caught below
         pairs = {s: [(p[0], p[1]) for p in payload["pairs"][s]] for s in SPLITS}
-        return Prepared(payload["meta"], payload["tokens"], pairs, payload.get("stats", {}))
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        prepared = Prepared(payload["meta"], payload["tokens"], pairs, payload.get("stats", {}))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError, AttnlabError):
         return None  # missing or damaged: prepare again
+    return prepared if _consistent(prepared) else None
+
+
+def _consistent(prepared: Prepared) -> bool:
+    """Every split has as many source and target token lines as pairs, all strings."""
+    if not isinstance(prepared.meta, dict) or not isinstance(prepared.stats, dict):
+        return False
+    for split in SPLITS:
+        tokens = prepared.tokens.get(split) if isinstance(prepared.tokens, dict) else None
+        if not isinstance(tokens, dict):
+            return False
+        pairs = prepared.pairs[split]
+        for side in ("src", "tgt"):
+            lines = tokens.get(side)
+            if not isinstance(lines, list) or len(lines) != len(pairs):
+                return False
+            if not all(isinstance(line, str) for line in lines):
+                return False
+        if not all(isinstance(a, str) and isinstance(b, str) for a, b in pairs):
+            return False
+    return True
 
 
 def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> Dataset
@@ -464,19 +550,29 @@ def load_corpus_dataset(cfg: DataConfig, cache_dir: Path | None = None):  # -> D
     start = time.perf_counter()
     sides = read_source(cfg)
     pairs, stats = assemble_splits(cfg, sides)
-    key = cache_key(cfg, [f for side in sides.values() if side for f in side.files])
+    read = [side for side in sides.values() if side]
+    key = cache_key(cfg, [f for side in read for f in side.files], [side.format for side in read])
     cache_file = (cache_dir or default_cache_dir()) / "corpora" / f"{key}.json"
     prepared = _load(cache_file)
     stats["cache"] = "hit" if prepared is not None else "miss"
+    if prepared is not None:
+        try:  # a cache entry whose vocabularies or tokenizers do not load: prepare again
+            built = vocab_and_tokenizers_from_meta(prepared.meta)
+        except (AttnlabError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+            prepared, stats["cache"] = None, "damaged (prepared again)"
     if prepared is None:
         prepared = prepare(cfg, pairs)
         try:
             _save(cache_file, prepared)
         except OSError:
             stats["cache"] = "unwritable"  # a read-only cwd must not stop training
+        try:
+            built = vocab_and_tokenizers_from_meta(prepared.meta)
+        except AttnlabError as err:  # what prepare built: a bug, but name the cache entry
+            raise AttnlabError(f"{cache_file}: {err}") from None
     stats["cache_file"] = str(cache_file)
     stats.update(prepared.stats)
-    src_vocab, tgt_vocab, src_tok, tgt_tok = vocab_and_tokenizers_from_meta(prepared.meta)
+    src_vocab, tgt_vocab, src_tok, tgt_tok = built
     examples: dict[str, list[Example]] = {}
     for split in SPLITS:
         toks = prepared.tokens[split]

@@ -73,8 +73,11 @@ def vocab_and_tokenizers_from_meta(
     meta: dict[str, Any],
 ) -> tuple[Vocab, Vocab, Tokenizer, Tokenizer]:
     try:
-        src_vocab = Vocab.from_list(meta["src_vocab"])
-        tgt_vocab = Vocab.from_list(meta["tgt_vocab"])
+        key = "src_vocab"
+        src_vocab = Vocab.from_list(meta[key])
+        key = "tgt_vocab"
+        tgt_vocab = Vocab.from_list(meta[key])
+        key = "tokenizers"
         src_tok = tokenizer_from_dict(meta["src_tokenizer"])
         tgt_tok = tokenizer_from_dict(meta["tgt_tokenizer"])
     except KeyError as err:
@@ -82,7 +85,7 @@ def vocab_and_tokenizers_from_meta(
             f"dataset metadata lacks {err.args[0]!r} (not an attnlab checkpoint?)"
         ) from None
     except ValueError as err:
-        raise AttnlabError(f"dataset metadata is invalid: {err}") from None
+        raise AttnlabError(f"dataset metadata is invalid: {key}: {err}") from None
     return src_vocab, tgt_vocab, src_tok, tgt_tok
 
 

@@ -93,6 +93,8 @@ def dataset_stats(
         "empty_skipped",
         "split_off",
         "train_too_long_dropped",
+        "dev_too_long_dropped",
+        "test_too_long_dropped",
         "cache",
         "cache_file",
         "prepare_seconds",
@@ -173,6 +175,12 @@ def render_stats(stats: dict[str, Any]) -> Any:
         hist.add_row(r["bucket"], _bar(r["src"], peak, "cyan"), _bar(r["tgt"], peak, "magenta"))
     parts.append(hist)
 
+    parts.extend(Text(n) for n in stats_notes(stats))
+    return Group(*parts)
+
+
+def stats_notes(stats: dict[str, Any]) -> list[str]:
+    """The one-line notes under the tables: batching, split-off splits, skipped pairs, cache."""
     b = stats["batching"]
     rule = (
         f"{b['batch_tokens']} tokens" if b["batch_tokens"] > 0 else f"{b['batch_size']} sentences"
@@ -188,13 +196,18 @@ def render_stats(stats: dict[str, Any]) -> Any:
         )
     if stats.get("train_too_long_dropped"):
         notes.append(f"training pairs dropped as too long: {stats['train_too_long_dropped']}")
+    for split in ("dev", "test"):
+        if stats.get(f"{split}_too_long_dropped"):
+            notes.append(
+                f"{split} pairs skipped as longer than data.eval_max_tokens: "
+                f"{stats[f'{split}_too_long_dropped']}"
+            )
     if "cache" in stats:
         notes.append(
             f"cache: {stats['cache']} ({stats.get('cache_file', '')}), "
             f"prepared in {stats.get('prepare_seconds', 0):.2f} s"
         )
-    parts.extend(Text(n) for n in notes)
-    return Group(*parts)
+    return notes
 
 
 def _bar(count: int, peak: int, style: str, width: int = 16) -> Any:

@@ -57,4 +57,11 @@ class Vocab:
             raise ValueError("a vocabulary must be a list of token strings")  # damaged meta
         if tuple(itos[:4]) != SPECIALS:
             raise ValueError("vocabulary must start with the special tokens <pad> <unk> <s> </s>")
+        # A repeated token (or a special past id 3) would shift every later id: the weights'
+        # rows would meet the wrong tokens, silently.
+        first: dict[str, int] = {}
+        for index, token in enumerate(itos):
+            if token in first:
+                raise ValueError(f"token {token!r} appears twice (ids {first[token]} and {index})")
+            first[token] = index
         return cls(itos[4:])

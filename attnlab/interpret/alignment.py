@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from attnlab.errors import AttnlabError
+from attnlab.regular_files import read_bounded
 
 Link = tuple[int, int]  # (source index, target index)
 _LINK = re.compile(r"^(\d+)([-?])(\d+)$")
@@ -58,14 +59,19 @@ def parse_pharaoh_line(line: str, order: str = "src-tgt", where: str = "") -> Go
     return gold
 
 
+PHARAOH_MAX_BYTES = 256 << 20  # gold alignments of a test set are a few MB at most
+
+
 def read_pharaoh(path: Path, order: str = "src-tgt") -> list[GoldAlignment]:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # a regular file (a FIFO never blocks), of bounded size
+        lines = read_bounded(path, PHARAOH_MAX_BYTES, "gold alignment file").decode().splitlines()
     except FileNotFoundError:
         raise AttnlabError(f"{path}: no such file") from None
     except UnicodeDecodeError:
         raise AttnlabError(f"{path}: not a UTF-8 text file") from None
+    except OSError as err:
+        raise AttnlabError(f"{path}: cannot read ({err.strerror})") from None
     return [parse_pharaoh_line(line, order, f"{path}:{n}") for n, line in enumerate(lines, 1)]
 
 

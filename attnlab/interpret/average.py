@@ -77,6 +77,29 @@ def read_step_copy(step: int, directory: Path) -> tuple[dict[str, Tensor], dict[
     return state, meta
 
 
+def check_same_model(
+    meta: dict[str, Any], directory: Path, newest: dict[str, Any], newest_dir: Path
+) -> None:
+    """Copies averaged together must index the same tokens and build the same model: two
+    vocabularies of one size but other tokens averaged silently into a model of neither."""
+    for key in ("src_vocab", "tgt_vocab", "src_tokenizer", "tgt_tokenizer"):
+        mine, theirs = meta["dataset"].get(key), newest["dataset"].get(key)
+        if mine != theirs:
+            where = ""
+            if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+                index = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
+                where = f" (id {index}: {mine[index]!r} vs {theirs[index]!r})"
+            raise AttnlabError(
+                f"checkpoint {directory}: its {key} differs from {newest_dir.name}'s{where}; "
+                "average copies of one run only"
+            )
+    if meta["config"].get("model") != newest["config"].get("model"):
+        raise AttnlabError(
+            f"checkpoint {directory}: its model settings differ from {newest_dir.name}'s; "
+            "average copies of one run only"
+        )
+
+
 def buffer_names(meta: dict[str, Any], directory: Path) -> frozenset[str]:
     """The buffers of the model the meta of checkpoint ``directory`` describes."""
     from attnlab.runs import model_from_meta
@@ -116,6 +139,8 @@ def average_checkpoints(
     chosen = copies[-last:]
     states, metas = zip(*(read_step_copy(step, path) for step, path in chosen), strict=True)
     meta = metas[-1]
+    for (_step, path), other in zip(chosen[:-1], metas[:-1], strict=True):
+        check_same_model(other, path, meta, chosen[-1][1])
     averaged = average_state_dicts(list(states), buffer_names(meta, chosen[-1][1]))
     steps = [step for step, _ in chosen]
     metadata = {

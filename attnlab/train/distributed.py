@@ -19,8 +19,13 @@ Guarantees the trainer builds on (see its loop):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,7 @@ import torch.distributed as dist
 
 from attnlab.errors import AttnlabError
 from attnlab.events import INTERRUPT_WORD, ControlCommand
+from attnlab.train.signals import EXIT_FILE_ENV, PEER_LOST_KIND  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
@@ -53,14 +59,47 @@ CONTROL_WORDS = {code: word for word, code in CONTROL_CODES.items()}
 # torchrun): a repeat within this many seconds is the same request.
 SIGNAL_GRACE_S = 2.0
 
-# Set by `attnlab train --nproc N` for its workers: rank 0 writes its exit code there.
-EXIT_FILE_ENV = "ATTNLAB_EXIT_FILE"
 # ... and the launch time (ns since the epoch): a control word written after it is for us.
 LAUNCH_TIME_ENV = "ATTNLAB_LAUNCH_NS"
+# ... and the launcher's pid: a rank whose launcher is gone ends (see ``die_with_parent``).
+LAUNCHER_PID_ENV = "ATTNLAB_LAUNCHER_PID"
+
+# A rank whose parent (torchrun) or launcher died gets SIGTERM (the trainer stops on the
+# step, like Ctrl+C); one that has not ended this many seconds later exits at once.
+ORPHAN_GRACE_S = 5.0
+ORPHAN_POLL_S = 0.5
+# Exit code of a rank ended by that deadline.
+ORPHAN_EXIT_CODE = 1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class PeerFailed(AttnlabError):
     """Rank 0 failed in a step the others wait on (they end quietly; rank 0 reports)."""
+
+
+# What the Error event (kind PEER_LOST_KIND) says when another rank is gone.
+LOST_PEER_MESSAGE = "another rank of this data-parallel job is gone (killed or crashed)"
+
+
+# What gloo and NCCL say when the other end of a collective has gone away.
+_LOST_PEER_SIGNS = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "socket closed",
+    "timed out",
+    "nccl communicator was aborted",
+)
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether ``err``, raised in a data-parallel step, means another rank is gone."""
+    if isinstance(err, PeerFailed):
+        return True
+    text = str(err).lower()
+    distributed_error = getattr(dist, "DistError", ())
+    from_backend = isinstance(err, distributed_error) or "gloo" in text or "nccl" in text
+    return from_backend and any(sign in text for sign in _LOST_PEER_SIGNS)
 
 
 def env_world() -> tuple[int, int, int, int]:
@@ -133,6 +172,20 @@ def check_nproc(nproc: int, device: str) -> None:
     if nproc > max(limit, 1):
         raise AttnlabError(
             f"train.nproc={nproc} exceeds the {limit} {what} here; use 1..{max(limit, 1)}"
+        )
+
+
+def check_threads(threads: int) -> None:
+    """train.threads (torch CPU threads; 0 = torch's default) at most the cores here: more
+    only oversubscribes them (and torch crashed at 100,000)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    if threads > cores:
+        raise AttnlabError(
+            f"train.threads={threads} exceeds the {cores} CPU cores here; use 0..{cores}"
+            " (0 = torch's default)"
         )
 
 
@@ -243,6 +296,66 @@ class Dist:
         return outcome
 
 
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send ``sig`` to this process when the thread that started it ends
+    (``prctl(PR_SET_PDEATHSIG)``; kept across exec). False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, not ours to signal
+        return True
+    return True
+
+
+def die_with_parent(grace_s: float = ORPHAN_GRACE_S) -> None:
+    """Make this torchrun worker end when torchrun or the ``attnlab train --nproc`` launcher
+    dies (``kill -9`` included), instead of training on as an orphan holding the run lock.
+
+    Linux delivers SIGTERM at the parent's death (PR_SET_PDEATHSIG); a watcher thread also
+    polls the parent and the launcher pid (every platform, and a parent that died before the
+    prctl). SIGTERM is the trainer's Ctrl+C: every rank stops on one step and saves ``last``
+    (saves are atomic: a kill inside one leaves the previous checkpoint). A rank still alive
+    ``grace_s`` after the loss exits at once (a collective may wait on a rank that is gone)."""
+    parent = os.getppid()
+    kernel_tells = set_parent_death_signal(signal.SIGTERM)
+    exit_file = os.environ.get(EXIT_FILE_ENV)
+    if exit_file:  # the launcher's second Ctrl+C kills each rank by this pid
+        with contextlib.suppress(OSError):
+            rank = int(os.environ.get("RANK", "0") or 0)
+            Path(exit_file).with_name(f"rank-{rank}.pid").write_text(f"{os.getpid()}\n")
+    try:
+        launcher = int(os.environ.get(LAUNCHER_PID_ENV, "0"))
+    except ValueError:
+        launcher = 0
+
+    def orphaned() -> bool:
+        if os.getppid() != parent or parent == 1:
+            return True
+        return 0 < launcher < 2**31 and not _alive(launcher)
+
+    def watch() -> None:
+        while not orphaned():
+            time.sleep(ORPHAN_POLL_S)
+        if not kernel_tells:  # on Linux the kernel sent it (torchrun too, for its launcher):
+            with contextlib.suppress(OSError):  # a second one past the grace would abort the
+                os.kill(os.getpid(), signal.SIGTERM)  # stop before its checkpoint
+        time.sleep(grace_s)
+        os._exit(ORPHAN_EXIT_CODE)
+
+    threading.Thread(target=watch, name="attnlab-orphan-watch", daemon=True).start()
+
+
 _CURRENT: Dist | None = None
 
 
@@ -259,6 +372,7 @@ def init(device_name: str = "auto") -> Dist:
     if world <= 1:
         _CURRENT = Dist()
         return _CURRENT
+    die_with_parent()
     from attnlab.device import resolve_device
 
     device = resolve_device(device_name)
@@ -340,6 +454,9 @@ def share_redraw_generator(model: torch.nn.Module, seed: int) -> None:
             module.redraw_generator = generator
 
 
+# The torchrun the launcher starts: torchrun's agent, a dead rank named in one line.
+LAUNCH_AGENT = "attnlab.train.torchrun_entry"
+
 # How often the launcher looks whether its child ended or an interrupt can be delivered.
 LAUNCH_POLL_S = 0.2
 
@@ -362,19 +479,35 @@ def launch(
     took over the signals. The exit code is rank 0's (130 when interrupted). A ``new_run``
     that never started (its rank 0 killed in set-up) leaves no directory.
     """
-    import signal
     import subprocess
     import tempfile
-    import time
 
-    with tempfile.TemporaryDirectory(prefix="attnlab-ddp-") as scratch:
+    sweep_launcher_scratch()
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
         exit_file = Path(scratch) / "exit-code"
         env = dict(os.environ)
         env[EXIT_FILE_ENV] = str(exit_file)
         env[LAUNCH_TIME_ENV] = str(time.time_ns())
         # torchrun sets 1 (with a warning) when unset; each rank sets its own count anyway.
         env.setdefault("OMP_NUM_THREADS", str(cpu_threads_per_rank(nproc)))
-        proc = subprocess.Popen(torchrun_argv(nproc, cli_args), env=env, start_new_session=True)
+        env[LAUNCHER_PID_ENV] = str(os.getpid())
+        launcher = os.getpid()
+
+        def end_with_launcher() -> None:  # in the child, before exec: torchrun gets SIGTERM
+            set_parent_death_signal(signal.SIGTERM)  # (and stops its ranks) if we die
+            if os.getppid() != launcher:  # we died before the prctl
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        (Path(scratch) / SCRATCH_OWNER_FILE).write_text(f"{launcher}\n", encoding="utf-8")
+        proc = subprocess.Popen(
+            torchrun_argv(nproc, cli_args, agent=LAUNCH_AGENT),
+            env=env,
+            start_new_session=True,
+            preexec_fn=end_with_launcher,  # noqa: PLW1509 - one thread here: the CLI's main
+        )
+        (Path(scratch) / SCRATCH_OWNER_FILE).write_text(
+            f"{launcher} {proc.pid}\n", encoding="utf-8"
+        )
         received, delivered = 0, False
 
         def handler(signum: int, frame: Any) -> None:
@@ -382,7 +515,10 @@ def launch(
             received += 1
             if received == 1:
                 delivered = _deliver_interrupt(run_dir)
-            else:
+            else:  # torchrun's group, and each rank (each has a session of its own)
+                for pid in _rank_pids(Path(scratch)):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
@@ -406,7 +542,66 @@ def launch(
         try:
             return int(exit_file.read_text().strip())
         except (OSError, ValueError):  # rank 0 never got to say (killed, crashed)
+            if returncode < 0 and not received:
+                name = signal.Signals(-returncode).name
+                print(
+                    f"error: torchrun (pid {proc.pid}) died of {name}; its ranks were stopped"
+                    " (resume from checkpoints/last with --resume)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return 130 if received else (1 if returncode else 0)
+
+
+def _rank_pids(scratch: Path) -> list[int]:
+    """The pids the ranks wrote into the launcher's scratch folder (``rank-R.pid``)."""
+    pids = []
+    for path in scratch.glob("rank-*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(path.read_text(encoding="utf-8")[:32])
+            if 0 < pid < 2**31:
+                pids.append(pid)
+    return pids
+
+
+# The launcher's scratch folders in the system temp folder: ``attnlab-ddp-*`` (the exit-code
+# file), and ``attnlab-preset-*`` (the resolved experiment the ranks read). Each holds an
+# owner file "<launcher pid> [<torchrun pid>]"; a launcher killed with SIGKILL cannot remove
+# them, so the next launch removes those whose owners have all exited.
+SCRATCH_PREFIX = "attnlab-ddp-"
+PRESET_SCRATCH_PREFIX = "attnlab-preset-"
+SCRATCH_OWNER_FILE = "owner"
+UNOWNED_SCRATCH_MAX_AGE_S = 24 * 3600.0  # older ones without an owner file: removed too
+
+
+def sweep_launcher_scratch(temp_dir: Path | None = None) -> list[Path]:
+    """Remove the launcher scratch folders (ours, by uid) whose owners have all exited."""
+    import shutil
+    import tempfile
+
+    temp = Path(temp_dir or tempfile.gettempdir())
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    removed = []
+    for prefix in (SCRATCH_PREFIX, PRESET_SCRATCH_PREFIX):
+        for scratch in temp.glob(f"{prefix}*"):
+            try:
+                info = scratch.lstat()
+                if not scratch.is_dir() or scratch.is_symlink():
+                    continue
+                if uid is not None and info.st_uid != uid:
+                    continue
+                owner = scratch / SCRATCH_OWNER_FILE
+                if owner.is_file():
+                    words = owner.read_text(encoding="utf-8")[:64].split()[:2]
+                    in_use = any(0 < int(w) < 2**31 and _alive(int(w)) for w in words)
+                else:
+                    in_use = time.time() - info.st_mtime < UNOWNED_SCRATCH_MAX_AGE_S
+            except (OSError, ValueError):
+                continue  # vanished meanwhile, or not ours to judge
+            if not in_use:
+                shutil.rmtree(scratch, ignore_errors=True)
+                removed.append(scratch)
+    return removed
 
 
 def _deliver_interrupt(run_dir: Path) -> bool:
@@ -458,7 +653,6 @@ def exit_worker(code: int) -> None:
     "terminate called without an active exception", SIGABRT, and torchrun calls the whole
     job failed although it had finished. ``os._exit`` skips those destructors."""
     import logging
-    import sys
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -467,15 +661,16 @@ def exit_worker(code: int) -> None:
     os._exit(code)
 
 
-def torchrun_argv(nproc: int, cli_args: list[str]) -> list[str]:
+def torchrun_argv(
+    nproc: int, cli_args: list[str], agent: str = "torch.distributed.run"
+) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc_per_node N -m attnlab ...``
-    (``--standalone``: a free port on this machine, no fixed port)."""
-    import sys
-
+    (``--standalone``: a free port on this machine, no fixed port). The launcher's ``agent``
+    is ``attnlab.train.torchrun_entry`` (torchrun naming a dead rank in one line)."""
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        agent,
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",

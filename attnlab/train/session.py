@@ -107,6 +107,7 @@ def _start(
         return _launch_parallel(config, request, extra, signals, on_run_dir)
     from attnlab.train import distributed  # torch: seconds
 
+    distributed.check_threads(config.train.threads)
     signals.check()
     # Under torchrun: join the job; rank 0 makes (and locks) the run directory.
     info = distributed.init(config.train.device) if torchrun_worker() else distributed.current()
@@ -142,6 +143,7 @@ def _launch_parallel(
     from attnlab.train import distributed
 
     distributed.check_nproc(config.train.nproc, config.train.device)
+    distributed.check_threads(config.train.threads)
     resume_dir = request.resume_dir
     if resume_dir is not None:
         run_dir = resume_dir
@@ -157,7 +159,10 @@ def _launch_parallel(
         on_run_dir(run_dir, config.train.nproc)
     args += request.worker_args
     signals.check()
-    with tempfile.TemporaryDirectory(prefix="attnlab-preset-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=distributed.PRESET_SCRATCH_PREFIX) as scratch:
+        # Ours while we live: a launcher killed with SIGKILL leaves it to the next one's sweep.
+        owner = Path(scratch) / distributed.SCRATCH_OWNER_FILE
+        owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
         if resume_dir is None:  # the resolved experiment, overrides included
             preset = Path(scratch) / f"{config.name}.toml"
             preset.write_text(dumps_toml(config), encoding="utf-8")

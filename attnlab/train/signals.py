@@ -16,6 +16,17 @@ from typing import Any
 TORCHRUN_SIGNAL_GRACE_S = 2.0  # = attnlab.train.distributed.SIGNAL_GRACE_S
 
 
+# Set by `attnlab train --nproc N` for its workers: rank 0 writes its exit code there.
+EXIT_FILE_ENV = "ATTNLAB_EXIT_FILE"
+# The Error event's kind when another rank of the job is gone (killed or crashed).
+PEER_LOST_KIND = "peer"
+
+
+def under_launcher() -> bool:
+    """True in a rank started by ``attnlab train --nproc`` (whose launcher names a dead rank)."""
+    return bool(os.environ.get(EXIT_FILE_ENV))
+
+
 def primary_process() -> bool:
     """True unless torchrun's environment names a rank other than 0."""
     return os.environ.get("RANK", "0") in ("", "0")

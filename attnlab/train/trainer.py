@@ -24,13 +24,10 @@ import contextlib
 import math
 import os
 import random
-import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,28 +38,22 @@ from attnlab.data.batching import make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.errors import AttnlabError
-from attnlab.evaluate import evaluate_split, token_loss_sum
+from attnlab.evaluate import token_loss_sum
 from attnlab.events import (
     INTERRUPT_WORD,
-    Checkpoint,
-    Control,
     ControlCommand,
     Done,
     DoneReason,
     Error,
-    Eval,
     Event,
     EventLog,
     Note,
     NullEventLog,
-    Sample,
     Start,
     Step,
     exit_code,
 )
-from attnlab.interpret.average import keep_step_copy
 from attnlab.naming import attention_roles
-from attnlab.nn.archs import normalisations_of
 from attnlab.runs import (
     CONTROL_FILE,
     STATE_TENSORS,
@@ -74,31 +65,32 @@ from attnlab.runs import (
     jsonable,
     lock_run_dir,
     optimizer_from_tensors,
-    optimizer_to_tensors,
     prepare_checkpoints,
     read_trainer_state,
-    require_run_dir,
-    save_checkpoint,
     write_config,
 )
 from attnlab.train import distributed
-from attnlab.train.distributed import CONTROL_CODES, CONTROL_WORDS, PeerFailed, shard_plan
+from attnlab.train.checkpointing import (  # noqa: F401 - EVAL_*: importable here as before
+    EVAL_GO_ON,
+    EVAL_NON_FINITE,
+    EVAL_STOP_EARLY,
+    EvaluationAndCheckpoints,
+    NonFiniteLoss,
+)
+from attnlab.train.control import ControlAndSignals
+from attnlab.train.distributed import (
+    CONTROL_CODES,
+    CONTROL_WORDS,
+    PEER_LOST_KIND,
+    PeerFailed,
+    shard_plan,
+)
 from attnlab.train.schedules import (
     LRSchedule,
-    best_eval_decision,
-    metric_improved,
     teacher_forcing_ratio,
 )
 
-PAUSE_POLL_S = 0.2
 CONTROL_SLACK_NS = 500_000_000
-
-# Outcomes of an evaluation (rank 0's, shared with every rank under DDP).
-EVAL_GO_ON, EVAL_STOP_EARLY, EVAL_NON_FINITE = 0, 1, 2
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
 
 
 def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
@@ -122,7 +114,10 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-class Trainer:
+SPLITS_CAPPED = ("dev", "test")  # the splits data.eval_max_tokens caps
+
+
+class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
     def __init__(
         self,
         config: ExperimentConfig,
@@ -296,6 +291,25 @@ class Trainer:
             except Exception as err:  # e.g. no compiler on this platform
                 self._compile_failed(err)
 
+    def _note_skipped_eval_pairs(self) -> None:
+        """One line on stderr and in the events when data.eval_max_tokens skipped dev/test
+        pairs (evaluation then scores fewer sentences than the files hold)."""
+        stats = self.dataset.stats
+        counts = [
+            (split, int(stats.get(f"{split}_too_long_dropped", 0) or 0))
+            for split in ("dev", "test")
+        ]
+        skipped = " and ".join(f"{n} {split}" for split, n in counts if n)
+        if not skipped:
+            return
+        message = (
+            f"skipped {skipped} pairs longer than data.eval_max_tokens="
+            f"{self.config.data.eval_max_tokens} tokens"
+        )
+        if self.dist.is_primary:
+            print(f"note: {message}", file=sys.stderr, flush=True)
+        self.events.emit(Note(self.step, message=message))
+
     def _compile_failed(self, err: BaseException) -> None:
         """One line on stderr and in the events; training goes on eagerly."""
         self.train_model, self.train_loss = self._eager_model, token_loss_sum
@@ -387,6 +401,7 @@ class Trainer:
             self.started = True
             if getattr(self, "_compile_note", None):
                 self.events.emit(Note(self.step, message=self._compile_note))
+            self._note_skipped_eval_pairs()
             try:
                 reason = self._loop()
             except NonFiniteLoss as err:
@@ -394,18 +409,27 @@ class Trainer:
                 reason = DoneReason.ERROR
             except PeerFailed:  # rank 0 stopped on an error and reports it; this rank ends
                 reason = DoneReason.ERROR
+            except WriteError as err:
+                # No space for a checkpoint, a read-only checkpoints/: the run ends with done
+                # "error" and exit code 1, and its Error event is the one line the user sees
+                # (raised on, the CLI printed it a second time and exited 2).
+                self.events.emit(Error(self.step, message=str(err), kind="io"))
+                reason = DoneReason.ERROR
             except Exception as err:
-                oom = is_out_of_memory(err)
-                io = isinstance(err, WriteError)  # e.g. no space for a checkpoint: path + reason
-                self.events.emit(
-                    Error(
-                        self.step,
-                        message=str(err) if io else f"{type(err).__name__}: {err}",
-                        kind="oom" if oom else "io" if io else "exception",
+                if self.dist.active and distributed.lost_peer(err):  # a rank was killed
+                    message = f"{distributed.LOST_PEER_MESSAGE} ({type(err).__name__})"
+                    self.events.emit(Error(self.step, message=message, kind=PEER_LOST_KIND))
+                    reason = DoneReason.ERROR
+                else:
+                    self.events.emit(
+                        Error(
+                            self.step,
+                            message=f"{type(err).__name__}: {err}",
+                            kind="oom" if is_out_of_memory(err) else "exception",
+                        )
                     )
-                )
-                self._done(DoneReason.ERROR)
-                raise
+                    self._done(DoneReason.ERROR)
+                    raise
             self._done(reason)
         finally:
             restore()
@@ -549,251 +573,6 @@ class Trainer:
                 yield [train[i] for i in plan[index]]
             self.epoch += 1
             self.batch_in_epoch = 0
-
-    # -- evaluation and checkpoints -----------------------------------------------------------
-
-    def _evaluate_on_primary(self) -> bool:
-        """Rank 0 evaluates (and saves) while the others wait. Every rank then learns the
-        outcome — go on, stop early, or stop on a non-finite dev loss or weights (NonFiniteLoss
-        on every rank: none waits for a peer that stopped) — and takes rank 0's bookkeeping:
-        best checkpoint, patience, LR schedule (a plateau schedule reacts to the eval)."""
-        failure: list[NonFiniteLoss] = []
-
-        def evaluate() -> int:
-            try:
-                return EVAL_STOP_EARLY if self._evaluate() else EVAL_GO_ON
-            except NonFiniteLoss as err:  # an outcome to share, not a failure of rank 0
-                failure.append(err)
-                return EVAL_NON_FINITE
-
-        outcome = self.dist.primary_only(evaluate)
-        if self.dist.active:
-            self._set_eval_state(self.dist.broadcast_object(self._eval_state()))
-        if outcome == EVAL_NON_FINITE:
-            raise (
-                failure[0]
-                if failure
-                else NonFiniteLoss(
-                    f"rank 0 stopped on a non-finite dev loss or weights at step {self.step}"
-                )
-            )
-        return outcome == EVAL_STOP_EARLY
-
-    def _eval_state(self) -> dict[str, Any]:
-        """What an evaluation decides (on rank 0) and every rank keeps."""
-        return {
-            "best_value": self.best_value,
-            "best_metrics": self.best_metrics,
-            "last_metrics": self.last_metrics,
-            "bad_evals": self.bad_evals,
-            "lr_schedule": self.lr_schedule.state_dict(),
-            "last_saved_step": self._last_saved_step,
-        }
-
-    def _set_eval_state(self, state: dict[str, Any]) -> None:
-        self.best_value = state["best_value"]
-        self.best_metrics = state["best_metrics"]
-        self.last_metrics = state["last_metrics"]
-        self.bad_evals = state["bad_evals"]
-        self.lr_schedule.load_state_dict(state["lr_schedule"])
-        self._last_saved_step = state["last_saved_step"]
-
-    def _evaluate(self) -> bool:
-        """Score dev, log eval + samples, save best/last; True when early stopping says stop."""
-        cfg = self.config.train
-        # Batched greedy, whatever decoder the run names for translate / eval.
-        decode_cfg = replace(self.config.decode, decoder="greedy", beam=1, sample=False, nbest=1)
-        # In float32, not under train.amp's bf16 autocast: the event must equal what
-        # `attnlab eval` of the checkpoint saved now reports (it runs in float32).
-        result = evaluate_split(
-            self.model,
-            self.dataset,
-            "dev",
-            decode_cfg,
-            device=self.device,
-            max_sentences=cfg.eval_sentences,
-            samples=cfg.samples,
-            normalisations=normalisations_of(self.config),
-        )
-        self.model.train()
-        samples = result.pop("samples", [])
-        if not math.isfinite(float(result["loss"])):
-            raise NonFiniteLoss(
-                f"dev loss became {result['loss']} at step {self.step}; {self._kept()}"
-            )
-        value = float(result[cfg.metric])
-        # Patience counts evals without a strict gain in train.metric; the best checkpoint
-        # also moves on a tie in it that the dev loss (then BLEU) breaks.
-        if metric_improved(cfg.metric, value, self.best_value):
-            self.best_value = value
-            self.bad_evals = 0
-        else:
-            self.bad_evals += 1
-        decided_by = best_eval_decision(cfg.metric, result, self.best_metrics)
-        improved = decided_by is not None
-        if improved:
-            chosen_by = (
-                decided_by if decided_by == cfg.metric else f"{decided_by} (tie in {cfg.metric})"
-            )
-            self.best_metrics = {**result, "step": self.step, "chosen_by": chosen_by}
-        self.lr_schedule.on_eval(value)
-        self.last_metrics = {**result, "step": self.step}
-        elapsed = round(self.elapsed(), 3)
-        evaluation = Eval.build(self.step, **jsonable(result), best=improved, elapsed_s=elapsed)
-        self.events.emit(evaluation)
-        for sample in samples:
-            self.events.emit(Sample.build(self.step, **sample))
-        if improved:
-            self._save("best")
-        self._save("last")
-        return cfg.patience > 0 and self.bad_evals >= cfg.patience
-
-    def _save(self, tag: str) -> None:
-        """Write a checkpoint, only of finite weights (else the last good one stays)."""
-        if self.dist.is_primary:  # deleted under us: fail with one line, do not re-create it
-            require_run_dir(self.run_dir)
-        if not self._weights_finite():
-            raise NonFiniteLoss(
-                f"the weights are no longer finite at step {self.step}; {self._kept()}"
-            )
-        if not self.dist.is_primary:  # one writer; the weights are the same on every rank
-            if tag == "last":
-                self._last_saved_step = self.step
-            return
-        metrics = self.best_metrics if tag == "best" else (self.last_metrics or self.best_metrics)
-        directory = save_checkpoint(
-            self.run_dir,
-            tag,
-            self.model,
-            self.config,
-            self.dataset_meta,
-            self.step,
-            metrics,
-            self.params,
-            trainer_state=self._trainer_state() if tag == "last" else None,
-        )
-        if tag == "last":
-            self._last_saved_step = self.step
-            keep_step_copy(self.run_dir, self.step, self.config.train.keep_last)
-        self.events.emit(Checkpoint(self.step, tag=tag, path=str(directory)))
-
-    def _trainer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors, optimizer_info = optimizer_to_tensors(self.optimizer.state_dict())
-        tensors["rng.cpu"] = torch.get_rng_state()
-        if self.device.type == "cuda":
-            for i, state in enumerate(torch.cuda.get_rng_state_all()):
-                tensors[f"rng.cuda.{i}"] = state
-        version, internal, gauss = random.getstate()
-        scalars = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "best_value": self.best_value,
-            "best_metrics": jsonable(self.best_metrics),
-            "bad_evals": self.bad_evals,
-            "elapsed_s": self.elapsed(),
-            "total_tokens": self.total_tokens,
-            "train_time": self.train_time,
-            "lr_schedule": self.lr_schedule.state_dict(),
-            "optimizer": optimizer_info,
-            "python_random": [version, list(internal), gauss],
-        }
-        return tensors, scalars
-
-    def _check_finite(self, window_loss: torch.Tensor) -> None:
-        """Never save weights that a non-finite loss may already have corrupted."""
-        if not math.isfinite(float(window_loss)):
-            raise NonFiniteLoss(
-                f"loss became {float(window_loss)} before step {self.step}; {self._kept()}"
-            )
-
-    def _weights_finite(self) -> bool:
-        flags = [torch.isfinite(p).all() for p in self.model.parameters()]
-        return bool(torch.stack(flags).all()) if flags else True
-
-    def _kept(self) -> str:
-        if self._last_saved_step < 0:
-            return "no checkpoint was written"
-        return f"kept the last good checkpoint (step {self._last_saved_step})"
-
-    # -- control and signals ------------------------------------------------------------------
-
-    @staticmethod
-    def _stat_signature(path: Path) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-    def _poll_control(self) -> ControlCommand | str | None:
-        """A new command from control() or a changed ``run_dir/control`` file, else None."""
-        if self._pending is not None:
-            command, self._pending = self._pending, None
-            return command
-        path = self.run_dir / CONTROL_FILE
-        signature = self._stat_signature(path)
-        if signature == self._control_sig:
-            return None
-        self._control_sig = signature
-        if signature is None:
-            return None
-        try:
-            # errors="replace": garbage in the file is an unknown word (ignored), not a crash
-            word = path.read_text(encoding="utf-8", errors="replace").strip().lower()
-        except OSError:
-            return None
-        if word == INTERRUPT_WORD:
-            return word
-        command = ControlCommand.coerce(word)
-        return command if isinstance(command, ControlCommand) else None
-
-    def _paused(self) -> ControlCommand | None:
-        """Wait while paused; returns the command that ended the pause (resume/stop/save)."""
-        pause_start = time.perf_counter()
-        self.events.emit(Control(self.step, command=ControlCommand.PAUSE))
-        try:
-            while not self._signalled:
-                command, _ = self._sync_control(0)  # every rank pauses and wakes together
-                if command == ControlCommand.SAVE:
-                    self._save("last")
-                elif command in (ControlCommand.RESUME, ControlCommand.STOP):
-                    self.events.emit(Control(self.step, command=ControlCommand.RESUME))
-                    return command
-                time.sleep(PAUSE_POLL_S)
-            return None
-        finally:
-            # Time spent paused is not training time.
-            self._start_time += time.perf_counter() - pause_start
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if not self.install_signals or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-        # Under torchrun a terminal's Ctrl+C reaches a rank twice (directly and forwarded by
-        # torchrun): a repeat within this grace is the same request.
-        grace = distributed.SIGNAL_GRACE_S if distributed.launched_by_torchrun() else 0.0
-
-        def handler(signum: int, frame: Any) -> None:
-            now = time.monotonic()
-            if self._signal_at is not None and now - self._signal_at >= grace:
-                # second signal: abort now
-                for sig, old in previous.items():
-                    signal.signal(sig, old)
-                raise KeyboardInterrupt
-            if self._signal_at is None:
-                self._signal_at = now
-            self._signalled = True
-
-        for sig in previous:
-            signal.signal(sig, handler)
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore
 
     # -- summary ------------------------------------------------------------------------------
 

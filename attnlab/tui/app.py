@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -29,12 +30,13 @@ from attnlab.tui.menus import Menus
 from attnlab.tui.views.setup import SetupView
 from attnlab.tui.views.train import CommandFactory, SampleChosen, TrainView
 
-TABS = ("setup", "train", "inspect", "runs", "export")
+TABS = ("setup", "train", "inspect", "runs", "export", "studies")
 TAB_FOCUS = {
     "train": "#samples",
     "inspect": "#heatmap",
     "runs": "#runs-table",
     "export": "#export-run",
+    "studies": "#studies-list",
 }
 
 
@@ -73,6 +75,8 @@ class AttnLab(App[None]):
         Binding("3", "tab('inspect')", "Inspect", show=False),
         Binding("4", "tab('runs')", "Runs", show=False),
         Binding("5", "tab('export')", "Export", show=False),
+        Binding("6", "tab('studies')", "Studies", show=False),
+        Binding("S", "queue_study", "Study ×3", show=False),
         Binding("t", "train", "Train ▶"),
         Binding("ctrl+t", "train", "Train", show=False, priority=True),
         Binding("p", "control('pause')", "Pause"),
@@ -103,6 +107,8 @@ class AttnLab(App[None]):
             False  # Train / Inspect / Runs / Export mounted (just after the first frame)
         )
         self.menus_ready = asyncio.Event()  # set once Setup's menus are built (tests wait on it)
+        self.studies: list[Any] = []  # `attnlab study run` children started from Setup
+        self.study_seeds = 3
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -132,6 +138,7 @@ class AttnLab(App[None]):
         from attnlab.tui.views.export import ExportView
         from attnlab.tui.views.inspect import InspectView
         from attnlab.tui.views.runs import RunsView
+        from attnlab.tui.views.studies import StudiesView
 
         kwargs = {"poll_seconds": self.poll_seconds} if self.poll_seconds else {}
         views = {
@@ -141,6 +148,7 @@ class AttnLab(App[None]):
             "inspect": InspectView(self.runs_dir, id="inspect-view"),
             "runs": RunsView(self.runs_dir, id="runs-view"),
             "export": ExportView(self.runs_dir, id="export-view"),
+            "studies": StudiesView(self.runs_dir, id="studies-view"),
         }
         for tab, view in views.items():
             await self.query_one(f"#{tab}", TabPane).mount(view)
@@ -148,10 +156,16 @@ class AttnLab(App[None]):
         self.load_registries()
 
     def on_unmount(self) -> None:
-        # The lab is closing: remove its children's scratch directories (attnlab-lab-*).
+        # The lab is closing: remove its children's scratch directories (attnlab-lab-*), and
+        # interrupt the studies it started (each run saves and stays resumable).
         from attnlab.launch import remove_scratch_dirs
 
         remove_scratch_dirs()
+        if self.studies:
+            from attnlab.study.queue import stop_study
+
+            for proc in self.studies:
+                stop_study(proc)
 
     def on_resize(self, event: events.Resize) -> None:
         # At 80 columns the side panels shrink (see app.tcss ".narrow").
@@ -283,6 +297,40 @@ class AttnLab(App[None]):
         self.notify(f"queued {len(queued)} runs: {', '.join(queued)}")
         self.action_tab("train")
 
+    def action_queue_study(self) -> None:
+        self.queue_variant_study(self.study_seeds)
+
+    def queue_variant_study(self, seeds: int) -> Path | None:
+        """Every attention variant of the architecture's sweep slot × ``seeds``, as a study
+        (``attnlab study run`` in a child process); the Studies tab shows it fill in."""
+        setup = self.setup_view
+        config = setup.validate_form()
+        if config is None or self.menus is None:
+            self.notify(setup.error or "the registries are still loading", severity="error")
+            return None
+        spec = self.menus.arch_specs.get(config.model.arch)
+        slot = spec.sweep_slot if spec else None
+        if slot is None:
+            self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
+            return None
+        from attnlab.experiment import validate
+        from attnlab.study.queue import start_study, write_variant_study
+
+        field, names = slot.field, []
+        for name in self.menus.variants_for(slot.role):
+            try:  # e.g. luong-dot needs equal state sizes: leave it out, do not fail later
+                validate(config.replace(model=dataclasses.replace(config.model, **{field: name})))
+            except AttnlabError:
+                continue
+            names.append(name)
+        current = getattr(config.model, field)
+        baseline = current if current in names else names[0]
+        study_file = write_variant_study(config, slot.key, names, seeds, baseline)
+        self.studies.append(start_study(study_file, self.runs_dir / "studies"))
+        self.notify(f"study: {len(names)} variants × {seeds} seeds ({study_file.stem})")
+        self.action_tab("studies")
+        return study_file
+
     # -- help, palette, quit ------------------------------------------------------------------
 
     def action_help(self) -> None:
@@ -298,6 +346,12 @@ class AttnLab(App[None]):
                 f"Go to {tab.title()}", f"Show the {tab} tab", lambda t=tab: self.action_tab(t)
             )
         yield SystemCommand("Train", "Train the experiment set up in Setup", self.action_train)
+        yield SystemCommand(
+            "Study: every variant × 3 seeds",
+            "Run the Setup experiment with every variant of its attention slot, 3 seeds each, "
+            "as a study (key S)",
+            self.action_queue_study,
+        )
         yield SystemCommand(
             "Queue", "Add the Setup experiment to the training queue", self.action_queue
         )

@@ -68,6 +68,8 @@ class InspectResult:
     notes: list[str] = field(default_factory=list)
     # model key (cross / enc_self / dec_self) -> how its rows are normalised (softmax if absent)
     normalisations: dict[str, str] = field(default_factory=dict)
+    # source tokens the model has no id for (read as <unk>; attnlab.data.oov)
+    unknown: list[str] = field(default_factory=list)
 
 
 _lock = threading.Lock()
@@ -103,14 +105,13 @@ def _load(path: Path) -> Any:
 
 def _examples(loaded: Any, split: str) -> list[Any]:
     from attnlab.config import dumps_toml
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import with_checkpoint_vocabularies
+    from attnlab.runs import load_checkpoint_data
 
     key = dumps_toml(loaded.config)
     with _lock:
         if key not in _datasets:
             _datasets.clear()
-            _datasets[key] = with_checkpoint_vocabularies(load_dataset(loaded.config.data), loaded)
+            _datasets[key] = load_checkpoint_data(loaded)
         return _datasets[key].splits.split(split)
 
 
@@ -156,6 +157,10 @@ def analyse(request: InspectRequest) -> InspectResult:
         gold = list(example.alignment) if example.alignment is not None else None
     if not src_tokens:
         raise AttnlabError("the source sentence is empty")
+    from attnlab.data.oov import source_labels, unknown_tokens
+
+    unknown = unknown_tokens(ds.src_vocab, src_tokens)
+    columns = source_labels(ds.src_vocab, src_tokens)  # what the model read: <unk> marked
     device = next(model.parameters()).device
     src = torch.tensor([ds.src_vocab.encode(src_tokens)], device=device)  # [1, S]
     src_mask = src != PAD_ID
@@ -180,8 +185,8 @@ def analyse(request: InspectRequest) -> InspectResult:
             maps, selected = forced(list(hyp.tokens))
             inputs = [BOS, *tokens]
             labels = {  # the forced pass has a row after the last token: </s> or "…"
-                "cross": (target_rows(tokens, hyp.finished, unfinished="…"), src_tokens),
-                "enc_self": (src_tokens, src_tokens),
+                "cross": (target_rows(tokens, hyp.finished, unfinished="…"), columns),
+                "enc_self": (columns, columns),
                 "dec_self": (inputs, inputs),
             }
             explained = method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished)
@@ -213,6 +218,7 @@ def analyse(request: InspectRequest) -> InspectResult:
         result_hyps,
         accuracy,
         normalisations=normalisations_of(loaded.config),
+        unknown=unknown,
     )
 
 

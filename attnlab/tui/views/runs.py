@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from attnlab.events import RunStatus
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
 from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
@@ -50,7 +52,7 @@ WIDTHS = {
     "exact": 5,
     "tok/s": 6,
     "wall": 6,
-    "status": 8,
+    "status": max(len(status.value) for status in RunStatus),  # never cut: "interrupted"
 }
 # What matters most at 80 columns comes first: which run, which model, how good, is it done.
 PRIORITY = (
@@ -150,8 +152,9 @@ class RunsView(Vertical):
         Binding("space", "mark", "Mark/compare"),
         Binding("enter", "inspect", "Inspect", show=False),
         Binding("w", "watch", "Follow in Train"),
+        # In the footer while it matters: below NARROW columns, where the panels take turns.
+        Binding("e", "toggle_entropy", "Bars/entropy"),
         Binding("r", "refresh_runs", "Refresh"),
-        Binding("e", "toggle_entropy", "Bars/entropy", show=False),
     ]
     NARROW = 90  # below this width the BLEU-by-length bars and the entropy overlay take turns
 
@@ -173,13 +176,48 @@ class RunsView(Vertical):
         yield Static("", id="runs-status")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare"):
-            yield MetricPlot("dev BLEU of marked runs", id="compare-curves")
-            yield BarsPlot("BLEU by source length", id="compare-bars")
+            yield MetricPlot("dev BLEU of marked runs", bounds=(0.0, 100.0), id="compare-curves")
+            yield BarsPlot("BLEU by source length", bounds=(0.0, 100.0), id="compare-bars")
             yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
+
+    class Listed(Message):
+        """The runs a background refresh read (``runs`` None: nothing changed)."""
+
+        def __init__(self, signature: tuple, runs: list[Any] | None, error: str | None) -> None:
+            super().__init__()
+            self.signature, self.runs, self.error = signature, runs, error
 
     def on_mount(self) -> None:
         self.refresh_runs()
-        self.set_interval(self.refresh_seconds, self.refresh_runs)
+        # Polls read the runs folder off the UI thread: a slow disk or a giant event log
+        # never freezes the lab (the files themselves are opened non-blocking, regular only).
+        self.set_interval(self.refresh_seconds, self._refresh_in_background)
+
+    def _refresh_in_background(self) -> None:
+        self._list_in_thread(self._last_signature)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="runs-list")
+    def _list_in_thread(self, last: tuple | None) -> None:
+        signature = self._signature()
+        if signature == last:
+            return
+        runs, error = self._read_runs()
+        self.post_message(self.Listed(signature, runs, error))
+
+    @on(Listed)
+    def _listed(self, message: Listed) -> None:
+        self._last_signature = message.signature
+        self._show_runs(message.runs or [], message.error)
+
+    def _read_runs(self) -> tuple[list[Any] | None, str | None]:
+        try:
+            from attnlab.runs import list_runs
+
+            return list_runs(self.runs_dir), None
+        except ImportError:
+            return [], None
+        except Exception as err:  # a half-written run directory must not break the lab
+            return None, str(err)
 
     def _signature(self) -> tuple:
         """Cheap change detector: each run directory's event-log size and mtime."""
@@ -201,14 +239,14 @@ class RunsView(Vertical):
         if not force and signature == self._last_signature:
             return
         self._last_signature = signature
-        try:
-            from attnlab.runs import list_runs
+        runs, error = self._read_runs()
+        self._show_runs(runs or [], error)
 
-            runs = list_runs(self.runs_dir)
-        except ImportError:
-            runs = []
-        except Exception as err:  # a half-written run directory must not break the lab
-            self.query_one("#runs-status", Static).update(f"[$error]cannot list runs: {err}[/]")
+    def _show_runs(self, runs: list[Any], error: str | None) -> None:
+        if error is not None:
+            self.query_one("#runs-status", Static).update(
+                f"[$error]cannot list runs: {escape(error)}[/]"
+            )
             return
         self.runs = runs
         rows = [summary_row(run, str(run.path) in self.marked) for run in runs]
@@ -261,11 +299,17 @@ class RunsView(Vertical):
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_entropy":  # wide: all three panels show, nothing to switch
+            return self.app.size.width < self.NARROW
+        return True
+
     def on_resize(self) -> None:
         if self.is_mounted and self._layout is not None and self._layout != self._fit():
             self._fill_table()
         if self.is_mounted:
             self._show_panels()
+            self.refresh_bindings()
 
     def action_toggle_entropy(self) -> None:
         """At 80 columns: the third panel shows BLEU by length or the entropy overlay."""

@@ -1,0 +1,161 @@
+"""A study table as plain rows (for rich or Markdown) and as Markdown text."""
+
+from __future__ import annotations
+
+from attnlab.study.spec import METRICS
+from attnlab.study.table import ALPHA, MetricCell, StudyTable
+
+
+def _digits(metric: str) -> int:
+    return METRICS[metric][1] if metric in METRICS else 1
+
+
+def interval_text(cell: MetricCell, digits: int) -> str:
+    """``0.912 ± 0.031`` (the t interval's half-width); ``—`` without a value."""
+    if cell.mean is None:
+        return "—"
+    if cell.low is None or cell.high is None:
+        return f"{cell.mean:.{digits}f}"
+    return f"{cell.mean:.{digits}f} ± {(cell.high - cell.low) / 2:.{digits}f}"
+
+
+def difference_text(cell: MetricCell, digits: int) -> str:
+    if cell.difference is None:
+        return ""
+    marks = ""
+    if cell.seeds_p_value is not None and cell.seeds_p_value < ALPHA:
+        marks += "*"
+    if cell.sentences_p_value is not None and cell.sentences_p_value < ALPHA:
+        marks += "†"
+    return f"{cell.difference:+.{digits}f}{marks}"
+
+
+def p_text(p: float | None) -> str:
+    if p is None:
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def header(table: StudyTable) -> list[str]:
+    columns = ["cell", "n"]
+    for metric in table.metrics:
+        label = METRICS[metric][0] if metric in METRICS else metric
+        columns += [label, f"Δ {label}"]
+    return columns
+
+
+def rows(table: StudyTable) -> list[list[str]]:
+    out = []
+    for row in table.rows:
+        n = max((m.n for m in row.metrics.values()), default=0)
+        cells = [
+            row.name + (" (baseline)" if row.name == row.baseline else ""),
+            f"{n}/{len(table.seeds)}",
+        ]
+        for metric in table.metrics:
+            cell = row.metrics.get(metric)
+            if cell is None:
+                cells += ["—", ""]
+                continue
+            cells += [interval_text(cell, _digits(metric)), difference_text(cell, _digits(metric))]
+        out.append(cells)
+    return out
+
+
+def p_value_rows(table: StudyTable) -> list[list[str]]:
+    """Per cell and metric: the Holm-adjusted p over seeds and over sentences."""
+    out = []
+    for row in table.rows:
+        if row.name == row.baseline:
+            continue
+        for metric in table.metrics:
+            cell = row.metrics.get(metric)
+            if cell is None or cell.difference is None:
+                continue
+            out.append(
+                [
+                    row.name,
+                    row.baseline,
+                    metric,
+                    p_text(cell.seeds_p_value),
+                    p_text(cell.sentences_p_value),
+                ]
+            )
+    return out
+
+
+def bucket_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
+    buckets = sorted(
+        {b for r in table.rows for b in r.buckets},
+        key=lambda b: int(b.split("-")[0]) if b.split("-")[0].isdigit() else 0,
+    )
+    out = []
+    for row in table.rows:
+        out.append(
+            [row.name]
+            + [
+                interval_text(row.buckets[b], 1) + ("*" if row.buckets[b].significant else "")
+                if b in row.buckets
+                else "—"
+                for b in buckets
+            ]
+        )
+    return ["cell", *[f"BLEU {b}" for b in buckets]], out
+
+
+def _markdown(columns: list[str], body: list[list[str]]) -> str:
+    align = ["---"] + ["---:"] * (len(columns) - 1)
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+def markdown(table: StudyTable) -> str:
+    parts = [
+        f"Study `{table.name}`: {table.split} split, {table.checkpoint} checkpoint, seeds "
+        f"{', '.join(map(str, table.seeds))}; baseline `{table.baseline}`"
+        + ("" if len({r.baseline for r in table.rows}) <= 1 else " (per grid axis)")
+        + ".",
+        "",
+        _markdown(header(table), rows(table)),
+    ]
+    columns, body = bucket_rows(table)
+    if len(columns) > 1:
+        parts += ["", _markdown(columns, body)]
+    p_rows = p_value_rows(table)
+    if p_rows:
+        parts += [
+            "",
+            _markdown(
+                [
+                    "cell",
+                    "baseline",
+                    "metric",
+                    "p (seeds, Welch, Holm)",
+                    "p (sentences, paired, Holm)",
+                ],
+                p_rows,
+            ),
+        ]
+    if table.failures:
+        parts += [
+            "",
+            "Failed runs: "
+            + "; ".join(f"{f['run']}: {f.get('error') or f['status']}" for f in table.failures),
+        ]
+    parts += ["", *[f"- {text}" for text in table.methods.values()]]
+    return "\n".join(parts)
+
+
+def stacked_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
+    """The main table for a terminal: each metric one column, the mean ± half-width over its
+    Δ with marks (half the columns of ``rows``, so 80 columns hold three metrics)."""
+    columns = ["cell", "n"] + [METRICS[m][0] if m in METRICS else m for m in table.metrics]
+    out = []
+    for cells in rows(table):
+        stacked = cells[:2]
+        for i in range(len(table.metrics)):
+            value, delta = cells[2 + 2 * i], cells[3 + 2 * i]
+            stacked.append(value + (f"\n{delta}" if delta else ""))
+        out.append(stacked)
+    return columns, out

@@ -1,0 +1,339 @@
+"""Run a study: every cell × seed as an ordinary run directory under ``OUT/<study>/``.
+
+Executors:
+- ``local``: N workers on this machine, each training one run at a time in a child process
+  with ``train.threads`` threads (N × threads ≤ cores, so the machine is not oversubscribed);
+- ``dask``: the same tasks submitted to a Dask distributed cluster (``--scheduler ADDRESS``);
+  OUT must be a path every worker sees.
+
+A rerun skips scored runs, scores finished ones and resumes interrupted ones. A run that fails
+is recorded with its one-line error and the study goes on. Ctrl+C interrupts every child (each
+saves ``last``) and leaves every run resumable.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import AttnlabError
+from attnlab.study.spec import Study, run_name
+from attnlab.study.task import FAILED, INTERRUPTED, SCORED, Children, RunOutcome, RunTask, execute
+
+STUDY_FILE = "study.json"
+OUTCOMES_FILE = "outcomes.json"  # run -> the last invocation's outcome (a failed run's error)
+EXECUTORS = ("local", "dask")
+DEFAULT_OUT = Path("runs") / "studies"
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def plan_workers(workers: int | None, threads: int | None) -> tuple[int, int]:
+    """(workers, threads per run): the default fills the cores with 1-thread runs."""
+    cores = available_cores()
+    if threads is not None and threads < 1:
+        raise AttnlabError(f"train.threads={threads}: a study needs at least 1 thread per run")
+    threads = threads or 1
+    if workers is None:
+        workers = max(1, cores // threads)
+    if workers < 1:
+        raise AttnlabError(f"--workers {workers}: expected at least 1")
+    return workers, threads
+
+
+def study_dir(study: Study, out: Path) -> Path:
+    return Path(out) / study.name
+
+
+def tasks_of(study: Study, out: Path, threads: int, device: str | None = None) -> list[RunTask]:
+    """One task per cell × seed, seed-major (every cell's first seed before any second seed,
+    so a study stopped early still has every cell)."""
+    directory = study_dir(study, out)
+    return [
+        RunTask(
+            study_dir=str(directory.resolve()),
+            run_name=run_name(cell, seed),
+            cell=cell.name,
+            seed=seed,
+            preset=study.preset,
+            overrides=tuple([*study.overrides, *cell.overrides, f"train.seed={seed}"]),
+            split=study.split,
+            checkpoint=study.checkpoint,
+            threads=threads,
+            device=device,
+        )
+        for seed in study.seeds
+        for cell in study.cells
+    ]
+
+
+def write_study_record(study: Study, directory: Path) -> None:
+    """``study.json``: the resolved study (what ``study show`` and the lab read)."""
+    from attnlab.runs import atomic_write_json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {
+        "name": study.name,
+        "description": study.description,
+        "source": study.source,
+        "preset": study.preset,
+        "set": list(study.overrides),
+        "seeds": list(study.seeds),
+        "split": study.split,
+        "checkpoint": study.checkpoint,
+        "metrics": list(study.metrics),
+        "baseline": study.baseline,
+        "cells": [
+            {"name": c.name, "set": list(c.overrides), "baseline": study.baselines[c.name]}
+            for c in study.cells
+        ],
+    }
+    atomic_write_json(directory / STUDY_FILE, record)
+
+
+@dataclass
+class Progress:
+    """Counts for a progress bar; ``on_change`` is called after every change."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    interrupted: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    timed: list[float] = field(default_factory=list)  # wall seconds of runs trained here
+
+    def eta_s(self, workers: int) -> float | None:
+        """Seconds left: the mean time of the runs trained here × the runs left ÷ workers;
+        None until one run has been timed."""
+        if not self.timed:
+            return None
+        left = self.total - self.done - self.failed - self.interrupted
+        return sum(self.timed) / len(self.timed) * left / max(1, workers)
+
+
+@dataclass
+class StudyResult:
+    outcomes: list[RunOutcome]
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.state == FAILED]
+
+
+Callback = Callable[[RunOutcome, Progress], None]
+
+
+def _record(progress: Progress, outcome: RunOutcome, seconds: float) -> None:
+    if outcome.state == SCORED:
+        progress.done += 1
+    elif outcome.state == FAILED:
+        progress.failed += 1
+    else:
+        progress.interrupted += 1
+    if outcome.trained and outcome.state == SCORED:
+        progress.timed.append(seconds)
+
+
+def _timed(task: RunTask, children: Children | None) -> tuple[RunOutcome, float]:
+    start = time.monotonic()
+    return execute(task, children), time.monotonic() - start
+
+
+def run_local(
+    tasks: list[RunTask], workers: int, on_outcome: Callback | None = None
+) -> StudyResult:
+    """N worker threads, each running one child at a time. KeyboardInterrupt interrupts every
+    child, waits for them to save, and returns with ``interrupted`` set."""
+    progress = Progress(total=len(tasks))
+    children = Children()
+    outcomes: list[RunOutcome] = []
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnlab-study")
+    pending: dict[Future[tuple[RunOutcome, float]], RunTask] = {}
+    queue: Iterator[RunTask] = iter(tasks)
+    interrupted = False
+
+    def fill() -> None:
+        while len(pending) < workers and not children.stopping:
+            task = next(queue, None)
+            if task is None:
+                return
+            pending[pool.submit(_timed, task, children)] = task
+
+    def collect(done: set[Future[tuple[RunOutcome, float]]]) -> None:
+        for future in done:
+            task = pending.pop(future)
+            try:
+                outcome, seconds = future.result()
+            except Exception as err:  # a bug in the runner's own code: record it, go on
+                outcome = RunOutcome(task.run_name, task.cell, task.seed, FAILED, str(err))
+                seconds = 0.0
+            outcomes.append(outcome)
+            _record(progress, outcome, seconds)
+            if on_outcome is not None:
+                on_outcome(outcome, progress)
+
+    try:
+        fill()
+        while pending:
+            try:
+                done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                raise
+            collect(done)
+            fill()
+    except KeyboardInterrupt:
+        interrupted = True
+        children.interrupt()
+        while pending:  # every child saves and exits; a second Ctrl+C kills them
+            try:
+                done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                collect(done)
+            except KeyboardInterrupt:
+                children.kill()
+    finally:
+        pool.shutdown(wait=True)
+    return StudyResult(outcomes, interrupted)
+
+
+def run_dask(
+    tasks: list[RunTask], scheduler: str, on_outcome: Callback | None = None
+) -> StudyResult:
+    """The same tasks on a Dask distributed cluster; a worker that dies mid-run is reported
+    as a failed run (its run directory stays resumable: rerun the study)."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise AttnlabError(
+            "--executor dask needs Dask distributed: pip install 'attnlab[cluster]'"
+        ) from None
+    progress = Progress(total=len(tasks))
+    outcomes: list[RunOutcome] = []
+    try:
+        client = Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError) as err:
+        raise AttnlabError(f"--scheduler {scheduler}: cannot connect: {err}") from None
+    interrupted = False
+    with client:
+        futures = {
+            client.submit(
+                _timed, task, None, key=f"attnlab-{task.run_name}-{time.time_ns()}", pure=False
+            ): task
+            for task in tasks
+        }
+        try:
+            for future in as_completed(futures):
+                task = futures[future]
+                try:
+                    outcome, seconds = future.result()
+                except Exception as err:  # KilledWorker, a lost connection
+                    outcome = RunOutcome(
+                        task.run_name,
+                        task.cell,
+                        task.seed,
+                        FAILED,
+                        f"the Dask worker running it failed ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0] if str(err) else ''}); rerun the study "
+                        "to resume it",
+                    )
+                    seconds = 0.0
+                outcomes.append(outcome)
+                _record(progress, outcome, seconds)
+                if on_outcome is not None:
+                    on_outcome(outcome, progress)
+        except KeyboardInterrupt:
+            interrupted = True
+            client.cancel(list(futures))  # a cancelled task's child gets SIGTERM and saves
+    return StudyResult(outcomes, interrupted)
+
+
+def run_study(
+    study: Study,
+    out: Path = DEFAULT_OUT,
+    workers: int | None = None,
+    threads: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    device: str | None = None,
+    on_outcome: Callback | None = None,
+) -> tuple[StudyResult, Path]:
+    if executor not in EXECUTORS:
+        raise AttnlabError(f"--executor {executor}: valid: {', '.join(EXECUTORS)}")
+    if executor == "dask" and not scheduler:
+        raise AttnlabError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
+    workers, threads = plan_workers(workers, threads)
+    directory = study_dir(study, out)
+    write_study_record(study, directory)
+    tasks = tasks_of(study, out, threads, device)
+
+    def keep(outcome: RunOutcome, progress: Progress) -> None:
+        record_outcome(directory, outcome)
+        if on_outcome is not None:
+            on_outcome(outcome, progress)
+
+    on_outcome_kept: Callback = keep
+    if executor == "dask":
+        assert scheduler is not None
+        return run_dask(tasks, scheduler, on_outcome_kept), directory
+    return run_local(tasks, workers, on_outcome_kept), directory
+
+
+def record_outcome(directory: Path, outcome: RunOutcome) -> None:
+    """Keep the run's latest outcome in ``outcomes.json`` (one writer: the runner's thread)."""
+    from attnlab.runs import atomic_write_json
+
+    outcomes = read_outcomes(directory)
+    outcomes[outcome.run_name] = {"state": outcome.state, "error": outcome.error}
+    atomic_write_json(Path(directory) / OUTCOMES_FILE, outcomes)
+
+
+def read_outcomes(directory: Path) -> dict[str, dict[str, str]]:
+    from attnlab.runs import read_json
+
+    path = Path(directory) / OUTCOMES_FILE
+    try:
+        data = read_json(path) if path.is_file() else {}
+    except AttnlabError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(run): {"state": str(v.get("state", "")), "error": str(v.get("error", ""))}
+        for run, v in data.items()
+        if isinstance(v, dict)
+    }
+
+
+def load_record(directory: Path) -> dict[str, Any]:
+    from attnlab.runs import read_json
+
+    path = Path(directory) / STUDY_FILE
+    if not path.is_file():
+        raise AttnlabError(f"{directory}: not a study directory (no {STUDY_FILE})")
+    record = read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("cells"), list):
+        raise AttnlabError(f"{path}: not a study record (no cells)")
+    return record
+
+
+__all__ = [
+    "DEFAULT_OUT",
+    "EXECUTORS",
+    "INTERRUPTED",
+    "Progress",
+    "StudyResult",
+    "load_record",
+    "plan_workers",
+    "run_study",
+    "tasks_of",
+]

@@ -1,0 +1,284 @@
+"""A study's table, from its runs' score files alone (no model is loaded).
+
+Per cell and metric: n seeds, the mean and a 95 % Student t interval over seeds. Per cell
+against the baseline: the difference of means and two tests, each Holm-corrected over the
+cells compared with the baseline (per metric):
+- over seeds: Welch's t-test (seed-to-seed variance: would another training run agree?);
+- over test sentences, paired, seeds pooled (seed i of the cell against seed i of the
+  baseline, the seed-paired systems' sentences concatenated): paired bootstrap resampling for
+  BLEU and chrF as sacrebleu defines it, the exact McNemar test for exact match.
+The methods are named in every rendering (``METHOD_NOTES``) and in docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.study.runner import load_record, read_outcomes
+from attnlab.study.score import read_score
+from attnlab.study.spec import METRICS
+from attnlab.study.task import run_status
+
+TEXT_METRICS = ("bleu", "chrf")  # tested over sentences with sacrebleu's paired bootstrap
+ALPHA = 0.05
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 12345
+
+
+@dataclass
+class MetricCell:
+    """One metric of one cell: the interval over seeds, and the tests against the baseline."""
+
+    mean: float | None
+    low: float | None
+    high: float | None
+    n: int
+    values: list[float]
+    difference: float | None = None
+    seeds_p_value: float | None = None  # Welch over seeds, Holm-adjusted
+    sentences_p_value: float | None = None  # paired over sentences, Holm-adjusted
+    seeds_p_raw: float | None = None
+    sentences_p_raw: float | None = None
+    sentences_n: int | None = None
+
+    @property
+    def significant(self) -> bool:
+        return self.seeds_p_value is not None and self.seeds_p_value < ALPHA
+
+
+@dataclass
+class CellRow:
+    name: str
+    overrides: list[str]
+    baseline: str  # the cell this one is compared with (itself: a baseline)
+    runs: list[str]  # scored runs
+    missing: list[str]  # not scored: (run, status or why)
+    metrics: dict[str, MetricCell] = field(default_factory=dict)
+    buckets: dict[str, MetricCell] = field(default_factory=dict)  # BLEU by source length
+
+
+@dataclass
+class StudyTable:
+    name: str
+    directory: str
+    split: str
+    checkpoint: str
+    seeds: list[int]
+    metrics: list[str]
+    baseline: str
+    rows: list[CellRow]
+    methods: dict[str, str]
+    failures: list[dict[str, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for row in out["rows"]:  # every test's p-value under "p_value" too (one key to grep)
+            for group in ("metrics", "buckets"):
+                for metric in row[group].values():
+                    metric["p_value"] = metric["seeds_p_value"]
+        return out
+
+
+def _stats() -> Any:
+    import attnlab.stats as stats  # numpy, sacrebleu: only when a table is made
+
+    return stats
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _interval(values: Sequence[float]) -> MetricCell:
+    if not values:
+        return MetricCell(None, None, None, 0, [])
+    interval = _stats().seed_interval(values)
+    return MetricCell(
+        interval.mean,
+        _finite(interval.low),
+        _finite(interval.high),
+        interval.n,
+        list(values),
+    )
+
+
+def _scores_of(directory: Path, cell: str, seeds: Sequence[int]) -> tuple[dict[int, dict], list]:
+    scores: dict[int, dict[str, Any]] = {}
+    missing = []
+    for seed in seeds:
+        run = directory / f"{cell}-s{seed}"
+        score = read_score(run)
+        status = run_status(run) if run.exists() else None
+        if score is not None and status == "finished":
+            scores[seed] = score
+        else:
+            missing.append((run.name, status or "not started"))
+    return scores, missing
+
+
+def _sentence_test(
+    metric: str, base: dict[int, dict], cell: dict[int, dict]
+) -> tuple[float | None, int | None]:
+    """Paired over sentences, seeds pooled by seed (only seeds both have); None when the two
+    cells were scored on different references (a different data setting)."""
+    stats = _stats()
+    seeds = sorted(set(base) & set(cell))
+    if not seeds:
+        return None, None
+    base_hyps, cell_hyps, refs, base_exact, cell_exact = [], [], [], [], []
+    for seed in seeds:
+        b, c = base[seed]["sentences"], cell[seed]["sentences"]
+        if b["refs"] != c["refs"]:
+            return None, None
+        base_hyps += b["hyps"]
+        cell_hyps += c["hyps"]
+        refs += b["refs"]
+        base_exact += [bool(x) for x in b["exact"]]
+        cell_exact += [bool(x) for x in c["exact"]]
+    if not refs:
+        return None, None
+    if metric in TEXT_METRICS:
+        result = stats.paired_bootstrap(
+            metric,
+            base_hyps,
+            cell_hyps,
+            refs,
+            resamples=BOOTSTRAP_RESAMPLES,
+            seed=BOOTSTRAP_SEED,
+        )
+    elif metric == "exact_match":
+        result = stats.paired_exact_match(base_exact, cell_exact)
+    else:
+        return None, None
+    return float(result.p_value), len(refs)
+
+
+def _holm_in_place(cells: list[MetricCell], raw: str, adjusted: str) -> None:
+    tested = [c for c in cells if getattr(c, raw) is not None]
+    if not tested:
+        return
+    for cell, p in zip(tested, _stats().holm([getattr(c, raw) for c in tested]), strict=False):
+        setattr(cell, adjusted, float(p))
+
+
+def _compare(
+    metric: str,
+    rows: list[CellRow],
+    scores: dict[str, dict[int, dict]],
+    bucket: bool = False,
+) -> None:
+    """Each row against its baseline on one metric (or one length bucket); Holm over all the
+    comparisons of this metric in the study."""
+    by_name = {row.name: row for row in rows}
+    compared = []
+    for row in rows:
+        base_row = by_name.get(row.baseline)
+        if base_row is None or row.name == row.baseline:
+            continue
+        cell = (row.buckets if bucket else row.metrics).get(metric)
+        base = (base_row.buckets if bucket else base_row.metrics).get(metric)
+        if cell is None or cell.mean is None or base is None or base.mean is None:
+            continue
+        cell.difference = cell.mean - base.mean
+        if cell.n >= 2 and base.n >= 2:
+            cell.seeds_p_raw = float(_stats().welch_test(cell.values, base.values).p_value)
+        if not bucket:
+            p, n = _sentence_test(metric, scores[row.baseline], scores[row.name])
+            cell.sentences_p_raw, cell.sentences_n = p, n
+        compared.append(cell)
+    _holm_in_place(compared, "seeds_p_raw", "seeds_p_value")
+    _holm_in_place(compared, "sentences_p_raw", "sentences_p_value")
+
+
+def _bucket_values(scores: dict[int, dict]) -> dict[str, list[float]]:
+    by_bucket: dict[str, list[float]] = {}
+    for score in scores.values():
+        for row in score.get("bleu_by_length") or []:
+            value = _finite(row.get("bleu")) if isinstance(row, dict) else None
+            if value is not None:
+                by_bucket.setdefault(str(row.get("bucket")), []).append(value)
+    return by_bucket
+
+
+def _bucket_order(name: str) -> int:
+    head = name.split("-")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def method_notes() -> dict[str, str]:
+    methods = _stats().METHODS
+    return {
+        "interval": "mean ± half-width of a 95 % Student t interval over seeds",
+        "seeds": f"Δ vs baseline over seeds: Welch's t-test ({_method(methods, 'welch')}), "
+        "Holm–Bonferroni over every comparison of the metric in the study",
+        "sentences": "paired over test sentences, seed i paired with seed i, sentences pooled: "
+        f"BLEU/chrF {_method(methods, 'paired_bootstrap')} ({BOOTSTRAP_RESAMPLES} resamples, "
+        f"seed {BOOTSTRAP_SEED}); exact match {_method(methods, 'paired_exact_match')}; "
+        "Holm–Bonferroni as above",
+        "marks": "* seeds p < 0.05, † sentences p < 0.05 (both after Holm)",
+    }
+
+
+def _method(methods: dict[str, str], key: str) -> str:
+    return methods.get(key, key.replace("_", " "))
+
+
+def load_table(directory: Path) -> StudyTable:
+    """The table of a study directory (``study.json`` + every run's score file)."""
+    directory = Path(directory)
+    record = load_record(directory)
+    seeds = [int(s) for s in record.get("seeds", [])]
+    metrics = [m for m in record.get("metrics", []) if m in METRICS]
+    baseline = str(record.get("baseline", ""))
+    rows: list[CellRow] = []
+    scores: dict[str, dict[int, dict]] = {}
+    failures: list[dict[str, str]] = []
+    outcomes = read_outcomes(directory)
+    for cell in record["cells"]:
+        name = str(cell.get("name"))
+        cell_scores, missing = _scores_of(directory, name, seeds)
+        scores[name] = cell_scores
+        row = CellRow(
+            name=name,
+            overrides=list(cell.get("set", [])),
+            baseline=str(cell.get("baseline", baseline)),
+            runs=[f"{name}-s{s}" for s in sorted(cell_scores)],
+            missing=[f"{run} ({why})" for run, why in missing],
+        )
+        for metric in metrics:
+            values = [
+                v
+                for s in sorted(cell_scores)
+                if (v := _finite(cell_scores[s].get(metric))) is not None
+            ]
+            row.metrics[metric] = _interval(values)
+        buckets = _bucket_values(cell_scores)
+        for bucket in sorted(buckets, key=_bucket_order):
+            row.buckets[bucket] = _interval(buckets[bucket])
+        rows.append(row)
+        for run, why in missing:
+            outcome = outcomes.get(run, {})
+            if why == "error" or outcome.get("state") == "failed":
+                failures.append({"run": run, "status": why, "error": outcome.get("error", "")})
+    for metric in metrics:
+        _compare(metric, rows, scores)
+    for bucket in {b for r in rows for b in r.buckets}:
+        _compare(bucket, rows, scores, bucket=True)
+    return StudyTable(
+        name=str(record.get("name", directory.name)),
+        directory=str(directory),
+        split=str(record.get("split", "test")),
+        checkpoint=str(record.get("checkpoint", "best")),
+        seeds=seeds,
+        metrics=metrics,
+        baseline=baseline,
+        rows=rows,
+        methods=method_notes(),
+        failures=failures,
+    )

@@ -1,0 +1,233 @@
+"""Studies: every study under ``runs/studies`` (and ``runs``), its table and its dev curves.
+
+The table is ``attnlab study show``'s (attnlab.study.table + render): per cell n/seeds and
+mean ± 95 % t half-width per metric with Δ against the baseline and its significance marks;
+failed runs with their error line; the methods. The plot: each cell's dev curve as the mean
+over seeds, and the highlighted cell's min..max band over seeds. Everything is read in a thread
+worker and re-read every few seconds, so a running study fills in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.viz.text import middle_ellipsis
+
+REFRESH_SECONDS = 3.0
+STUDY_RECORD = "study.json"
+LIST_NAME_WIDTH = 14  # one line per study even in the narrow list (80 columns)
+
+
+def find_studies(runs_dir: Path) -> list[Path]:
+    """Study directories (holding study.json) in ``runs/studies`` and ``runs``, newest first."""
+    found: dict[Path, float] = {}
+    for parent in (runs_dir / "studies", runs_dir):
+        try:
+            children = list(parent.iterdir()) if parent.is_dir() else []
+        except OSError:
+            continue
+        for child in children:
+            record = child / STUDY_RECORD
+            try:
+                if record.is_file():
+                    found[child] = record.stat().st_mtime
+            except OSError:
+                continue
+    return sorted(found, key=lambda p: -found[p])
+
+
+@dataclass
+class StudyLoaded(Message):
+    directory: Path
+    table: Any  # attnlab.study.table.StudyTable, or None with an error
+    curves: list[Any]
+    error: str = ""
+
+
+@dataclass
+class StudiesFound(Message):
+    directories: list[Path]
+
+
+def table_renderable(table: Any, highlighted: str | None = None) -> Table:
+    from attnlab.study.render import stacked_rows
+
+    title = f"{table.name}: {table.split} split, {table.checkpoint} checkpoint"
+    out = Table(title=title, expand=True, show_lines=False)
+    columns, body = stacked_rows(table)
+    for i, column in enumerate(columns):
+        if i == 0:  # the cell's name gives way first: the figures are never cut
+            out.add_column(column, no_wrap=True, overflow="ellipsis", max_width=20)
+        else:
+            out.add_column(column, justify="right", no_wrap=True)
+    for cells in body:
+        name = cells[0].replace(" (baseline)", " ◆")
+        style = "reverse" if highlighted and name.split(" ")[0] == highlighted else ""
+        out.add_row(name, *cells[1:], style=style)
+    out.caption = "◆ baseline · * p < 0.05 over seeds · † over sentences (Holm)"
+    return out
+
+
+def notes_text(table: Any) -> Text:
+    text = Text()
+    for failure in table.failures:
+        text.append("failed ", style="bold red")
+        text.append(f"{failure['run']}: {failure.get('error') or failure['status']}\n")
+    missing = [m for row in table.rows for m in row.missing if "error" not in m]
+    if missing:
+        text.append(f"not scored yet: {len(missing)} run(s)\n", style="dim")
+    for line in table.methods.values():
+        text.append(f"· {line}\n", style="dim")
+    return text
+
+
+class StudiesView(Vertical):
+    """The Studies tab."""
+
+    BINDINGS = [
+        Binding("n", "cell(1)", "Next cell"),
+        Binding("b", "cell(-1)", "Prev cell"),
+    ]
+
+    DEFAULT_CSS = """
+    StudiesView #studies-list { width: 24; height: 1fr; }
+    StudiesView #study-body { width: 1fr; height: 1fr; }
+    StudiesView #study-table { height: auto; }
+    StudiesView #study-notes { height: auto; }
+    StudiesView #study-curves { height: 12; min-height: 8; }
+    StudiesView #studies-empty { color: $text-muted; padding: 1; }
+    """
+
+    def __init__(
+        self, runs_dir: Path, *, refresh_seconds: float = REFRESH_SECONDS, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.runs_dir = Path(runs_dir)
+        self.refresh_seconds = refresh_seconds
+        self.directories: list[Path] = []
+        self.current: Path | None = None
+        self.table: Any = None
+        self.curves: list[Any] = []
+        self.highlighted_cell: str | None = None
+        self.shown: tuple[Any, Any] = (None, None)  # (table, notes) as last drawn
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield OptionList(id="studies-list")
+            with VerticalScroll(id="study-body"):
+                yield Static(
+                    "No study yet: `attnlab study run FILE`, or Q in Setup queues every "
+                    "variant × N seeds.",
+                    id="studies-empty",
+                )
+                yield Static("", id="study-table")
+                yield MetricPlot("dev BLEU: mean over seeds", id="study-curves")
+                yield Static("", id="study-notes")
+
+    def on_mount(self) -> None:
+        self.scan()
+        self.set_interval(self.refresh_seconds, self.scan)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="studies-scan")
+    def scan(self) -> None:
+        self.post_message(StudiesFound(find_studies(self.runs_dir)))
+        if self.current is not None:
+            self._load(self.current)
+
+    def _load(self, directory: Path) -> None:
+        from attnlab.errors import AttnlabError
+        from attnlab.study.curves import study_curves
+        from attnlab.study.table import load_table
+
+        try:
+            table = load_table(directory)
+            curves = study_curves(directory, "bleu")
+        except (AttnlabError, OSError, ValueError) as err:
+            self.post_message(StudyLoaded(directory, None, [], str(err)))
+            return
+        self.post_message(StudyLoaded(directory, table, curves))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="studies-load")
+    def load(self, directory: Path) -> None:
+        self._load(directory)
+
+    @on(StudiesFound)
+    def _found(self, message: StudiesFound) -> None:
+        if message.directories == self.directories:
+            return
+        self.directories = message.directories
+        options = self.query_one("#studies-list", OptionList)
+        keep = self.current
+        options.clear_options()
+        options.add_options(
+            [Option(middle_ellipsis(d.name, LIST_NAME_WIDTH), id=str(d)) for d in self.directories]
+        )
+        self.query_one("#studies-empty").display = not self.directories
+        if self.directories:
+            chosen = keep if keep in self.directories else self.directories[0]
+            options.highlighted = self.directories.index(chosen)
+            if chosen != self.current:
+                self.show_study(chosen)
+
+    def show_study(self, directory: Path) -> None:
+        self.current = directory
+        self.load(directory)
+
+    @on(OptionList.OptionHighlighted, "#studies-list")
+    def _chosen(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option.id is not None and Path(event.option.id) != self.current:
+            self.show_study(Path(event.option.id))
+
+    @on(StudyLoaded)
+    def _loaded(self, message: StudyLoaded) -> None:
+        if message.directory != self.current:
+            return
+        table_widget = self.query_one("#study-table", Static)
+        if message.table is None:
+            table_widget.update(Text(f"{message.directory}: {message.error}", style="red"))
+            return
+        self.table, self.curves = message.table, message.curves
+        self.shown = (table_renderable(self.table, self.highlighted_cell), notes_text(self.table))
+        table_widget.update(self.shown[0])
+        self.query_one("#study-notes", Static).update(self.shown[1])
+        self._plot()
+
+    def _plot(self) -> None:
+        series: list[tuple[str, list[float], list[float]]] = []
+        for curve in self.curves:
+            if curve.steps:
+                series.append((f"{curve.cell} (n={len(curve.seeds)})", curve.steps, curve.mean))
+        band = next((c for c in self.curves if c.cell == self.highlighted_cell), None)
+        if band is None and self.curves:
+            band = self.curves[0]
+        if band is not None and band.steps and len(band.seeds) > 1:
+            series.append((f"{band.cell} min", band.steps, band.low))
+            series.append((f"{band.cell} max", band.steps, band.high))
+        self.query_one("#study-curves", MetricPlot).set_series(series)
+
+    def action_cell(self, step: int) -> None:
+        self.cycle_cell(step)
+
+    def cycle_cell(self, step: int = 1) -> None:
+        """Highlight the next cell (its row, and its band in the plot)."""
+        if self.table is None or not self.table.rows:
+            return
+        names = [row.name for row in self.table.rows]
+        index = names.index(self.highlighted_cell) if self.highlighted_cell in names else -1
+        self.highlighted_cell = names[(index + step) % len(names)]
+        self.shown = (table_renderable(self.table, self.highlighted_cell), self.shown[1])
+        self.query_one("#study-table", Static).update(self.shown[0])
+        self._plot()

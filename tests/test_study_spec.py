@@ -1,0 +1,172 @@
+"""Study files: parsing, every mistake as one line naming file and key, grid expansion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _tiny import TINY_OVERRIDES
+
+from attnlab.errors import AttnlabError
+from attnlab.study.runner import plan_workers, tasks_of
+from attnlab.study.spec import STUDIES_DIR, load_study, run_name
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = 'preset = "reverse-bahdanau"\nseeds = 2\n'
+
+
+def test_a_grid_is_the_cartesian_product_named_by_its_values(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + '[grid]\n"model.attention" = ["bahdanau", "luong-general"]\n'
+        '"model.hidden" = [16, 32]\n',
+    )
+    study = load_study(path)
+    assert [c.name for c in study.cells] == [
+        "bahdanau_16",
+        "bahdanau_32",
+        "luong-general_16",
+        "luong-general_32",
+    ]
+    assert study.cells[1].overrides == ("model.attention=bahdanau", "model.hidden=32")
+    assert study.seeds == (1, 2)
+    assert study.baseline == study.cells[0].name  # the first cell unless named
+
+
+def test_one_axis_names_cells_by_value_and_named_cells_follow(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + 'baseline = "none"\n[grid]\n"model.attention" = ["bahdanau", "none"]\n'
+        '[[cells]]\nname = "wide"\nset = ["model.hidden=64"]\n',
+    )
+    study = load_study(path)
+    assert [c.name for c in study.cells] == ["bahdanau", "none", "wide"]
+    assert study.baseline == "none"
+
+
+def test_tasks_are_seed_major_with_the_seed_last(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + 'set = ["train.max_steps=5"]\n[grid]\n"model.attention" = ["bahdanau", "none"]\n',
+    )
+    study = load_study(path, extra=("train.batch_size=8",))
+    tasks = tasks_of(study, tmp_path / "out", threads=1)
+    assert [t.run_name for t in tasks] == ["bahdanau-s1", "none-s1", "bahdanau-s2", "none-s2"]
+    assert tasks[3].overrides == (
+        "train.max_steps=5",
+        "train.batch_size=8",
+        "model.attention=none",
+        "train.seed=2",
+    )
+    assert Path(tasks[0].study_dir) == (tmp_path / "out" / "s").resolve()
+    assert run_name(study.cells[0], 7) == "bahdanau-s7"
+
+
+def test_seeds_flag_replaces_the_files_seeds(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[grid]\n"model.attention" = ["none"]\n')
+    assert load_study(path, seeds=4).seeds == (1, 2, 3, 4)
+    path = _write(
+        tmp_path,
+        'preset = "reverse-bahdanau"\nseeds = [7, 3]\n[grid]\n"model.attention" = ["none"]\n',
+    )
+    assert load_study(path).seeds == (7, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE + 'seed = 3\n[grid]\n"model.attention" = ["none"]\n', "seed: unknown key"),
+        (BASE + "[grid]\n", "grid: expected a table"),
+        (BASE, "a study needs a [grid] or [[cells]]"),
+        (
+            'preset = "reverse-bahdanau"\nseeds = 0\n[grid]\n"model.attention" = ["none"]\n',
+            "seeds: 0 is not a count",
+        ),
+        (
+            'preset = "reverse-bahdanau"\nseeds = [1, 1]\n[grid]\n"model.attention" = ["none"]\n',
+            "seeds: a seed appears twice",
+        ),
+        (
+            BASE + 'baseline = "nope"\n[grid]\n"model.attention" = ["none"]\n',
+            "baseline: 'nope' is not a cell",
+        ),
+        (
+            BASE + 'split = "train"\n[grid]\n"model.attention" = ["none"]\n',
+            "split: 'train' is not one of dev, test",
+        ),
+        (
+            BASE + 'metrics = ["bleu", "rouge"]\n[grid]\n"model.attention" = ["none"]\n',
+            "metrics: 'rouge' is not one of",
+        ),
+        (BASE + '[grid]\n"model.attention" = ["bahdanau", "nonsense"]\n', "cell nonsense: "),
+        (BASE + '[grid]\n"model.hiddden" = [16]\n', "cell 16: "),
+        (
+            BASE + 'baseline = { "model.emb" = 8 }\n[grid]\n"model.attention" = ["none"]\n'
+            '"model.hidden" = [8]\n',
+            "baseline.model.emb: not a grid axis",
+        ),
+        (
+            BASE + '[[cells]]\nname = "a"\nset = ["model.hidden=8"]\n[[cells]]\nname = "a"\n',
+            "two cells are named 'a'",
+        ),
+        (BASE + '[[cells]]\nname = "a b"\n', "is not a valid run name"),
+        (BASE + '[[cells]]\nname = "a"\nset = ["model.hidden"]\n', 'is not "SECTION.KEY=VALUE"'),
+        ('seeds = 2\n[grid]\n"model.attention" = ["none"]\n', "preset: expected a preset"),
+    ],
+)
+def test_mistakes_are_one_line_naming_the_file_and_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(AttnlabError) as err:
+        load_study(path)
+    message = str(err.value)
+    assert expected in message
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_a_shipped_study_is_found_by_name_and_unknown_names_are_refused() -> None:
+    assert load_study("length-generalisation").source == str(
+        STUDIES_DIR / "length-generalisation.toml"
+    )
+    with pytest.raises(AttnlabError, match="unknown study 'length-generalisatio'.*did you mean"):
+        load_study("length-generalisatio")
+
+
+@pytest.mark.parametrize("path", sorted(STUDIES_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_study_parses_and_builds_every_cell(path: Path) -> None:
+    study = load_study(path, extra=TINY_OVERRIDES[:0])
+    assert len(study.seeds) >= 3
+    assert study.baseline in [c.name for c in study.cells]
+
+
+def test_workers_default_to_cores_over_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnlab.study import runner
+
+    monkeypatch.setattr(runner, "available_cores", lambda: 8)
+    assert plan_workers(None, None) == (8, 1)
+    assert plan_workers(None, 2) == (4, 2)
+    assert plan_workers(None, 16) == (1, 16)
+    assert plan_workers(3, 2) == (3, 2)
+
+
+def test_a_per_axis_baseline_compares_each_cell_within_its_other_axes(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + 'baseline = { "model.attention" = "none" }\n[grid]\n'
+        '"data.task" = ["reverse", "copy"]\n"model.attention" = ["none", "bahdanau"]\n',
+    )
+    study = load_study(path)
+    assert study.baselines == {
+        "reverse_none": "reverse_none",
+        "reverse_bahdanau": "reverse_none",
+        "copy_none": "copy_none",
+        "copy_bahdanau": "copy_none",
+    }

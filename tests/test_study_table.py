@@ -1,0 +1,182 @@
+"""A study's table recomputed independently from its score files: t intervals (scipy), Welch
+over seeds (scipy), Holm by hand, paired tests on the seed-paired pooled sentences; failed runs
+visible; ``study show --json`` has every p-value under ``p_value``."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from attnlab.cli import cli
+from attnlab.stats import paired_bootstrap
+from attnlab.study.table import load_table
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+SEEDS = [1, 2, 3]
+CELLS = {"base": 0.5, "better": 0.8, "same": 0.5}
+REFS = [f"{i} {i + 1} {i + 2}" for i in range(40)]
+
+
+def _finished_run(run: Path, score: dict) -> None:
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text('name = "fake"\n[data]\ntask = "reverse"\n', encoding="utf-8")
+    events = [
+        {"type": "eval", "time": 1.0, "step": 5, "split": "dev", "bleu": score["bleu"]},
+        {
+            "type": "done",
+            "time": 2.0,
+            "step": 10,
+            "reason": "finished",
+            "best": {},
+            "elapsed_s": 1.0,
+            "tokens_per_s": 1.0,
+        },
+    ]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "study-score.json").write_text(json.dumps(score), encoding="utf-8")
+
+
+def _score(rng: random.Random, accuracy: float) -> dict:
+    exact = [rng.random() < accuracy for _ in REFS]
+    hyps = [ref if ok else ref.replace(" ", " 0 ", 1) for ref, ok in zip(REFS, exact, strict=True)]
+    from attnlab.evaluate import bleu_by_length, text_scores
+
+    texts = text_scores(hyps, REFS)
+    return {
+        "version": 1,
+        "run": "x",
+        "checkpoint": "checkpoints/best",
+        "step": 10,
+        "split": "test",
+        "n": len(REFS),
+        "loss": 1.0 - accuracy + rng.random() * 0.1,
+        "bleu": texts["bleu"],
+        "chrf": texts["chrf"],
+        "exact_match": sum(exact) / len(REFS),
+        "bleu_by_length": bleu_by_length([3] * len(REFS), hyps, REFS),
+        "sentences": {"hyps": hyps, "refs": REFS, "exact": exact, "src_len": [3] * len(REFS)},
+    }
+
+
+@pytest.fixture
+def study_dir(tmp_path: Path) -> Path:
+    rng = random.Random(5)
+    directory = tmp_path / "fake"
+    directory.mkdir()
+    record = {
+        "name": "fake",
+        "seeds": SEEDS,
+        "split": "test",
+        "checkpoint": "best",
+        "metrics": ["exact_match", "bleu", "loss"],
+        "baseline": "base",
+        "cells": [{"name": name, "set": [], "baseline": "base"} for name in [*CELLS, "broken"]],
+    }
+    (directory / "study.json").write_text(json.dumps(record))
+    for name, accuracy in CELLS.items():
+        for seed in SEEDS:
+            _finished_run(directory / f"{name}-s{seed}", _score(rng, accuracy))
+    broken = directory / "broken-s1"
+    broken.mkdir()
+    (broken / "config.toml").write_text('name = "fake"\n', encoding="utf-8")
+    (broken / "events.jsonl").write_text(
+        json.dumps({"type": "done", "time": 1.0, "step": 0, "reason": "error", "best": {}}) + "\n"
+    )
+    (directory / "outcomes.json").write_text(
+        json.dumps({"broken-s1": {"state": "failed", "error": "data.path=x: no such file"}})
+    )
+    return directory
+
+
+def _values(directory: Path, cell: str, key: str) -> list[float]:
+    return [
+        json.loads((directory / f"{cell}-s{s}" / "study-score.json").read_text())[key]
+        for s in SEEDS
+    ]
+
+
+def test_intervals_and_tests_equal_independent_computations(study_dir: Path) -> None:
+    table = load_table(study_dir)
+    rows = {row.name: row for row in table.rows}
+    for cell in CELLS:
+        for metric in ("exact_match", "bleu", "loss"):
+            values = _values(study_dir, cell, metric)
+            got = rows[cell].metrics[metric]
+            mean = sum(values) / len(values)
+            sem = scipy_stats.sem(values)
+            low, high = scipy_stats.t.interval(0.95, len(values) - 1, loc=mean, scale=sem)
+            assert got.mean == pytest.approx(mean)
+            assert (got.low, got.high) == (pytest.approx(low), pytest.approx(high))
+    for metric in ("exact_match", "bleu", "loss"):
+        base = _values(study_dir, "base", metric)
+        raw = [
+            scipy_stats.ttest_ind(_values(study_dir, cell, metric), base, equal_var=False).pvalue
+            for cell in ("better", "same")
+        ]
+        # Holm over the two comparisons, by hand
+        small, large = sorted(raw)
+        adjusted = {small: min(1.0, 2 * small)}
+        adjusted[large] = max(adjusted[small], min(1.0, large))
+        for cell, p in zip(("better", "same"), raw, strict=True):
+            got = rows[cell].metrics[metric]
+            assert got.seeds_p_raw == pytest.approx(p)
+            assert got.seeds_p_value == pytest.approx(adjusted[p])
+            assert got.difference == pytest.approx(
+                sum(_values(study_dir, cell, metric)) / 3 - sum(base) / 3
+            )
+    assert rows["base"].metrics["bleu"].difference is None  # the baseline is not compared
+
+
+def test_sentence_tests_pool_seed_paired_sentences(study_dir: Path) -> None:
+    table = load_table(study_dir)
+    better = {row.name: row for row in table.rows}["better"]
+
+    def pooled(cell: str, key: str) -> list:
+        out: list = []
+        for seed in SEEDS:
+            score = json.loads((study_dir / f"{cell}-s{seed}" / "study-score.json").read_text())
+            out += score["sentences"][key]
+        return out
+
+    base_exact, cell_exact = pooled("base", "exact"), pooled("better", "exact")
+    b = sum(1 for x, y in zip(base_exact, cell_exact, strict=True) if x and not y)
+    c = sum(1 for x, y in zip(base_exact, cell_exact, strict=True) if y and not x)
+    assert better.metrics["exact_match"].sentences_p_raw == pytest.approx(
+        scipy_stats.binomtest(c, b + c, 0.5).pvalue
+    )
+    assert better.metrics["exact_match"].sentences_n == 3 * len(REFS)
+    expected = paired_bootstrap(
+        "bleu", pooled("base", "hyps"), pooled("better", "hyps"), REFS * 3
+    ).p_value
+    assert better.metrics["bleu"].sentences_p_raw == pytest.approx(expected)
+    assert better.metrics["loss"].sentences_p_raw is None  # no sentence-level test for loss
+
+
+def test_failed_runs_are_listed_with_their_error(study_dir: Path) -> None:
+    table = load_table(study_dir)
+    assert table.failures == [
+        {"run": "broken-s1", "status": "error", "error": "data.path=x: no such file"}
+    ]
+    broken = {row.name: row for row in table.rows}["broken"]
+    assert broken.runs == [] and len(broken.missing) == 3
+
+
+def test_show_prints_the_table_markdown_and_json(study_dir: Path) -> None:
+    runner = CliRunner()
+    text = runner.invoke(cli, ["study", "show", str(study_dir)])
+    assert text.exit_code == 0, text.output
+    assert "base (baseline)" in text.output and "broken-s1" in text.output
+    assert "Welch" in text.output and "Holm" in text.output
+    md = runner.invoke(cli, ["study", "show", str(study_dir), "--markdown"])
+    assert "| better | 3/3 |" in md.output
+    data = json.loads(runner.invoke(cli, ["study", "show", str(study_dir), "--json"]).output)
+    better = next(row for row in data["rows"] if row["name"] == "better")
+    assert better["metrics"]["bleu"]["p_value"] == better["metrics"]["bleu"]["seeds_p_value"]
+    assert "p_value" in better["metrics"]["exact_match"]
+    bad = runner.invoke(cli, ["study", "show", str(study_dir / "nope")])
+    assert bad.exit_code == 2 and "no such study directory" in bad.output

@@ -1,0 +1,123 @@
+"""The lab's Studies tab: a study directory's table and curves, failed runs, and Setup's
+"every variant × N seeds" that writes a valid study file and starts `attnlab study run`."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from _tui_support import lab_config, ready, until
+from test_study_table import CELLS, SEEDS, _finished_run, _score
+
+from attnlab.study.spec import load_study
+from attnlab.study.table import load_table
+from attnlab.tui.app import make_app
+from attnlab.tui.views.studies import StudiesView, find_studies
+
+SIZE = (80, 24)
+
+
+def _study(runs: Path) -> Path:
+    rng = random.Random(5)
+    directory = runs / "studies" / "fake"
+    directory.mkdir(parents=True)
+    record = {
+        "name": "fake",
+        "seeds": SEEDS,
+        "split": "test",
+        "checkpoint": "best",
+        "metrics": ["exact_match", "bleu"],
+        "baseline": "base",
+        "cells": [{"name": n, "set": [], "baseline": "base"} for n in [*CELLS, "broken"]],
+    }
+    (directory / "study.json").write_text(json.dumps(record))
+    for name, accuracy in CELLS.items():
+        for seed in SEEDS:
+            _finished_run(directory / f"{name}-s{seed}", _score(rng, accuracy))
+    (directory / "outcomes.json").write_text(
+        json.dumps({"broken-s1": {"state": "failed", "error": "no such corpus"}})
+    )
+    broken = directory / "broken-s1"
+    broken.mkdir()
+    (broken / "config.toml").write_text('name = "fake"\n')
+    (broken / "events.jsonl").write_text(
+        json.dumps({"type": "done", "time": 1.0, "step": 0, "reason": "error", "best": {}}) + "\n"
+    )
+    return directory
+
+
+def test_find_studies_sees_only_folders_with_a_study_record(tmp_path: Path) -> None:
+    directory = _study(tmp_path)
+    (tmp_path / "plain-run").mkdir()
+    assert find_studies(tmp_path) == [directory]
+
+
+async def test_the_studies_tab_shows_the_table_and_failed_runs(tmp_path: Path) -> None:
+    directory = _study(tmp_path / "runs")
+    expected = load_table(directory)
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None)
+        from rich.console import Console
+
+        console = Console(width=60, record=True)
+        console.print(view.shown[0])
+        shown = console.export_text()
+        notes = view.shown[1].plain
+        better = next(r for r in expected.rows if r.name == "better").metrics["exact_match"]
+        assert f"{better.mean:.3f} ± {(better.high - better.low) / 2:.3f}" in shown
+        assert "base ◆" in shown
+        assert "broken-s1: no such corpus" in notes
+        assert "Welch" in notes
+        assert view.query_one("#study-curves").points > 0
+        await pilot.press("n")
+        assert view.highlighted_cell == "base"
+
+
+async def test_setup_s_writes_a_study_file_and_starts_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[Path, Path]] = []
+
+    class FakeProc:
+        def poll(self) -> int:
+            return 0
+
+    def fake_start(study_file: Path, out: Path, workers: int | None = None) -> FakeProc:
+        started.append((study_file, out))
+        return FakeProc()
+
+    monkeypatch.setattr("attnlab.study.queue.start_study", fake_start)
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("escape", "S")
+        await until(pilot, lambda: bool(started))
+        study_file, out = started[0]
+        assert out == tmp_path / "runs" / "studies"
+        study = load_study(study_file)
+        assert len(study.seeds) == 3
+        assert len(study.cells) >= 3
+        assert study.baseline == "bahdanau"  # the Setup experiment's own variant
+        assert app.query_one("#tabs").active == "studies"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
+    monkeypatch.chdir(tmp_path)
+    _study(Path("runs"))
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+
+    async def show(pilot) -> None:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=show)
