@@ -197,12 +197,16 @@ def test_elapsed_ticks_from_the_start_and_the_final_step_comes_from_done(tmp_pat
     follower.poll()
     assert follower.live_elapsed_s(T0 + 7.0) == pytest.approx(7.0)  # no step event yet
     assert follower.eta_s(T0 + 7.0) is None
-    # One step logged (its time is T0 too) with elapsed 2.0 s: 98 steps left at 1.0 s each.
+    # One step logged (its time is T0 too): nothing timed yet (start-up is no rate), no ETA.
     write_events(tmp_path, [{"type": "step", "step": 2, "loss": 1.0, "elapsed_s": 2.0}])
     follower.poll()
-    assert follower.eta_s() == pytest.approx(98.0)
-    assert follower.eta_s(T0 + 3.0) == pytest.approx(95.0)  # counts down between events
-    assert follower.live_elapsed_s(T0 + 3.0) == pytest.approx(5.0)
+    assert follower.eta_s() is None
+    # Ten more steps in 10.0 s: 88 steps left at 1.0 s each (timed from the first step event).
+    write_events(tmp_path, [{"type": "step", "step": 12, "loss": 1.0, "elapsed_s": 12.0}])
+    follower.poll()
+    assert follower.eta_s() == pytest.approx(88.0)
+    assert follower.eta_s(T0 + 3.0) == pytest.approx(85.0)  # counts down between events
+    assert follower.live_elapsed_s(T0 + 3.0) == pytest.approx(15.0)
     write_events(
         tmp_path,
         [

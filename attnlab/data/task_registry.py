@@ -13,12 +13,54 @@ from attnlab.config import DataConfig
 from attnlab.data.example import Splits
 from attnlab.registry import Registry
 
+# The data.* fields a generated toy task reads (every built-in one); a task registered with
+# other needs names its own in TaskSpec.reads. Setup shows only these under Data.
+TOY_FIELDS: tuple[str, ...] = (
+    "data.min_len",
+    "data.max_len",
+    "data.train_size",
+    "data.dev_size",
+    "data.test_size",
+    "data.vocab_size",
+    "data.test_min_len",
+    "data.test_max_len",
+    "data.seed",
+)
+# What task "corpus" (parallel text, attnlab.data.corpus; not a registered generator) reads.
+CORPUS_FIELDS: tuple[str, ...] = (
+    "data.path",
+    "data.src_file",
+    "data.tgt_file",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.columns",
+    "data.max_pairs",
+    "data.dev_fraction",
+    "data.test_fraction",
+    "data.lowercase",
+    "data.tokenizer",
+    "data.subword_vocab",
+    "data.train_max_tokens",
+    "data.seed",
+)
+
 
 @dataclass(frozen=True)
 class TaskSpec:
     description: str  # one line for menus
     has_alignment: bool  # exposes gold alignments (alignment accuracy)
     example: str = ""  # e.g. "5 9 2 7 -> 7 2 9 5"
+    reads: tuple[str, ...] = TOY_FIELDS  # the data.* fields its generator reads
+
+
+def fields_read(task: str) -> tuple[str, ...]:
+    """The task-specific data.* fields ``task`` reads (besides data.task and the vocabulary
+    options every task shares); an unknown name reads none."""
+    if task == "corpus":
+        return CORPUS_FIELDS
+    if task in TASKS.names():
+        return tuple(getattr(TASKS.get(task).meta, "reads", TOY_FIELDS))
+    return ()
 
 
 TASKS: Registry[Callable[[DataConfig], Splits]] = Registry("task")

@@ -15,6 +15,7 @@ their kind (``attnlab.attention_map`` NORM_*):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -112,3 +113,32 @@ def difference(a: Tensor, b: Tensor) -> Tensor:
     if a.shape != b.shape:
         raise ValueError(f"maps differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
     return a.to(torch.float64) - b.to(torch.float64)
+
+
+def _vocab_text(side: str, a: list[str], b: list[str]) -> str:
+    if len(a) != len(b):
+        return f"their {side} vocabularies differ ({len(a)} vs {len(b)} tokens)"
+    first = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    return f"their {side} vocabularies differ (token {first}: {a[first]!r} vs {b[first]!r})"
+
+
+def incomparable_reason(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
+    """Why two checkpoints cannot be compared on one sentence, from their dataset metadata
+    (``meta.json``'s "dataset": task, vocabularies, tokenizers); "" when they can. Maps of
+    models that read different source tokens, or write different target ones, have no
+    common rows or columns: A − B and JS would compare unrelated things."""
+    task_a, task_b = str(meta_a.get("task", "?")), str(meta_b.get("task", "?"))
+    if task_a != task_b:
+        return f"different tasks: A is {task_a}, B is {task_b}"
+    for side in ("src", "tgt"):
+        vocab_a, vocab_b = (
+            list(meta_a.get(f"{side}_vocab", [])),
+            list(meta_b.get(f"{side}_vocab", [])),
+        )
+        if vocab_a != vocab_b:
+            return _vocab_text("source" if side == "src" else "target", vocab_a, vocab_b)
+    for side in ("src", "tgt"):
+        if meta_a.get(f"{side}_tokenizer") != meta_b.get(f"{side}_tokenizer"):
+            which = "source" if side == "src" else "target"
+            return f"their {which} tokenizers differ"
+    return ""

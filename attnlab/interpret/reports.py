@@ -124,7 +124,23 @@ def map_kind(config: Any, method: str, matrix: Any) -> str:
     return NORM_SIGNED if bool((matrix < 0).any()) else NORM_UNNORMALISED
 
 
-def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dict[str, Any]:
+def search_config(decode: Any, decoder: str = "", width: int = 1) -> Any:
+    """``decode`` (a DecodeConfig) set up for the registered ``decoder`` with ``width``
+    hypotheses ("" = beam; a beam of one is greedy), as the lab's Inspect decodes."""
+    from attnlab.decode.search import DECODERS
+
+    return DECODERS.get(decoder or "beam").factory().configure(decode, max(int(width), 1))
+
+
+def search_name(cfg: Any) -> str:
+    """How a DecodeConfig searches, in a few words: "greedy", "beam 5", "sampling 4"."""
+    width = max(int(getattr(cfg, "beam", 1) or 1), 1)
+    return str(cfg.decoder) if width <= 1 else f"{cfg.decoder} {width}"
+
+
+def _side(
+    loaded: Any, text: str, example: Any, method: str, device: Any, decoder: str, width: int
+) -> dict[str, Any]:
     import torch
 
     from attnlab.decode.search import decode_batch
@@ -139,8 +155,8 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
         raise AttnlabError("the source sentence is empty")
     src_ids = loaded.src_vocab.encode(src_tokens)
     src = torch.tensor([src_ids], device=device)
-    cfg = dataclasses.replace(loaded.config.decode, beam=1, nbest=1, groups=1, sample=False)
-    with torch.no_grad():
+    cfg = search_config(loaded.config.decode, decoder, width)
+    with torch.no_grad():  # the best hypothesis of the search
         hyp = decode_batch(model, src, src != 0, cfg, need_attention=False)[0][0]
     tokens = loaded.tgt_vocab.decode(hyp.tokens, strip=False)
     maps = explain(model, src_ids, list(hyp.tokens), eos=hyp.finished)
@@ -151,6 +167,7 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
     shown = maps[method][: len(tokens) + int(hyp.finished)].float().cpu()
     side: dict[str, Any] = {
         "checkpoint": str(loaded.path),
+        "search": search_name(cfg),
         "source": src_tokens,
         "hyp": tokens,
         "rows": target_rows(tokens, hyp.finished),
@@ -173,21 +190,35 @@ def _side(loaded: Any, text: str, example: Any, method: str, device: Any) -> dic
 
 
 def compare_report(
-    a: Any, b: Any, text: str, example: Any, method: str, device: Any
+    a: Any,
+    b: Any,
+    text: str,
+    example: Any,
+    method: str,
+    device: Any,
+    decoder: str = "",
+    width: int = 1,
 ) -> dict[str, Any]:
     """Both sides' maps, A − B and JS per row where the target tokens agree. ``normalisation``
     names each side's kind; ``js`` is None where the targets differ or a side is signed
-    (``js_note`` says why, or how the rows were read: "∅ counted", "rows scaled to sum 1")."""
+    (``js_note`` says why, or how the rows were read: "∅ counted", "rows scaled to sum 1").
+    Each side decodes with ``decoder`` and ``width`` (``search_config``; default greedy) and
+    shows its best hypothesis; ``search`` names the search. Two runs of different tasks or
+    vocabularies are refused (AttnlabError naming why: ``incomparable_reason``)."""
     from attnlab.interpret.compare import (
         as_drawn,
         difference,
+        incomparable_reason,
         js_defined,
         js_divergence,
         js_note,
         shared_scale,
     )
 
-    left, right = (_side(m, text, example, method, device) for m in (a, b))
+    reason = incomparable_reason(a.dataset_meta, b.dataset_meta)
+    if reason:
+        raise AttnlabError(f"cannot compare {a.path} with {b.path}: {reason}")
+    left, right = (_side(m, text, example, method, device, decoder, width) for m in (a, b))
     same = left["rows"] == right["rows"] and left["source"] == right["source"]
     kinds = (left["normalisation"], right["normalisation"])
     js = None
@@ -195,6 +226,7 @@ def compare_report(
         js = [round(float(x), 5) for x in js_divergence(left["map"], right["map"], *kinds)]
     report: dict[str, Any] = {
         "method": method,
+        "search": left["search"],
         "source": left["source"],
         "same_target": same,
         "normalisation": {"a": kinds[0], "b": kinds[1]},

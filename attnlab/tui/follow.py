@@ -83,6 +83,9 @@ class Curves:
         return [ENTROPY_LABELS[r] for r in ENTROPY_ROLES if self.entropy_kind.get(r) == "signed"]
 
 
+# Steps timed after the first step event before an ETA is given.
+MIN_TIMED_STEPS = 5
+
 ENTROPY_ROLES = ("cross", "enc_self", "dec_self")
 ENTROPY_TITLE = "attention entropy (nats)"
 ENTROPY_LABELS = {"cross": "cross", "enc_self": "enc self", "dec_self": "dec self"}
@@ -159,6 +162,12 @@ class RunFollower:
     _anchor_elapsed: float = 0.0  # the run's elapsed seconds at that event
     _start_step: int = 0
     _start_elapsed: float = 0.0
+    # The step rate is timed from the session's first step event (start-up and the first
+    # step's warm-up are not a rate) to its last: (step, elapsed) of each end, and the
+    # (step, seconds) of each dev evaluation seen (kept in the ETA).
+    _timed_from: tuple[int, float] | None = None
+    _timed_to: tuple[int, float] | None = None
+    _evals_timed: list[tuple[int, float]] = field(default_factory=list)
     _reader: EventReader | None = None
     _dir_id: tuple[int, int] | None = None  # (device, inode) of the run directory once seen
     _warned: tuple[int, int, str] = (0, 0, "")  # (skipped, dropped, io error) last reported
@@ -256,13 +265,24 @@ class RunFollower:
         return self._anchor_elapsed + max(now - self._anchor_time, 0.0)
 
     def eta_s(self, now: float | None = None) -> float | None:
-        """Seconds left at this session's step rate (known after its first logged step);
-        with ``now``, counted down from the last step event. None before the first step."""
-        steps = self.step - self._start_step
-        seconds = self.elapsed_s - self._start_elapsed
-        if steps <= 0 or seconds <= 0 or not self.max_steps:
+        """Seconds left: the remaining steps at this session's training rate plus the
+        remaining dev evaluations at their mean duration; with ``now``, counted down from the
+        last step event. None until a few steps were timed (``MIN_TIMED_STEPS`` after the
+        first step event: one early step's rate said 1:13:02 for a five-minute run)."""
+        if self._timed_from is None or self._timed_to is None or not self.max_steps:
             return None
-        eta = max(self.max_steps - self.step, 0) * seconds / steps
+        (s0, t0), (s1, t1) = self._timed_from, self._timed_to
+        steps, seconds = s1 - s0, t1 - t0
+        if steps < MIN_TIMED_STEPS or seconds <= 0:
+            return None
+        evals = [d for at, d in self._evals_timed if s0 <= at < s1]  # run between s0 and s1
+        per_step = max(seconds - sum(evals), 0.0) / steps
+        eta = max(self.max_steps - self.step, 0) * per_step
+        every = self._eval_every()
+        durations = [d for _, d in self._evals_timed]
+        if every and durations:
+            left = self.max_steps // every - self.step // every
+            eta += max(left, 0) * sum(durations) / len(durations)
         if (
             now is not None
             and self._anchor_time is not None
@@ -271,6 +291,10 @@ class RunFollower:
         ):
             eta -= max(now - self._anchor_time, 0.0)
         return max(eta, 0.0)
+
+    def _eval_every(self) -> int:
+        train = self.config.get("train") if isinstance(self.config, dict) else None
+        return _count(train.get("eval_every")) if isinstance(train, dict) else 0
 
     def apply(self, events: Sequence[ev.Event | dict[str, Any]]) -> None:
         for raw in events:
@@ -296,6 +320,7 @@ class RunFollower:
         self.state = RUNNING
         self.step = self._start_step = e.step
         self._start_elapsed = self.elapsed_s  # a resumed run continues its clock
+        self._timed_from = self._timed_to = None  # a resumed session is timed afresh
         self._set_anchor(e, self.elapsed_s)
         resumed = " (resumed)" if e.resumed else ""
         processes = f" × {self.world_size} processes" if self.world_size > 1 else ""
@@ -305,6 +330,11 @@ class RunFollower:
 
     def _on_step(self, e: ev.Step) -> None:
         self.step = e.step
+        elapsed = _num(e.elapsed_s, float("nan"))
+        if elapsed == elapsed:  # timed: the rate's window grows to this step
+            if self._timed_from is None:
+                self._timed_from = (e.step, elapsed)
+            self._timed_to = (e.step, elapsed)
         self.loss = _num(e.loss)
         self.lr = _num(e.lr)
         self.tokens_per_s = _num(e.tokens_per_s)
@@ -322,6 +352,10 @@ class RunFollower:
             self._log(e, f"eval {e.split}: BLEU {_num(e.bleu):.2f}")
             return
         self.last_eval = e
+        if self._timed_to is not None:  # how long it took since the step event before it
+            took = _num(e.elapsed_s, float("nan")) - self._timed_to[1]
+            if took == took and took >= 0:
+                self._evals_timed.append((e.step, took))
         c = self.curves
         c.eval_step.append(e.step)
         c.dev_loss.append(_num(e.loss))
@@ -368,6 +402,9 @@ class RunFollower:
         self.samples.append(sample)
 
     def _on_control(self, e: ev.Control) -> None:
+        # The step the trainer acknowledged at: newer than the last logged step (paused,
+        # the header said 25/200 while the log said 46).
+        self.step = max(self.step, e.step)
         if e.command == ev.ControlCommand.PAUSE:
             self._anchor_elapsed = self.live_elapsed_s(e.time)  # the clock stops
             self.state = PAUSED

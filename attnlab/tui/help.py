@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+# One logical entry per line: help_renderable wraps each under its own column.
 HELP_TEXT = """\
 [b]attnlab — keys[/b]   (mouse works everywhere too; Ctrl+P opens the command palette)
 
@@ -19,36 +25,71 @@ HELP_TEXT = """\
   s           save a checkpoint now
   Esc         leave a field for the tab's body (so letter keys act as commands)
   Tab         next field in this tab (1..5 or the mouse switch tabs)
-  ?  F1       this help          Ctrl+Q  quit (asks when a run is active)
+  ?  F1       this help
+  Ctrl+Q      quit (asks when a run is active)
 
 [b]Setup[/b]    Tab / Shift+Tab move between fields; Enter opens a menu.
   Invalid values are marked in red; Train stays disabled and the reason is shown.
   Queue + adds the experiment to the queue; palette: "Queue every variant".
 
-[b]Train[/b]    plots of train/dev loss, dev BLEU/chrF/exact match and mean attention
-  entropy per role (nats, from each evaluation); the samples table
-  (Enter on a sample opens its attention in Inspect) and the event log. Runs queued
-  with t / Queue + are listed under the progress bar: Del removes the highlighted one.
+[b]Train[/b]    plots of train/dev loss, dev BLEU/chrF/exact match and mean attention \
+entropy per role (nats, from each evaluation); the samples table (Enter on a sample opens its \
+attention in Inspect) and the event log.
+  Runs queued with t / Queue + are listed under the progress bar: Del removes the highlighted \
+one.
 
-[b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence); d decodes
-  (Enter in a field, or the Decode button, does the same). Esc returns to the heatmap.
+[b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence); d decodes \
+(Enter in a field, or the Decode button, does the same). Esc returns to the heatmap.
   arrows      move the heatmap cursor (weight and tokens shown below it)
   n / b       step decoding forward / back one target token (bar chart of that row)
   a           show all rows again
   h           half-block overview of the whole matrix
   k / l       previous / next hypothesis of the beam's n-best list
-  m           map method: raw attention → rollout → relevancy (∇) → gradient × attention
-              → ‖α f(v)‖ (attribution scores are coloured relative to their maximum)
+  m           map method: raw attention → rollout → relevancy (∇) → gradient × attention \
+→ ‖α f(v)‖ (attribution scores are coloured relative to their maximum)
   e           export the map shown to RUN/figures/*.svg and *.html (as `translate --export`)
   H           heads: layer × head importance and the pruning curve (c stops it, Esc closes)
   c           compare: this sentence through a second run (both maps, A − B, JS, AER)
 
-[b]Runs[/b]     Space marks runs to compare (BLEU, BLEU by length, cross-attention entropy;
-  below 90 columns e switches the third panel between bars and entropy);
+[b]Runs[/b]     Space marks runs to compare (BLEU, BLEU by length, cross-attention entropy; \
+below 90 columns e switches the third panel between bars and entropy).
   Enter opens the run in Inspect; w follows it live in Train; r refreshes.
 
 [b]Export[/b]   writes one .safetensors bundle and shows the `attnlab translate` command.
 """
+
+
+_KEY_COLUMN = 14  # "  t / Ctrl+T  ": where a key line's description starts
+_SECTION = re.compile(r"^(\[b\][^[]+\[/b\]\s+)(\S.*)$")  # "[b]Setup[/b]    Tab / ..."
+
+
+def _hanging(line: str) -> tuple[str, str]:
+    """(the part that stays put, the text that wraps under itself) of one help line: a key
+    and its description, a section name and its first sentence, an indented continuation."""
+    section = _SECTION.match(line)
+    if section:
+        return section.group(1), section.group(2)
+    if line.startswith("  ") and line[2:3] != " " and line[_KEY_COLUMN - 2 : _KEY_COLUMN] == "  ":
+        return line[:_KEY_COLUMN], line[_KEY_COLUMN:]  # a key column
+    indent = len(line) - len(line.lstrip(" "))
+    return line[:indent], line[indent:]
+
+
+def help_renderable(text: str = HELP_TEXT) -> Group:
+    """The help as rows whose wrapped lines stay in their own column (at 80 columns a long
+    description went back to column 1, under the keys)."""
+    rows = []
+    for line in text.splitlines():
+        fixed, rest = _hanging(line)
+        if not fixed or not rest:
+            rows.append(Text.from_markup(line))
+            continue
+        grid = Table.grid(expand=True)
+        grid.add_column(width=Text.from_markup(fixed).cell_len, no_wrap=True)
+        grid.add_column(ratio=1)
+        grid.add_row(Text.from_markup(fixed), Text.from_markup(rest))
+        rows.append(grid)
+    return Group(*rows)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -60,7 +101,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(HELP_TEXT, id="help-text")
+            yield Static(help_renderable(), id="help-text")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

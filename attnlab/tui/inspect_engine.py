@@ -68,6 +68,8 @@ class InspectResult:
     notes: list[str] = field(default_factory=list)
     # model key (cross / enc_self / dec_self) -> how its rows are normalised (softmax if absent)
     normalisations: dict[str, str] = field(default_factory=dict)
+    # source tokens the model has no id for (read as <unk>; attnlab.data.oov)
+    unknown: list[str] = field(default_factory=list)
 
 
 _lock = threading.Lock()
@@ -155,6 +157,10 @@ def analyse(request: InspectRequest) -> InspectResult:
         gold = list(example.alignment) if example.alignment is not None else None
     if not src_tokens:
         raise AttnlabError("the source sentence is empty")
+    from attnlab.data.oov import source_labels, unknown_tokens
+
+    unknown = unknown_tokens(ds.src_vocab, src_tokens)
+    columns = source_labels(ds.src_vocab, src_tokens)  # what the model read: <unk> marked
     device = next(model.parameters()).device
     src = torch.tensor([ds.src_vocab.encode(src_tokens)], device=device)  # [1, S]
     src_mask = src != PAD_ID
@@ -179,8 +185,8 @@ def analyse(request: InspectRequest) -> InspectResult:
             maps, selected = forced(list(hyp.tokens))
             inputs = [BOS, *tokens]
             labels = {  # the forced pass has a row after the last token: </s> or "…"
-                "cross": (target_rows(tokens, hyp.finished, unfinished="…"), src_tokens),
-                "enc_self": (src_tokens, src_tokens),
+                "cross": (target_rows(tokens, hyp.finished, unfinished="…"), columns),
+                "enc_self": (columns, columns),
                 "dec_self": (inputs, inputs),
             }
             explained = method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished)
@@ -212,6 +218,7 @@ def analyse(request: InspectRequest) -> InspectResult:
         result_hyps,
         accuracy,
         normalisations=normalisations_of(loaded.config),
+        unknown=unknown,
     )
 
 

@@ -71,6 +71,13 @@ class Menus:
     presets: list[str] = field(default_factory=list)
     decoders: list[tuple[str, str]] = field(default_factory=list)  # (label, name), Inspect's
     arch_specs: dict[str, ArchSpec] = field(default_factory=dict)
+    # task -> the data.* fields it reads (attnlab.data.task_registry.fields_read)
+    task_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def reads(self, task: str, key: str) -> bool:
+        """Whether ``task`` reads data field ``key`` (a task not in the snapshot: every one)."""
+        fields = self.task_fields.get(task)
+        return fields is None or key in fields
 
     def variants_for(self, role: str) -> list[str]:
         return [name for name, v in self.variants.items() if role in v.roles]
@@ -135,7 +142,10 @@ def load_menus() -> Menus:
     from attnlab.tui.inspect_engine import decoder_choices
 
     specs = {e.name: e.meta for e in ARCHITECTURES.entries() if isinstance(e.meta, ArchSpec)}
-    return Menus(tasks, archs, variants, hparams, presets, decoder_choices(), specs)
+    from attnlab.data.task_registry import fields_read
+
+    task_fields = {name: fields_read(name) for name, _ in tasks}
+    return Menus(tasks, archs, variants, hparams, presets, decoder_choices(), specs, task_fields)
 
 
 def chosen_variants(menus: Menus, arch: str, values: Mapping[str, Any]) -> list[str]:

@@ -27,8 +27,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Label, Select, Static
 
 from attnlab.attention_map import NORM_SOFTMAX
-from attnlab.tui.views.run_select import checkpoint_path, has_checkpoint, refresh_run_select
+from attnlab.tui.views.run_select import checkpoint_path, has_checkpoint
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
+from attnlab.viz.text import run_labels
 
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
 
@@ -43,6 +44,8 @@ class CompareSource:
     index: int
     text: str
     method: str = "raw"
+    decoder: str = ""  # Inspect's search (a registered decoder; "" = beam) and its width
+    beam: int = 1
 
 
 @dataclass
@@ -98,6 +101,7 @@ class CompareScreen(ModalScreen[None]):
         self.report: dict[str, Any] | None = None
         self._paths: list[str] = []
         self._pending: tuple[str, str] | None = None
+        self._left_out: list[tuple[str, str]] = []  # (run name, why it is not comparable)
 
     def compose(self) -> ComposeResult:
         src = self.source
@@ -118,7 +122,7 @@ class CompareScreen(ModalScreen[None]):
                 )
             yield Static("", id="cmp-status")
             with Horizontal(id="cmp-maps"):
-                with Vertical(classes="cmp-side"):
+                with Vertical(classes="cmp-side cmp-side-a"):  # a gap before B's header
                     yield Static("A", id="cmp-a-label", classes="cmp-label")
                     yield AttentionHeatmap(id="cmp-a")
                 with Vertical(classes="cmp-side"):
@@ -131,14 +135,16 @@ class CompareScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         select = self.query_one("#cmp-run", Select)
         mine = str(self.source.run_dir)
+        self._paths, self._left_out = comparable_runs(
+            self.runs_dir, self.source.run_dir, self.source.checkpoint
+        )
+        others = [p for p in self._paths if p != mine]
         with self.prevent(Select.Changed):
-            self._paths = refresh_run_select(
-                select,
-                self.runs_dir,
-                [],
-                label_width=36,
-                prefer=lambda p: p != mine and has_checkpoint(p),
-            )
+            select._allow_blank = not others  # Select has no public setter; set_options reads it
+            labels = run_labels([Path(p).name for p in others], 36)
+            select.set_options(list(zip(labels, others, strict=True)))
+            if others:
+                select.value = others[0]
         self.start()
 
     @on(Select.Changed, "#cmp-run")
@@ -150,7 +156,7 @@ class CompareScreen(ModalScreen[None]):
         run_b = self.query_one("#cmp-run", Select).value
         method = str(self.query_one("#cmp-method", Select).value)
         if run_b is Select.NULL or not run_b:
-            self._status("no second run to compare with: train another one")
+            self._status(self._nothing_to_compare())
             return
         if not has_checkpoint(str(run_b)):
             self._status(f"{Path(str(run_b)).name} has no checkpoint yet")
@@ -158,6 +164,16 @@ class CompareScreen(ModalScreen[None]):
         self._pending = (str(run_b), method)
         self._status(f"comparing with {Path(str(run_b)).name} ({method}) …")
         self.compute(Path(str(run_b)), method)
+
+    def _nothing_to_compare(self) -> str:
+        if not self._left_out:
+            return "no second run to compare with: train another one"
+        name, reason = self._left_out[0]
+        more = f" (and {len(self._left_out) - 1} more)" if len(self._left_out) > 1 else ""
+        return (
+            f"[$warning]no run to compare with: B must have A's task and vocabularies; "
+            f"{_escape(name)}{more}: {_escape(reason)}[/]"
+        )
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
     def compute(self, run_b: Path, method: str) -> None:
@@ -179,7 +195,7 @@ class CompareScreen(ModalScreen[None]):
                         f"{len(examples) - 1}] for the {src.split} split"
                     )
                 example = examples[src.index]
-            report = compare_report(a, b, src.text, example, method, "cpu")
+            report = compare_report(a, b, src.text, example, method, "cpu", src.decoder, src.beam)
         except AttnlabError as err:
             self.post_message(CompareDone(request, None, str(err)))
             return
@@ -216,7 +232,11 @@ class CompareScreen(ModalScreen[None]):
             )
         unit = "weights 0..1" if scale == 1.0 else f"÷ {scale:.3g} (the larger maximum)"
         kinds = kinds_text(report)
-        self._status(f"one colour scale: {unit} · {alignment_line(report)}{kinds}")
+        search = report.get("search", "greedy")
+        self._status(
+            f"{search} search (as Inspect) · one colour scale: {unit} · "
+            f"{alignment_line(report)}{kinds}{self._left_out_note()}"
+        )
         self.query_one("#cmp-diff", Static).update(self._difference(report))
 
     @staticmethod
@@ -240,11 +260,55 @@ class CompareScreen(ModalScreen[None]):
             report["difference"], report["a"]["rows"], report["source"], title, notes
         )
 
+    def _left_out_note(self) -> str:
+        n = len(self._left_out)
+        if not n:
+            return ""
+        return f" · {n} run{'s' if n > 1 else ''} left out (other task or vocabularies)"
+
     def _status(self, text: str) -> None:
         self.query_one("#cmp-status", Static).update(text)
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def comparable_runs(
+    runs_dir: Path, run_a: Path, checkpoint: str
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The runs (paths, newest first) with a checkpoint whose task, vocabularies and tokenizers
+    match run A's (``attnlab.interpret.compare.incomparable_reason``), A's own included, and
+    the (name, reason) of each one left out."""
+    from attnlab.errors import AttnlabError
+    from attnlab.interpret.compare import incomparable_reason
+    from attnlab.runs import list_runs, read_meta
+    from attnlab.tui.inspect_engine import checkpoint_path as resolved
+
+    def dataset_meta(run: Path, tag: str) -> dict[str, Any]:
+        return read_meta(resolved(run, tag))["dataset"]
+
+    try:
+        runs = [r.path for r in list_runs(runs_dir)]
+    except Exception:  # a half-written run directory must not break the screen
+        runs = []
+    try:
+        mine = dataset_meta(run_a, checkpoint)
+    except (AttnlabError, OSError) as err:
+        return [], [(run_a.name, str(err))]
+    kept: list[str] = []
+    left_out: list[tuple[str, str]] = []
+    for run in runs:
+        if not has_checkpoint(run):
+            continue
+        try:
+            reason = incomparable_reason(mine, dataset_meta(run, "best"))
+        except (AttnlabError, OSError) as err:
+            reason = str(err)
+        if reason:
+            left_out.append((run.name, reason))
+        else:
+            kept.append(str(run))
+    return kept, left_out
 
 
 def _escape(text: str) -> str:

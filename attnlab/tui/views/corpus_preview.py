@@ -135,6 +135,7 @@ class CorpusPreview(Static):
         self.error: str | None = None
         self.tokenizer = ""
         self._timer: Timer | None = None
+        self._cfg: DataConfig | None = None  # the settings asked for last (for ``recheck``)
 
     # -- asking -------------------------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class CorpusPreview(Static):
         key = preview_key(cfg)
         if key == self.key:
             return
-        self.key = key
+        self.key, self._cfg = key, cfg
         self.tokenizer = (
             cfg.tokenizer
             if cfg.tokenizer not in ("bpe", "unigram")
@@ -154,6 +155,15 @@ class CorpusPreview(Static):
         self.remove_class("error")
         self.update(Content.from_markup("[dim]reading the corpus…[/]"))
         self._timer = self.set_timer(self.DEBOUNCE_S, lambda: self._compute(cfg, key))
+
+    def recheck(self) -> bool:
+        """Read the same settings again when the shown result is an error (the corpus may have
+        appeared since: downloaded, unpacked, mounted); True when a new read started."""
+        if self._cfg is None or self.pending or self.error is None:
+            return False
+        self.key = None
+        self.request(self._cfg)
+        return True
 
     def status(self) -> str | None:
         """None when the current settings read cleanly; else why Train must wait (one line)."""

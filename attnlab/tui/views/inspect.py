@@ -36,6 +36,7 @@ from attnlab.tui.diagnostics import Diagnostics, alignment_accuracy, diagnose, e
 from attnlab.tui.views.run_select import has_checkpoint, refresh_run_select
 from attnlab.tui.widgets.heatmap import AttentionHeatmap, colour_scale
 from attnlab.tui.widgets.rowbars import row_bars
+from attnlab.viz.text import run_label
 
 KIND_LABELS = {
     "cross": "cross",
@@ -112,6 +113,8 @@ class InspectView(Horizontal):
         self._run_paths: list[str] = []
         self._last_request: tuple[str, ...] | None = None
         self._decoders_filled = False
+        self._layer_chosen = False  # the user picked a layer: keep it (else the last layer)
+        self._layer_set: object = 0  # the layer last set here (compose's value: 0)
         self.last_export: list[Path] = []
 
     def compose(self) -> ComposeResult:
@@ -174,6 +177,8 @@ class InspectView(Horizontal):
                 id="insp-title",
                 classes="note",  # wraps: at 80 columns it was cut to "... a sample in …"
             )
+            # Source tokens the model has no id for (read as <unk>): hidden while there are none.
+            yield Static("", id="insp-warning")
             yield AttentionHeatmap(id="heatmap")
             with Horizontal(id="insp-cell-row"):
                 yield Static("", id="insp-cell")
@@ -326,7 +331,20 @@ class InspectView(Horizontal):
         nbest.set_options(options)
         if options:
             nbest.highlighted = 0
+        self._warn_unknown(list(getattr(result, "unknown", [])))
         self.show_hypothesis(0)
+
+    def _warn_unknown(self, unknown: list[str]) -> None:
+        """The warning line over the map: which source tokens the model read as <unk> (the
+        columns say <unk>); every decode re-checks, so switching runs re-reads typed text."""
+        from attnlab.data.oov import unknown_warning
+
+        text = unknown_warning(unknown)
+        warning = self.query_one("#insp-warning", Static)
+        warning.update(f"[$warning]⚠ {_escape(text)}[/]" if text else "")
+        warning.display = bool(text)
+        if text:
+            self.app.notify(text, title="Inspect", severity="warning")
 
     def _title(self, text: str, kind: str = "") -> None:
         """Set the title; ``error``/``note`` titles wrap in full, others are one cut line."""
@@ -338,6 +356,7 @@ class InspectView(Horizontal):
     def _clear_maps(self) -> None:
         self.result, self.gold, self.maps, self.labels = None, None, {}, {}
         self.normalisations, self.selected = {}, {}
+        self._warn_unknown([])
         self.query_one("#insp-nbest", OptionList).clear_options()
         self.query_one(AttentionHeatmap).set_matrix(np.zeros((0, 0)), [], [])
         for wid in ("#insp-cell", "#insp-diag", "#insp-bars"):
@@ -354,6 +373,7 @@ class InspectView(Horizontal):
             with self.prevent(Select.Changed):
                 self.query_one("#insp-run", Select).value = str(run_dir)
         self._last_request = self._request()  # shown: a late menu event must not replace it
+        self._warn_unknown([])  # a logged sample is the run's own data
         weights = np.asarray(
             sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64
         )
@@ -371,9 +391,12 @@ class InspectView(Horizontal):
         self.hyp_index = 0
         self.query_one("#insp-nbest", OptionList).set_options([" ".join(sample.hyp)])
         self._configure_selectors()
+        width = self._title_width()
+        name = run_label(run_dir.name, max(12, width // 3))  # the sentence pair gets the room
+        prefix = f"{name} logged sample {sample.index}: "
+        src, hyp = fit_pair(" ".join(sample.src), " ".join(sample.hyp), width - len(prefix))
         self.query_one("#insp-title", Static).update(
-            f"[b]{run_dir.name}[/] logged sample {sample.index}: "
-            f"{_escape(' '.join(sample.src))} → {_escape(' '.join(sample.hyp))}"
+            f"[b]{_escape(name)}[/] logged sample {sample.index}: {_escape(src)} → {_escape(hyp)}"
         )
         self.step_row = None
         self.redraw()
@@ -388,17 +411,27 @@ class InspectView(Horizontal):
         self._configure_selectors()
         r = self.result
         ref = f" · ref: {_escape(' '.join(r.ref))}" if r.ref is not None else ""
+        cross_layers = hyp.maps["cross"].shape[0] if "cross" in hyp.maps else 1
+        where = f" (layer {cross_layers - 1}/{cross_layers})" if cross_layers > 1 else ""
         acc = (
-            f" · align acc. {r.alignment_accuracy:.0%}" if r.alignment_accuracy is not None else ""
+            f" · align acc.{where} {r.alignment_accuracy:.0%}"
+            if r.alignment_accuracy is not None
+            else ""
         )
         # Two lines: the sentence pair, then the figures (short ones first so 80 columns keep them).
+        src, shown = fit_pair(" ".join(r.src), " ".join(hyp.tokens), self._title_width())
         self.query_one("#insp-title", Static).update(
-            f"[b]{_escape(' '.join(r.src))}[/] → [b]{_escape(' '.join(hyp.tokens))}[/]\n"
+            f"[b]{_escape(src)}[/] → [b]{_escape(shown)}[/]\n"
             f"hyp {self.hyp_index + 1}/{len(r.hypotheses)} · score {hyp.score:.2f} "
             f"· step {r.step}{acc}{ref}"
         )
         self.step_row = None
         self.redraw()
+
+    def _title_width(self) -> int:
+        """Characters the title's line has (its padding left out)."""
+        title = self.query_one("#insp-title", Static)
+        return max(title.content_region.width or self.app.size.width - 30, 20)
 
     def _configure_selectors(self) -> None:
         kind_select = self.query_one("#insp-kind", Select)
@@ -422,13 +455,17 @@ class InspectView(Horizontal):
         layer_select = self.query_one("#insp-layer", Select)
         head_select = self.query_one("#insp-head", Select)
         with self.prevent(Select.Changed):
+            # The last layer unless the user chose one (the header's figures and the CLI's
+            # --layer default read the last layer too).
             layer = (
                 layer_select.value
-                if isinstance(layer_select.value, int) and layer_select.value < layers
+                if self._layer_chosen
+                and isinstance(layer_select.value, int)
+                and layer_select.value < layers
                 else layers - 1
             )
             layer_select.set_options([(f"layer {i}", i) for i in range(layers)])
-            layer_select.value = layer
+            layer_select.value = self._layer_set = layer
             head = (
                 head_select.value
                 if isinstance(head_select.value, int) and head_select.value < heads
@@ -531,7 +568,7 @@ class InspectView(Horizontal):
         scale = " · ÷ its max" if is_attribution(kind) else ""
         lines = [
             f"[b]{KIND_LABELS.get(kind, kind)}[/] {matrix.shape[0]}×{matrix.shape[1]} "
-            f"({KIND_AXES.get(kind, '?')}){scale} · [b]m[/] method",
+            f"({KIND_AXES.get(kind, '?')}){self._where()}{scale} · [b]m[/] method",
             *normalisation_lines(d),
         ]
         mask = self.current_selected()
@@ -546,10 +583,26 @@ class InspectView(Horizontal):
         if self.current_kind == "cross" and self.gold is not None and self.result is not None:
             acc = alignment_accuracy(matrix, self.gold)
             if acc is not None and self.result.hypotheses[self.hyp_index].tokens == self.result.ref:
-                lines.append(f"alignment acc. (this hyp) {acc:.0%}")
+                lines.append(f"alignment acc. (this hyp{self._where(', ')}) {acc:.0%}")
         for warning in d.warnings():
             lines.append(f"[$warning]⚠ {warning}[/]")
         self.query_one("#insp-diag", Static).update("\n".join(lines))
+
+    def _where(self, sep: str = " · ") -> str:
+        """`` · layer 1/2, head avg`` for a map with several layers or heads ("" otherwise):
+        every figure says which layer it reads."""
+        kind = self.current_kind
+        if kind is None:
+            return ""
+        layers, heads = self.maps[kind].shape[:2]
+        layer = self.query_one("#insp-layer", Select).value
+        head = self.query_one("#insp-head", Select).value
+        parts = []
+        if layers > 1:
+            parts.append(f"layer {layer}/{layers}")  # as export names it: index/count
+        if heads > 1:
+            parts.append("head avg" if head in (HEAD_AVERAGE, Select.NULL) else f"head {head}")
+        return sep + ", ".join(parts) if parts else ""
 
     def _draw_bars(self, matrix: np.ndarray, cols: list[str]) -> None:
         row = (
@@ -576,7 +629,11 @@ class InspectView(Horizontal):
 
     @on(Select.Changed, "#insp-layer")
     @on(Select.Changed, "#insp-head")
-    def _layer_head_changed(self) -> None:
+    def _layer_head_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "insp-layer" and event.value != self._layer_set:
+            # the user's choice (not an echo of our own setting, which Select may post late):
+            # kept across decodes while the model has that layer
+            self._layer_chosen = True
         self.redraw()
 
     @on(OptionList.OptionSelected, "#insp-nbest")
@@ -734,6 +791,10 @@ class InspectView(Horizontal):
             index = int(self.query_one("#insp-index", Input).value or 0)
         except ValueError:
             index = 0
+        try:  # the search Inspect shows: compare decodes both runs with it
+            beam = max(int(self.query_one("#insp-beam", Input).value or 1), 1)
+        except ValueError:
+            beam = 1
         kind = self.current_kind
         self.app.push_screen(
             CompareScreen(
@@ -744,6 +805,8 @@ class InspectView(Horizontal):
                     index,
                     self.query_one("#insp-text", Input).value.strip(),
                     "raw" if kind in (None, "cross") or not is_attribution(kind) else kind,
+                    str(self.query_one("#insp-decoder", Select).value),
+                    beam,
                 ),
                 self.runs_dir,
             )
@@ -757,6 +820,23 @@ class InspectView(Horizontal):
         if self.result is not None and self.result.hypotheses:
             self.show_hypothesis(self.hyp_index + delta)
             self.query_one("#insp-nbest", OptionList).highlighted = self.hyp_index
+
+
+def fit_pair(src: str, hyp: str, width: int, arrow: str = " → ") -> tuple[str, str]:
+    """Source and translation cut (with "…") so that ``src → hyp`` fits ``width``: a long
+    source no longer pushes the arrow and the translation off the line. Each side gets at
+    least half the room, and a short side leaves the rest to the other."""
+    room = max(width - len(arrow), 8)
+    if len(src) + len(hyp) <= room:
+        return src, hyp
+    half = room // 2
+    src_room = room - min(len(hyp), room - half) if len(src) > half else len(src)
+    hyp_room = room - min(len(src), src_room)
+    return _cut(src, src_room), _cut(hyp, hyp_room)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def normalisation_lines(d: Diagnostics) -> list[str]:

@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from attnlab.events import RunStatus
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
 from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
@@ -51,7 +52,7 @@ WIDTHS = {
     "exact": 5,
     "tok/s": 6,
     "wall": 6,
-    "status": 8,
+    "status": max(len(status.value) for status in RunStatus),  # never cut: "interrupted"
 }
 # What matters most at 80 columns comes first: which run, which model, how good, is it done.
 PRIORITY = (
@@ -151,8 +152,9 @@ class RunsView(Vertical):
         Binding("space", "mark", "Mark/compare"),
         Binding("enter", "inspect", "Inspect", show=False),
         Binding("w", "watch", "Follow in Train"),
+        # In the footer while it matters: below NARROW columns, where the panels take turns.
+        Binding("e", "toggle_entropy", "Bars/entropy"),
         Binding("r", "refresh_runs", "Refresh"),
-        Binding("e", "toggle_entropy", "Bars/entropy", show=False),
     ]
     NARROW = 90  # below this width the BLEU-by-length bars and the entropy overlay take turns
 
@@ -174,8 +176,8 @@ class RunsView(Vertical):
         yield Static("", id="runs-status")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare"):
-            yield MetricPlot("dev BLEU of marked runs", id="compare-curves")
-            yield BarsPlot("BLEU by source length", id="compare-bars")
+            yield MetricPlot("dev BLEU of marked runs", bounds=(0.0, 100.0), id="compare-curves")
+            yield BarsPlot("BLEU by source length", bounds=(0.0, 100.0), id="compare-bars")
             yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
 
     class Listed(Message):
@@ -297,11 +299,17 @@ class RunsView(Vertical):
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_entropy":  # wide: all three panels show, nothing to switch
+            return self.app.size.width < self.NARROW
+        return True
+
     def on_resize(self) -> None:
         if self.is_mounted and self._layout is not None and self._layout != self._fit():
             self._fill_table()
         if self.is_mounted:
             self._show_panels()
+            self.refresh_bindings()
 
     def action_toggle_entropy(self) -> None:
         """At 80 columns: the third panel shows BLEU by length or the entropy overlay."""

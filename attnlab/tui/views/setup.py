@@ -13,16 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets._select import SelectOverlay  # Select's own list: no public name
 
 from attnlab.config import CHOICES, ExperimentConfig, dumps_toml, to_dict
 from attnlab.errors import AttnlabError
 from attnlab.naming import describe, experiment_name
+from attnlab.tui.help import ConfirmScreen
 from attnlab.tui.menus import (
     SAME_AS_ENCODER,
     HParamInfo,
@@ -133,6 +135,7 @@ class SetupView(Vertical):
         self._hparam_values: dict[str, str] = {}  # "variant.name" -> the input's text
         self._shown_hparams: tuple[str, ...] | None = None  # None: not built yet
         self._shown_groups: tuple | None = None
+        self._train_when_read: bool | None = None  # `t` waits for a corpus re-read (queue?)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="setup-body"):
@@ -149,8 +152,12 @@ class SetupView(Vertical):
                     )
                     yield Button("Queue +", id="queue-button", compact=True, disabled=True)
                 yield Label("presets:", classes="side-label")
-                yield Select([], prompt="load a built-in preset", id="preset-select", compact=True)
-                yield Input(placeholder="or a file: my-run.toml", id="preset-path", compact=True)
+                yield PresetSelect(
+                    [], prompt="load a built-in preset", id="preset-select", compact=True
+                )
+                yield FieldInput(
+                    placeholder="or a file: my-run.toml", id="preset-path", compact=True
+                )
                 with Horizontal(classes="buttons"):
                     yield Button("Load", id="preset-load", compact=True)
                     yield Button("Save", id="preset-save", compact=True)
@@ -162,9 +169,10 @@ class SetupView(Vertical):
         self.menus = menus
         self._origin = self.config  # the app may have swapped in the default preset
         with self.prevent(Select.Changed):
-            self.query_one("#preset-select", Select).set_options(
+            self.query_one("#preset-select", PresetSelect).set_options(
                 [(name, name) for name in menus.presets]
             )
+        self.query_one("#preset-select", PresetSelect).current = self._origin.name
         await self._rebuild_form()
 
     async def _rebuild_form(self) -> None:
@@ -186,7 +194,7 @@ class SetupView(Vertical):
         # fields (no flash of the other one's).
         for row in rows:
             if not _row_shown(
-                row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", ""))
+                row, str(raw.get("model.arch", "rnn")), str(raw.get("data.task", "")), self.menus
             ):
                 row.display = False
         await form.mount_all(rows)
@@ -212,12 +220,18 @@ class SetupView(Vertical):
         elif definition.kind == "check":
             widget = Checkbox("on", value=bool(value), id=wid, compact=True)
         else:
-            widget = Input(_text(value), placeholder=field_range_text(key), id=wid, compact=True)
+            widget = FieldInput(
+                _text(value), placeholder=field_range_text(key), id=wid, compact=True
+            )
         widget.tooltip = f"{key} {field_range_text(key)}".strip()
         groups = [definition.group] if definition.group else []
         groups += list(definition.archs)  # group-<arch>: shown for that architecture
         classes = " ".join(["field", *(f"group-{g}" for g in groups)])
-        return Horizontal(Label(definition.label, classes="field-label"), widget, classes=classes)
+        if _task_specific(key):
+            classes += " task-field"  # shown only when the chosen task reads it (name = key)
+        return Horizontal(
+            Label(definition.label, classes="field-label"), widget, classes=classes, name=key
+        )
 
     def _options_for(self, key: str) -> list[tuple[str, str]]:
         menus = self.menus
@@ -238,7 +252,7 @@ class SetupView(Vertical):
         values = self.form_values()
         arch, task = str(values.get("model.arch", "rnn")), str(values.get("data.task", ""))
         for row in self.query(".field, CorpusPreview"):
-            row.display = _row_shown(row, arch, task)
+            row.display = _row_shown(row, arch, task, self.menus)
 
     def _wanted_groups(self) -> list[tuple[str, list[HParamInfo]]]:
         """The hyper-parameter groups the menus' current values call for."""
@@ -277,7 +291,7 @@ class SetupView(Vertical):
         text = self._hparam_values.setdefault(
             info.key, _text(explicit.get(info.name, info.default))
         )
-        field = Input(
+        field = FieldInput(
             text,
             placeholder=info.range_text(),
             id=hparam_id(info.name, info.variants[0]),
@@ -312,7 +326,11 @@ class SetupView(Vertical):
         arch, corpus = values.get("model.arch", "rnn"), values.get("data.task") == "corpus"
         fields = {d.key: d for d in form_fields(self.menus)}
 
+        task, menus = str(values.get("data.task", "")), self.menus
+
         def shown(d: FieldDef) -> bool:
+            if _task_specific(d.key) and menus is not None and not menus.reads(task, d.key):
+                return False  # a field the task does not read: not shown, not checked
             return (not d.archs or arch in d.archs) and (d.group != "corpus" or corpus)
 
         return {k: v for k, v in values.items() if shown(fields[k])}
@@ -472,9 +490,25 @@ class SetupView(Vertical):
         key = next(s.key for s in self.menus.all_slots() if field_id(s.key) == wid)
         return resolved.get(key, "")
 
+    def on_show(self) -> None:
+        self._recheck_corpus()  # back on Setup: the corpus may have appeared meanwhile
+
+    def _recheck_corpus(self) -> bool:
+        """Read the corpus again if its preview shows an error (the red line must not outlive
+        the problem until the field is edited); True when a new read started."""
+        if self.menus is None or self.form_values().get("data.task") != "corpus":
+            return False
+        started = self.query_one(CorpusPreview).recheck()
+        if started:
+            self.validate_form()  # Train waits for the new read
+        return started
+
     def on_descendant_focus(self, event: Any) -> None:
-        """Focusing an attention menu shows that variant in the side panel."""
+        """Focusing an attention menu shows that variant in the side panel; focusing the
+        corpus path re-reads a corpus that failed."""
         widget = event.widget
+        if widget.id == field_id("data.path"):
+            self._recheck_corpus()
         if isinstance(widget, Select) and self._is_attention_select(widget.id or ""):
             value = widget.value
             if value is not Select.NULL:
@@ -498,7 +532,14 @@ class SetupView(Vertical):
 
     @on(CorpusPreview.Computed)
     def _corpus_previewed(self) -> None:
-        self.validate_form()  # Train follows the corpus: blocked on an error, allowed once read
+        # Train follows the corpus: blocked on an error, allowed once read
+        config = self.validate_form()
+        queue, self._train_when_read = self._train_when_read, None
+        if queue is not None:  # `t` re-read a failed corpus: train now, or say why not
+            if config is not None:
+                self.post_message(self.TrainRequested(config, queue=queue))
+            else:
+                self.app.notify(self.error or "", title="Cannot train", severity="error")
 
     @on(Button.Pressed, "#train-button")
     def _train(self) -> None:
@@ -509,7 +550,12 @@ class SetupView(Vertical):
         self.request_training(queue=True)
 
     def request_training(self, queue: bool = False) -> bool:
-        """Post TrainRequested if the form is valid; otherwise say why (never starts a run)."""
+        """Post TrainRequested if the form is valid; otherwise say why (never starts a run).
+        A corpus whose preview failed is read again first; the run starts when it reads."""
+        if self._recheck_corpus():
+            self._train_when_read = queue
+            self.app.notify("reading the corpus again …", title="Train")
+            return False
         config = self.validate_form()
         if config is None:
             waiting = (
@@ -553,6 +599,23 @@ class SetupView(Vertical):
             self.app.notify(self.error or "type a file name to save to", severity="error")
             return
         path = Path(name if name.endswith(".toml") else f"{name}.toml")
+        if not path.exists():
+            self._write_preset(path, config)
+            return
+
+        def decide(overwrite: bool | None) -> None:
+            if overwrite:
+                self._write_preset(path, config)
+            else:
+                self.app.notify(f"{path} left as it was", title="Not saved")
+
+        # As Export does: an existing file is replaced only when the user says so.
+        self.app.push_screen(
+            ConfirmScreen(f"[b]{_escape(str(path))}[/b] exists. Overwrite it with this setup?"),
+            decide,
+        )
+
+    def _write_preset(self, path: Path, config: ExperimentConfig) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(dumps_toml(config), encoding="utf-8")
@@ -564,16 +627,54 @@ class SetupView(Vertical):
     async def set_config(self, config: ExperimentConfig) -> None:
         self.config = config
         self._origin = config
+        self.query_one("#preset-select", PresetSelect).current = config.name
         self._hparam_values = {}  # filled from the config per variant as the rows are built
         if self.menus is not None:
             await self._rebuild_form()
 
 
-def _row_shown(row: Widget, arch: str, task: str) -> bool:
-    """A row shows when its architecture groups (if any) include ``arch`` and, for corpus
-    rows, the task is corpus."""
+class FieldInput(Input):
+    """An Input that applies its own editing keys (Ctrl+A home, Ctrl+K delete to the end, …)
+    in the order they were typed. Textual runs a widget's key bindings once the key has
+    bubbled up to the app, while it inserts characters at once: from a fast burst
+    (``C-a C-k 300`` pasted by tmux or typed quickly) the characters landed first and the
+    late Ctrl+K then deleted them, leaving the field empty."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        bindings = self._bindings.key_to_bindings.get(event.key, [])
+        if bindings and not event.is_printable:
+            event.stop()
+            event.prevent_default()
+            await self.run_action(bindings[0].action)
+            return
+        await super()._on_key(event)
+
+
+class PresetSelect(Select[str]):
+    """The preset menu: opens with the highlight on the current preset (``current``, the
+    loaded experiment's name) rather than on the first entry."""
+
+    current = ""
+
+    def _watch_expanded(self, expanded: bool) -> None:
+        super()._watch_expanded(expanded)
+        values = [value for _, value in self._options]
+        if expanded and self.current in values:
+            self.query_one(SelectOverlay).highlighted = values.index(self.current)
+
+
+def _task_specific(key: str) -> bool:
+    """A data field only some tasks read (the task registry says which: ``Menus.reads``)."""
+    return key.startswith("data.") and key != "data.task"
+
+
+def _row_shown(row: Widget, arch: str, task: str, menus: Menus | None = None) -> bool:
+    """A row shows when its architecture groups (if any) include ``arch``, for corpus rows
+    the task is corpus, and for a task's data field the chosen task reads it."""
     groups = {c[len("group-") :] for c in row.classes if c.startswith("group-")}
     if "corpus" in groups and task != "corpus":
+        return False
+    if row.has_class("task-field") and menus is not None and not menus.reads(task, row.name or ""):
         return False
     archs = groups - {"corpus"}
     return not archs or arch in archs

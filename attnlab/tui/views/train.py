@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Label, Log, OptionList, ProgressBar, Static
@@ -32,7 +34,7 @@ from attnlab.tui.follow import (
     RunFollower,
     format_duration,
 )
-from attnlab.tui.widgets.plots import MetricPlot
+from attnlab.tui.widgets.plots import LegendWrapped, MetricPlot, align_legends
 from attnlab.viz.text import run_label
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
@@ -75,6 +77,7 @@ class TrainView(Vertical):
         self.paused = False
         self.pending_control: str | None = None
         self._timer: Timer | None = None
+        self._samples_width = 0  # the line width the samples table was filled for
         self._drawn = (-1, -1, -1, -1)  # (train points, eval points, samples step, log lines)
         self._failure_reported = False
         self._status_shown: tuple | None = None
@@ -94,7 +97,7 @@ class TrainView(Vertical):
             yield OptionList(id="train-queue")
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
-            yield MetricPlot("dev metrics (0-100)", id="metric-plot")
+            yield MetricPlot("dev metrics (0-100)", bounds=(0.0, 100.0), id="metric-plot")
             yield MetricPlot(ENTROPY_TITLE, id="entropy-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
@@ -103,7 +106,9 @@ class TrainView(Vertical):
 
     def on_mount(self) -> None:
         table = self.query_one("#samples", DataTable)
-        table.add_columns("ok", "src", "ref", "hyp")  # "ok" first: long sentences never hide it
+        # One row per sample, three lines (src, ref, hyp) each fitted to the panel's width: a
+        # column per sentence put ref and hyp dozens of columns off-screen on Multi30k.
+        table.add_columns("ok", "sample")  # "ok" first: long sentences never hide it
         self._refresh_queue()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -147,6 +152,7 @@ class TrainView(Vertical):
         self.paused = False
         self.pending_control = None
         self._failure_reported = False
+        self._samples_width = 0  # the line width the samples table was filled for
         self._drawn = (-1, -1, -1, -1)
         self.query_one("#samples", DataTable).clear()
         self.query_one("#event-log", WrappedLog).clear()
@@ -249,31 +255,61 @@ class TrainView(Vertical):
                     ]
                 )
                 entropy = self.query_one("#entropy-plot", MetricPlot)
-                signed = c.no_entropy()  # signed weights have no entropy: say which are missing
-                entropy.title = ENTROPY_TITLE + (
-                    f" · {', '.join(signed)}: signed, none" if signed else ""
-                )
+                # Signed weights have no entropy: the legend says which role is missing (in
+                # the title it pushed the title itself off a narrow plot).
+                signed = [(f"{role}: signed, none", [], []) for role in c.no_entropy()]
                 entropy.set_series(
                     [
                         (c.entropy_label(role), c.eval_step, c.entropy[role])
                         for role in ENTROPY_ROLES
                         if role in c.entropy
                     ]
+                    + signed
                 )
                 entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
             if drawn[2] != previous[2]:
-                table = self.query_one("#samples", DataTable)
-                table.clear()
-                for sample in follower.samples:
-                    table.add_row(
-                        "✓" if sample.correct else "✗",
-                        " ".join(sample.src),
-                        " ".join(sample.ref),
-                        " ".join(sample.hyp),
-                    )
+                self._fill_samples()
             if drawn[3] != previous[3]:
                 start = max(previous[3], 0)
                 self.query_one("#event-log", WrappedLog).add_lines(follower.log[start:])
+
+    @on(LegendWrapped)
+    def _legend_wrapped(self) -> None:
+        """The three plots keep equal heights whatever their legends take."""
+        align_legends(list(self.query_one("#train-plots").query(MetricPlot)))
+
+    def _sample_width(self) -> int:
+        """Characters a sample's line gets: the table's width less the vertical scrollbar
+        (counted always: it appears once rows overflow), the ok column ("ok" and its padding)
+        and the sample column's padding."""
+        table = self.query_one("#samples", DataTable)
+        scrollbar = table.styles.scrollbar_size_vertical
+        return max(table.content_region.width - scrollbar - 4 - 2, 12)
+
+    def _fill_samples(self) -> None:
+        follower = self.follower
+        table = self.query_one("#samples", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        if follower is None:
+            return
+        width = self._sample_width()
+        self._samples_width = width
+        for sample in follower.samples:
+            table.add_row(
+                "✓" if sample.correct else "✗",
+                Text(sample_lines(sample.src, sample.ref, sample.hyp, width)),
+                height=3,
+            )
+        if follower.samples:
+            table.move_cursor(row=min(cursor, len(follower.samples) - 1))
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refit_samples)  # the table's new width: after layout
+
+    def _refit_samples(self) -> None:
+        if self.follower is not None and self._sample_width() != self._samples_width:
+            self._fill_samples()
 
     def _refresh_queue(self) -> None:
         """The queue as a list under the progress bar (hidden while empty)."""
@@ -365,7 +401,10 @@ class TrainView(Vertical):
             elapsed = follower.live_elapsed_s(now)
         eta = follower.eta_s(now) if not follower.finished else 0.0
         clock = f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
-        shown = ("  ".join(parts) + queued, follower.max_steps, follower.step, clock)
+        if queued:
+            parts.append(queued.strip())
+        width = status.content_region.width or self.app.size.width - 2
+        shown = (fit_fields(parts, width), follower.max_steps, follower.step, clock)
         if shown == self._status_shown:
             return  # nothing changed: no repaint (this runs on every poll)
         self._status_shown = shown
@@ -381,6 +420,34 @@ class TrainView(Vertical):
             self.post_message(
                 SampleChosen(self.follower.run_dir, self.follower.samples[event.cursor_row])
             )
+
+
+def fit_fields(parts: Sequence[str], width: int, gap: str = "  ") -> str:
+    """Markup ``parts`` joined by ``gap``, a new line started before a part that would not fit
+    ``width``: the header never breaks inside a field (``8,128`` / ``tok/s``)."""
+    lines: list[str] = []
+    line, used = "", 0
+    for part in parts:
+        size = Content.from_markup(part).cell_length  # Textual markup: [$error] etc.
+        if line and used + len(gap) + size > width:
+            lines.append(line)
+            line, used = "", 0
+        line, used = (f"{line}{gap}{part}", used + len(gap) + size) if line else (part, size)
+    return "\n".join([*lines, line]) if line else "\n".join(lines)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut with "…" when longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def sample_lines(src: Sequence[str], ref: Sequence[str], hyp: Sequence[str], width: int) -> str:
+    """A logged sample as three labelled lines of at most ``width`` characters each, so the
+    hypothesis is always on screen however long the sentences are."""
+    return "\n".join(
+        clip(f"{label} {' '.join(tokens)}", width)
+        for label, tokens in (("src", src), ("ref", ref), ("hyp", hyp))
+    )
 
 
 def wrap_log_line(text: str, width: int) -> list[str]:
