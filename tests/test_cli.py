@@ -297,3 +297,28 @@ def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
     assert (tmp_path / "exports" / "tiny-last.safetensors").is_file()
     again = CliRunner().invoke(cli, ["export", "runs/tiny"])  # never replaces silently
     assert again.exit_code == 2 and "already exists; pass --force" in again.output
+
+
+@pytest.mark.parametrize(
+    ("args", "suggestion"),
+    [
+        (["eval", "{runs}/avgtst"], '"{runs}/avgtest"'),
+        (["eval", "{runs}/avgtest", "--device", "cdua"], '"cuda"'),
+        (["eval", "{runs}/avgtest", "--split", "tset"], '"test"'),
+        (["translate", "{runs}/avgtest", "--role", "crosss"], '"cross"'),
+    ],
+)
+def test_near_misses_get_one_line_with_a_suggestion(tmp_path, args, suggestion):
+    run = tmp_path / "avgtest"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    result = invoke(*[a.format(runs=tmp_path) for a in args])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error:")
+    assert f"did you mean {suggestion.format(runs=tmp_path)}" in lines[0]
+
+
+def test_a_far_miss_gets_no_suggestion(tmp_path):
+    result = invoke("eval", str(tmp_path / "zzzzqqq"), "--device", "xyzzy")
+    assert result.exit_code == 2 and "did you mean" not in result.output

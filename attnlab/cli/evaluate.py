@@ -12,6 +12,7 @@ import click
 
 from attnlab.cli.common import (
     DEVICE_CHOICE,
+    Choice,
     decode_options,
     export_option,
     fmt,
@@ -27,7 +28,7 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
 
 @click.command("eval")
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--split", type=Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @max_sentences_option(
@@ -42,7 +43,7 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
 )
 @click.option(
     "--alignment-order",
-    type=click.Choice(["src-tgt", "tgt-src"]),
+    type=Choice(["src-tgt", "tgt-src"]),
     default="src-tgt",
     show_default=True,
     help="what i and j in i-j index (0-based): source-target or target-source",
@@ -137,7 +138,7 @@ def eval_command(
 )
 @click.option(
     "--role",
-    type=click.Choice(list(ROLES)),
+    type=Choice(list(ROLES)),
     default="cross",
     show_default=True,
     help="which attention --show-attention prints (Transformers have all three)",
@@ -146,7 +147,7 @@ def eval_command(
 @click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option(
     "--method",
-    type=click.Choice(list(METHODS)),
+    type=Choice(list(METHODS)),
     default="raw",
     show_default=True,
     help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
@@ -156,7 +157,7 @@ def eval_command(
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option(
     "--engine",
-    type=click.Choice(["attnlab", "ctranslate2"]),
+    type=Choice(["attnlab", "ctranslate2"]),
     default="attnlab",
     show_default=True,
     help="ctranslate2: RUN is a directory from attnlab export --format ctranslate2",

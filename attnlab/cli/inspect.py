@@ -13,6 +13,7 @@ import click
 
 from attnlab.cli.common import (
     DEVICE_CHOICE,
+    Choice,
     export_option,
     load_run,
     max_sentences_option,
@@ -142,7 +143,7 @@ def heads_renderables(report: dict[str, Any]) -> list[Any]:
 
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--split", type=Choice(["dev", "test"]), default="dev", show_default=True)
 @max_sentences_option(
     200, "sentences scored for the importance and at each point of the curve (0 = all)"
 )
@@ -240,10 +241,10 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
     default=None,
     help="use sample INDEX of --split instead of a typed sentence (gold alignments, if any)",
 )
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--split", type=Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option(
     "--method",
-    type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
+    type=Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
     default="raw",
     show_default=True,
     help="which map to compare",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from attnlab.cli.common import compact, fmt, rich_console
+from attnlab.cli.common import Choice, compact, fmt, rich_console
 from attnlab.cli.ct2 import QUANTIZATIONS, export_ct2
 from attnlab.errors import AttnlabError
 
@@ -127,20 +127,20 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
     "with --format ctranslate2 the model directory",
 )
 @click.option(
-    "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
+    "--checkpoint", "which", type=Choice(["best", "last"]), default="best", show_default=True
 )
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
 @click.option(
     "--format",
     "export_format",
-    type=click.Choice(["safetensors", "ctranslate2"]),
+    type=Choice(["safetensors", "ctranslate2"]),
     default="safetensors",
     show_default=True,
     help="ctranslate2: a CTranslate2 Transformer directory (needs attnlab[ctranslate2])",
 )
 @click.option(
     "--quantization",
-    type=click.Choice(QUANTIZATIONS),
+    type=Choice(QUANTIZATIONS),
     default=None,
     help="--format ctranslate2: the weights' type (default float32)",
 )
