@@ -322,3 +322,26 @@ def test_near_misses_get_one_line_with_a_suggestion(tmp_path, args, suggestion):
 def test_a_far_miss_gets_no_suggestion(tmp_path):
     result = invoke("eval", str(tmp_path / "zzzzqqq"), "--device", "xyzzy")
     assert result.exit_code == 2 and "did you mean" not in result.output
+
+
+def test_runs_piped_prints_every_name_and_column_uncut(tmp_path):
+    names = ["reverse-rnn-luong-general-20261129-101544-with-a-long-suffix", "avgtest"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.toml").write_text("")
+    for columns in ("40", "80"):
+        result = CliRunner(env={"COLUMNS": columns}).invoke(cli, ["runs", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        header = next(line for line in result.output.splitlines() if " run " in line)
+        assert header.split() == ["run", "task", "model", "params", "steps"] + [
+            "BLEU",
+            "chrF",
+            "EM",
+            "tok/s",
+            "status",
+        ]
+        listed = {line.split()[0] for line in result.output.splitlines()[3:] if line.strip()}
+        assert set(names) <= listed and "…" not in result.output
+        # a copied name is a run path eval accepts (it fails later, for its empty config)
+        copied = invoke("eval", str(tmp_path / names[0]))
+        assert "no such run directory" not in copied.output

@@ -156,8 +156,11 @@ def test_runs_columns_keep_metrics_at_80_and_everything_at_120():
         }
     ]
     narrow, width80 = _runs_columns(rows, 80)
-    assert {"run", "model", "BLEU", "chrF", "EM", "status"} <= set(narrow)
-    wide, width120 = _runs_columns(rows, 120)
+    # the name is never cut: the model column goes first (41 + metrics + status fill 77)
+    assert narrow == ["run", "BLEU", "chrF", "EM", "status"]
+    assert width80 == len(rows[0]["run"])
+    assert _runs_columns(rows, 30) == (["run"], len(rows[0]["run"]))
+    wide, width120 = _runs_columns(rows, 132)  # the uncut name takes 41 of them
     assert wide == [
         "run",
         "task",
@@ -170,4 +173,5 @@ def test_runs_columns_keep_metrics_at_80_and_everything_at_120():
         "tok/s",
         "status",
     ]
-    assert 16 <= width80 <= width120
+    assert width120 == width80
+    assert _runs_columns(rows, None)[0] == wide  # piped: everything
