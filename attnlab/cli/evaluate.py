@@ -198,6 +198,8 @@ def translate(
         return
     check_export_path(export_path)
     MapChoice(role, layer, head, method).check()
+    from attnlab.data.oov import source_labels
+
     loaded, torch_device = load_run(run, device)
     config = apply_overrides(loaded.config, pop_decode(flags))
     if role != "cross" and loaded.config.model.arch != "transformer":
@@ -211,7 +213,12 @@ def translate(
     choice = MapChoice(role, layer, head, method)
     # Every map before any output: a bad --layer/--head is one line, not a half-printed run.
     maps = [
-        [chosen_map(loaded, toks, hyp, tokens, choice, torch_device) for hyp, tokens in nbest]
+        # columns read as the model saw them: <unk> for a token outside its vocabulary
+        [
+            chosen_map(loaded, labels, hyp, tokens, choice, torch_device)
+            for hyp, tokens in nbest
+            for labels in [source_labels(loaded.src_vocab, toks)]
+        ]
         if need_maps
         else []
         for toks, nbest in results
@@ -251,6 +258,7 @@ def _translate_lines(
     """
     import torch
 
+    from attnlab.data.oov import unknown_tokens, unknown_warning
     from attnlab.decode.search import decode_sorted
     from attnlab.decode.source_cap import cap_sources, cut_warning
     from attnlab.evaluate import target_text
@@ -260,6 +268,9 @@ def _translate_lines(
     warning = cut_warning(cut, len(lines), cap)
     if warning:
         say(warning)
+    unknown = unknown_tokens(loaded.src_vocab, [t for toks in tokenized for t in toks])
+    if unknown:  # they are decoded as <unk>: never silently (issue 30)
+        say(f"warning: {unknown_warning(unknown)}")
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
         (toks, []) for toks in tokenized
     ]
