@@ -186,26 +186,38 @@ def js_row_notes(report: dict[str, Any]) -> list[str]:
     return [f"JS {x:.3f}" for x in report["js"]]
 
 
-def compare_renderables(report: dict[str, Any]) -> list[Any]:
-    from attnlab.viz.diverging import render_diverging
-    from attnlab.viz.heatmap import render_heatmap
+def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any]:
+    """What ``attnlab compare`` prints; ``plain`` (a pipe, NO_COLOR): the A and B maps as
+    numbers (weights x 100), as ``translate --show-attention | cat`` prints them."""
+    from rich.text import Text
 
-    out: list[Any] = []
+    from attnlab.viz.diverging import render_diverging
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    out: list[Any] = [Text(f"search: {report.get('search', 'greedy')} (both runs)")]
     kinds = kinds_line(report)
     if kinds is not None:  # the header says both kinds; each side is drawn by its own
         out.append(f"row normalisation: {kinds}")
     for key in ("a", "b"):
         side = report[key]
-        out.append(
-            render_heatmap(
-                side["map"],
-                side["rows"],
-                report["source"],
-                vmax=report["vmax"] or None,
-                title=f"{key.upper()}: {side['checkpoint']} ({report['method']})",
-                normalisation=side.get("normalisation", "softmax"),
+        title = f"{key.upper()}: {side['checkpoint']} ({report['method']})"
+        kind = side.get("normalisation", "softmax")
+        out.append(Text(""))  # A's and B's headers never run together
+        if plain:
+            out.append(
+                Text(render_plain_heatmap(side["map"], side["rows"], report["source"], title, kind))
             )
-        )
+        else:
+            out.append(
+                render_heatmap(
+                    side["map"],
+                    side["rows"],
+                    report["source"],
+                    vmax=report["vmax"] or None,
+                    title=title,
+                    normalisation=kind,
+                )
+            )
         if side["aer"] is not None:
             out.append(
                 f"{key.upper()}: alignment accuracy {side['alignment_accuracy']:.3f}, "
@@ -286,13 +298,15 @@ def compare(
 
         click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
-    console: Any = rich_console()
-    if export_path is not None:
-        console = TeeConsole(console)
-    for renderable in compare_renderables(report):
+    console = rich_console()
+    plain = not console.is_terminal or console.no_color  # blank colour cells: print numbers
+    for renderable in compare_renderables(report, plain):
         console.print(renderable)
-    if export_path is not None:
-        save_recording(console.recording, export_path, "attnlab compare")
+    if export_path is not None:  # the file shows what a colour terminal shows
+        recording = TeeConsole(console).recording
+        for renderable in compare_renderables(report):
+            recording.print(renderable)
+        save_recording(recording, export_path, "attnlab compare")
 
 
 # -- average -----------------------------------------------------------------------------------
