@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -345,3 +346,32 @@ def test_runs_piped_prints_every_name_and_column_uncut(tmp_path):
         # a copied name is a run path eval accepts (it fails later, for its empty config)
         copied = invoke("eval", str(tmp_path / names[0]))
         assert "no such run directory" not in copied.output
+
+
+def test_eval_hyps_and_refs_files_give_the_same_bleu_with_the_sacrebleu_command(
+    tmp_path, tiny_sets
+):
+    import shutil
+
+    sacrebleu = shutil.which("sacrebleu") or str(Path(sys.executable).parent / "sacrebleu")
+    if not Path(sacrebleu).is_file():
+        pytest.skip("the sacrebleu command is not installed")
+    trained = invoke("train", "--out", str(tmp_path), "--run-name", "hr", "--quiet", *tiny_sets)
+    assert trained.exit_code == 0, trained.output
+    hyps, refs = tmp_path / "hyps.txt", tmp_path / "refs.txt"
+    run = str(tmp_path / "hr")
+    result = invoke(
+        "eval", run, "--split", "test", "--json", "--hyps", str(hyps), "--refs", str(refs)
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert "sentences" not in report
+    assert len(hyps.read_text().splitlines()) == len(refs.read_text().splitlines()) == report["n"]
+    tok = report["bleu_signature"].split("tok:")[1].split("|")[0]
+    score = subprocess.run(
+        [sacrebleu, str(refs), "-i", str(hyps), "-m", "bleu", "-b", "-w", "4", "-tok", tok],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert float(score) == pytest.approx(report["bleu"], abs=1e-4)

@@ -48,6 +48,20 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
     show_default=True,
     help="what i and j in i-j index (0-based): source-target or target-source",
 )
+@click.option(
+    "--hyps",
+    "hyps_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the detokenised hypotheses to FILE, one per line (check BLEU with sacrebleu)",
+)
+@click.option(
+    "--refs",
+    "refs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the detokenised references to FILE, one per line, in the same order",
+)
 @decode_options
 def eval_command(
     run: Path,
@@ -57,6 +71,8 @@ def eval_command(
     max_sentences: int,
     gold_path: Path | None,
     alignment_order: str,
+    hyps_path: Path | None,
+    refs_path: Path | None,
     **flags: Any,
 ) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split."""
@@ -76,8 +92,16 @@ def eval_command(
         device=torch_device,
         max_sentences=max_sentences,
         normalisations=normalisations_of(config),
+        keep_sentences=hyps_path is not None or refs_path is not None,
     )
     result.pop("samples", None)
+    sentences = result.pop("sentences", None)
+    if sentences is not None:  # the very lines the BLEU / chrF above were computed on
+        from attnlab.runs.atomic import atomic_write_text
+
+        for path, key in ((hyps_path, "hyps"), (refs_path, "refs")):
+            if path is not None:
+                atomic_write_text(path, "".join(f"{line}\n" for line in sentences[key]))
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
     if gold_path is not None:
