@@ -375,3 +375,19 @@ def test_eval_hyps_and_refs_files_give_the_same_bleu_with_the_sacrebleu_command(
         check=True,
     ).stdout
     assert float(score) == pytest.approx(report["bleu"], abs=1e-4)
+
+
+def test_a_missing_corpus_is_one_line_naming_the_paths_tried_and_no_run_directory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        "train", "--preset", "multi30k-gru-bahdanau", "--out", "runs",
+        "--set", "data.path=corpora/multi30k",
+    )  # fmt: skip
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: data.path=corpora/multi30k: no such file or folder")
+    assert str(tmp_path / "corpora" / "multi30k") in lines[0]  # the current directory first
+    assert "not shipped" in lines[0] and "github.com/multi30k/dataset" in lines[0]
+    assert not (tmp_path / "runs").exists()
