@@ -431,3 +431,24 @@ def test_compare_piped_prints_both_maps_as_numbers_and_names_the_search(runs):
             # the JSON's weights are rounded to 4 digits, so a printed x.5 may round either way
             assert len(cells) == len(values)
             assert all(abs(int(c) - 100 * v) <= 0.51 for c, v in zip(cells, values, strict=True))
+
+
+def test_compare_significance_json_scores_each_run_as_eval_does(runs):
+    result = invoke("compare", str(runs / "rnn"), str(runs / "tr"), "--significance", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    scores = {
+        name: json.loads(invoke("eval", str(runs / name), "--split", "test", "--json").output)
+        for name in ("rnn", "tr")
+    }
+    assert report["n"] == scores["rnn"]["n"] and set(report["methods"]) == {
+        "paired_bootstrap", "paired_randomization", "paired_exact_match"
+    }  # fmt: skip
+    seen = set()
+    for test in report["tests"]:
+        assert 0.0 < test["p_value"] <= 1.0 and test["method"]
+        metric = test["metric"]
+        seen.add((metric, test["method"].split(",")[0]))
+        assert test["baseline"] == pytest.approx(scores["rnn"][metric], abs=1e-9)
+        assert test["system"] == pytest.approx(scores["tr"][metric], abs=1e-9)
+    assert {m for m, _ in seen} == {"bleu", "chrf", "exact_match"} and len(seen) == 5

@@ -262,6 +262,12 @@ def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any
     help="which map to compare",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
+@click.option(
+    "--significance",
+    is_flag=True,
+    help="paired tests of B against A on the test set (BLEU/chrF: sacrebleu's paired "
+    "bootstrap and approximate randomisation; exact match: exact McNemar) instead of maps",
+)
 @export_option("also write what is printed to FILE.svg or FILE.html")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 def compare(
@@ -272,12 +278,19 @@ def compare(
     split: str,
     method: str,
     as_json: bool,
+    significance: bool,
     export_path: Path | None,
     device: str | None,
 ) -> None:
     """Two models, one sentence: both maps on one colour scale, A − B where the target tokens
-    agree, Jensen-Shannon divergence per target row, alignment accuracy / AER with gold."""
+    agree, Jensen-Shannon divergence per target row, alignment accuracy / AER with gold.
+    With --significance: paired statistics of the two runs on their test set."""
     check_export_path(export_path)
+    if significance:
+        from attnlab.cli.significance import print_significance
+
+        print_significance(run_a, run_b, as_json, device)
+        return
     if (index is None) == (not sentence.strip()):
         raise AttnlabError(
             "give either a SENTENCE or --index N (a sample of --split), not both or neither"
