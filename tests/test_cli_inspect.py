@@ -452,3 +452,19 @@ def test_compare_significance_json_scores_each_run_as_eval_does(runs):
         assert test["baseline"] == pytest.approx(scores["rnn"][metric], abs=1e-9)
         assert test["system"] == pytest.approx(scores["tr"][metric], abs=1e-9)
     assert {m for m, _ in seen} == {"bleu", "chrf", "exact_match"} and len(seen) == 5
+
+
+def test_eval_alignment_accuracy_by_layer_scores_the_same_sentences(tmp_path):
+    """More dev sentences than the attention statistics' 32: the last layer of
+    alignment_accuracy_by_layer is alignment_accuracy itself (same rule, same sentences)."""
+    from conftest import TINY_OVERRIDES
+
+    items = (*TINY_OVERRIDES, *TRANSFORMER, "data.dev_size=48")
+    sets = [arg for item in items for arg in ("--set", item)]
+    trained = invoke("train", "--out", str(tmp_path), "--run-name", "t", "--quiet", *sets)
+    assert trained.exit_code == 0, trained.output
+    report = json.loads(invoke("eval", str(tmp_path / "t"), "--json").output)
+    assert report["n"] > 32
+    by_layer = report["alignment_accuracy_by_layer"]
+    assert len(by_layer) == 2
+    assert by_layer[-1] == pytest.approx(report["alignment_accuracy"], abs=1e-12)
