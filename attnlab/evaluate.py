@@ -16,7 +16,8 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
 - **attention statistics** (every split, on its first ``ATTENTION_STATS_SENTENCES``
   sentences, one teacher-forced pass with the weights): ``attention_entropy`` =
   {role: [[mean row entropy in nats per head] per layer]} for enc_self / dec_self / cross,
-  and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer).
+  and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer; in
+  ``evaluate_split`` recomputed over every scored sentence, as ``alignment_accuracy``).
   Entropy reads the role's normalisation (``normalisations``, from
   ``attnlab.nn.archs.normalisations_of``): a sub-stochastic row's unattended mass counts as
   one more outcome, a sparse row's exact zeros add nothing, and a signed role has no entropy
@@ -286,6 +287,9 @@ def evaluate_split(
     hyp_tokens = [dataset.tgt_vocab.decode(nbest[0].tokens) for nbest in nbests]
     # Loss and alignment: teacher-forced over the same sorted batches.
     loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
+    # per layer (head average) over the very sentences alignment_accuracy scores
+    layer_correct: list[int] = []
+    layer_counted: list[int] = []
     for idx in sorted_batches([len(s) for s in sources], batch_size):
         batch: Batch = make_batch(
             [examples[i] for i in idx], dataset.src_vocab, dataset.tgt_vocab
@@ -305,6 +309,13 @@ def evaluate_split(
             if attention is not None and gold is not None:
                 c, n = alignment_hits(attention.cpu(), gold)
                 correct, counted = correct + c, counted + n
+                cross = out.attentions["cross"]  # [B, L, H, T, S]
+                if not layer_correct:
+                    layer_correct, layer_counted = [0] * cross.shape[1], [0] * cross.shape[1]
+                for layer in range(cross.shape[1]):
+                    c, n = alignment_hits(cross[:, layer].float().mean(dim=1).cpu(), gold)
+                    layer_correct[layer] += c
+                    layer_counted[layer] += n
 
     hyps_text = [_detok(dataset, h) for h in hyp_tokens]
     refs_text = [_reference(dataset, e) for e in examples]
@@ -341,6 +352,10 @@ def evaluate_split(
         }
     stats = examples[:ATTENTION_STATS_SENTENCES]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
+    if layer_correct:  # every scored sentence, as alignment_accuracy (not only ``stats``)
+        result["alignment_accuracy_by_layer"] = [
+            c / n if n else None for c, n in zip(layer_correct, layer_counted, strict=True)
+        ]
     result["samples"] = (
         sample_translations(model, dataset, examples[:samples], cfg, device, kinds.get("cross"))
         if samples

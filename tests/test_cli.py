@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -297,3 +298,96 @@ def test_export_defaults_to_the_labs_path_and_says_when_best_falls_back_to_last(
     assert (tmp_path / "exports" / "tiny-last.safetensors").is_file()
     again = CliRunner().invoke(cli, ["export", "runs/tiny"])  # never replaces silently
     assert again.exit_code == 2 and "already exists; pass --force" in again.output
+
+
+@pytest.mark.parametrize(
+    ("args", "suggestion"),
+    [
+        (["eval", "{runs}/avgtst"], '"{runs}/avgtest"'),
+        (["eval", "{runs}/avgtest", "--device", "cdua"], '"cuda"'),
+        (["eval", "{runs}/avgtest", "--split", "tset"], '"test"'),
+        (["translate", "{runs}/avgtest", "--role", "crosss"], '"cross"'),
+    ],
+)
+def test_near_misses_get_one_line_with_a_suggestion(tmp_path, args, suggestion):
+    run = tmp_path / "avgtest"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    result = invoke(*[a.format(runs=tmp_path) for a in args])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error:")
+    assert f"did you mean {suggestion.format(runs=tmp_path)}" in lines[0]
+
+
+def test_a_far_miss_gets_no_suggestion(tmp_path):
+    result = invoke("eval", str(tmp_path / "zzzzqqq"), "--device", "xyzzy")
+    assert result.exit_code == 2 and "did you mean" not in result.output
+
+
+def test_runs_piped_prints_every_name_and_column_uncut(tmp_path):
+    names = ["reverse-rnn-luong-general-20261129-101544-with-a-long-suffix", "avgtest"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.toml").write_text("")
+    for columns in ("40", "80"):
+        result = CliRunner(env={"COLUMNS": columns}).invoke(cli, ["runs", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        header = next(line for line in result.output.splitlines() if " run " in line)
+        assert header.split() == ["run", "task", "model", "params", "steps"] + [
+            "BLEU",
+            "chrF",
+            "EM",
+            "tok/s",
+            "status",
+        ]
+        listed = {line.split()[0] for line in result.output.splitlines()[3:] if line.strip()}
+        assert set(names) <= listed and "…" not in result.output
+        # a copied name is a run path eval accepts (it fails later, for its empty config)
+        copied = invoke("eval", str(tmp_path / names[0]))
+        assert "no such run directory" not in copied.output
+
+
+def test_eval_hyps_and_refs_files_give_the_same_bleu_with_the_sacrebleu_command(
+    tmp_path, tiny_sets
+):
+    import shutil
+
+    sacrebleu = shutil.which("sacrebleu") or str(Path(sys.executable).parent / "sacrebleu")
+    if not Path(sacrebleu).is_file():
+        pytest.skip("the sacrebleu command is not installed")
+    trained = invoke("train", "--out", str(tmp_path), "--run-name", "hr", "--quiet", *tiny_sets)
+    assert trained.exit_code == 0, trained.output
+    hyps, refs = tmp_path / "hyps.txt", tmp_path / "refs.txt"
+    run = str(tmp_path / "hr")
+    result = invoke(
+        "eval", run, "--split", "test", "--json", "--hyps", str(hyps), "--refs", str(refs)
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert "sentences" not in report
+    assert len(hyps.read_text().splitlines()) == len(refs.read_text().splitlines()) == report["n"]
+    tok = report["bleu_signature"].split("tok:")[1].split("|")[0]
+    score = subprocess.run(
+        [sacrebleu, str(refs), "-i", str(hyps), "-m", "bleu", "-b", "-w", "4", "-tok", tok],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert float(score) == pytest.approx(report["bleu"], abs=1e-4)
+
+
+def test_a_missing_corpus_is_one_line_naming_the_paths_tried_and_no_run_directory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        "train", "--preset", "multi30k-gru-bahdanau", "--out", "runs",
+        "--set", "data.path=corpora/multi30k",
+    )  # fmt: skip
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: data.path=corpora/multi30k: no such file or folder")
+    assert str(tmp_path / "corpora" / "multi30k") in lines[0]  # the current directory first
+    assert "not shipped" in lines[0] and "github.com/multi30k/dataset" in lines[0]
+    assert not (tmp_path / "runs").exists()

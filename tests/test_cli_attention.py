@@ -156,8 +156,11 @@ def test_runs_columns_keep_metrics_at_80_and_everything_at_120():
         }
     ]
     narrow, width80 = _runs_columns(rows, 80)
-    assert {"run", "model", "BLEU", "chrF", "EM", "status"} <= set(narrow)
-    wide, width120 = _runs_columns(rows, 120)
+    # the name is never cut: the model column goes first (41 + metrics + status fill 77)
+    assert narrow == ["run", "BLEU", "chrF", "EM", "status"]
+    assert width80 == len(rows[0]["run"])
+    assert _runs_columns(rows, 30) == (["run"], len(rows[0]["run"]))
+    wide, width120 = _runs_columns(rows, 132)  # the uncut name takes 41 of them
     assert wide == [
         "run",
         "task",
@@ -170,4 +173,20 @@ def test_runs_columns_keep_metrics_at_80_and_everything_at_120():
         "tok/s",
         "status",
     ]
-    assert 16 <= width80 <= width120
+    assert width120 == width80
+    assert _runs_columns(rows, None)[0] == wide  # piped: everything
+
+
+def test_translate_names_unknown_source_tokens_and_labels_them_unk(tmp_path, tiny_sets):
+    run = _train(tmp_path, tiny_sets, "reverse-bahdanau", "oov")
+    vocab = load_checkpoint(run).src_vocab
+    assert "zz" not in vocab.stoi and "qq" not in vocab.stoi and "1" in vocab.stoi
+    result = invoke("translate", str(run), "1 zz 3 zz qq", "--show-attention")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "zz, qq" in warnings[0] and "2 source tokens" in warnings[0]
+    title = next(line for line in result.output.splitlines() if line.startswith("cross-att"))
+    header, _rows = _table(result.output, title)
+    assert header == ["1", "<unk>", "3", "<unk>", "<unk>"]
+    clean = invoke("translate", str(run), "1 2 3")
+    assert "warning" not in clean.stderr

@@ -394,3 +394,77 @@ def test_translate_export_records_a_chosen_role_in_colour(runs, tmp_path):
     assert "encoder self-attention (source × source)" in result.output  # plain, piped
     svg = out.read_text()
     assert "<svg" in svg and "encoder" in svg and "\x1b" not in result.output
+
+
+def test_compare_refuses_another_task_in_one_line(runs, tmp_path):
+    from conftest import TINY_OVERRIDES
+
+    sets = [arg for item in TINY_OVERRIDES for arg in ("--set", item)]
+    trained = invoke(
+        "train", "--out", str(tmp_path), "--run-name", "cp", "--quiet", *sets,
+        "--set", "data.task=copy",
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    result = CliRunner().invoke(cli, ["compare", str(runs / "rnn"), str(tmp_path / "cp"), "3 5"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: cannot compare") and "different tasks" in lines[0]
+    assert "reverse" in lines[0] and "copy" in lines[0]
+
+
+def test_compare_piped_prints_both_maps_as_numbers_and_names_the_search(runs):
+    result = invoke("compare", str(runs / "tr"), str(runs / "rnn"), "--index", "0")
+    assert result.exit_code == 0, result.output
+    report = json.loads(
+        invoke("compare", str(runs / "tr"), str(runs / "rnn"), "--index", "0", "--json").output
+    )
+    lines = result.output.splitlines()
+    assert lines[0] == f"search: {report['search']} (both runs)"
+    for key in ("a", "b"):
+        side = report[key]
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{key.upper()}: "))
+        assert lines[at - 1] == ""  # the A and B headers are separated
+        assert lines[at + 1].split() == report["source"]
+        for row, values, line in zip(side["rows"], side["map"], lines[at + 2 :], strict=False):
+            label, *cells = line.split()
+            assert label == row
+            # the JSON's weights are rounded to 4 digits, so a printed x.5 may round either way
+            assert len(cells) == len(values)
+            assert all(abs(int(c) - 100 * v) <= 0.51 for c, v in zip(cells, values, strict=True))
+
+
+def test_compare_significance_json_scores_each_run_as_eval_does(runs):
+    result = invoke("compare", str(runs / "rnn"), str(runs / "tr"), "--significance", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    scores = {
+        name: json.loads(invoke("eval", str(runs / name), "--split", "test", "--json").output)
+        for name in ("rnn", "tr")
+    }
+    assert report["n"] == scores["rnn"]["n"] and set(report["methods"]) == {
+        "paired_bootstrap", "paired_randomization", "paired_exact_match"
+    }  # fmt: skip
+    seen = set()
+    for test in report["tests"]:
+        assert 0.0 < test["p_value"] <= 1.0 and test["method"]
+        metric = test["metric"]
+        seen.add((metric, test["test"]))
+        assert test["a"] == pytest.approx(scores["rnn"][metric], abs=1e-9)
+        assert test["b"] == pytest.approx(scores["tr"][metric], abs=1e-9)
+    assert {m for m, _ in seen} == {"bleu", "chrf", "exact_match"} and len(seen) == 5
+
+
+def test_eval_alignment_accuracy_by_layer_scores_the_same_sentences(tmp_path):
+    """More dev sentences than the attention statistics' 32: the last layer of
+    alignment_accuracy_by_layer is alignment_accuracy itself (same rule, same sentences)."""
+    from conftest import TINY_OVERRIDES
+
+    items = (*TINY_OVERRIDES, *TRANSFORMER, "data.dev_size=48")
+    sets = [arg for item in items for arg in ("--set", item)]
+    trained = invoke("train", "--out", str(tmp_path), "--run-name", "t", "--quiet", *sets)
+    assert trained.exit_code == 0, trained.output
+    report = json.loads(invoke("eval", str(tmp_path / "t"), "--json").output)
+    assert report["n"] > 32
+    by_layer = report["alignment_accuracy_by_layer"]
+    assert len(by_layer) == 2
+    assert by_layer[-1] == pytest.approx(report["alignment_accuracy"], abs=1e-12)

@@ -80,6 +80,21 @@ def test_a_resume_refuses_a_preset_and_a_max_steps_below_the_checkpoint(tmp_path
 
 
 def test_a_new_run_that_fails_before_its_first_step_leaves_no_directory(tmp_path):
+    empty = tmp_path / "empty-corpus"  # exists, so it fails only when read
+    empty.mkdir()
+    request = RunRequest(
+        overrides=(*TINY_OVERRIDES, "data.task=corpus", f"data.path={empty}"),
+        out=tmp_path,
+        run_name="gone",
+    )
+    made = []
+    with pytest.raises(AttnlabError, match=str(empty)):
+        start_or_resume(request, on_run_dir=lambda path, _n: made.append(path.is_dir()))
+    assert made == [True]  # it was made (and locked) before the corpus was read ...
+    assert not (tmp_path / "gone").exists()  # ... and removed again
+
+
+def test_a_missing_corpus_is_refused_before_a_run_directory_is_made(tmp_path):
     missing = tmp_path / "no-such-corpus"
     request = RunRequest(
         overrides=(*TINY_OVERRIDES, "data.task=corpus", f"data.path={missing}"),
@@ -88,6 +103,5 @@ def test_a_new_run_that_fails_before_its_first_step_leaves_no_directory(tmp_path
     )
     made = []
     with pytest.raises(AttnlabError, match="no such file or folder"):
-        start_or_resume(request, on_run_dir=lambda path, _n: made.append(path.is_dir()))
-    assert made == [True]  # it was made (and locked) before the corpus was read ...
-    assert not (tmp_path / "gone").exists()  # ... and removed again
+        start_or_resume(request, on_run_dir=lambda path, _n: made.append(path))
+    assert made == [] and not (tmp_path / "gone").exists()

@@ -4,8 +4,9 @@ One module per command group, each parsing its arguments and calling the engine:
 ``train`` (train), ``evaluate`` (eval, translate), ``inspect`` (heads, compare, average),
 ``data`` (data stats / show), ``runs`` (runs, export), ``study`` (study run / show),
 ``catalog`` (variants, decoders, presets); ``common`` holds what they share, ``ct2`` the
-CTranslate2 side of export and translate. A new command goes into the module of its group,
-or into a new module with a ``COMMANDS`` tuple listed in COMMAND_MODULES below.
+CTranslate2 side of export and translate, ``significance`` compare's paired tests. A new
+command goes into the module of its group, or into a new module with a ``COMMANDS`` tuple
+listed in COMMAND_MODULES below.
 
 Exit codes: 0 on success; 2 with one line ``error: ...`` on stderr for a user mistake
 (AttnlabError, a bad flag or argument), never a traceback; 130 when training was

@@ -9,7 +9,20 @@ from typing import Any
 
 import click
 
+from attnlab.errors import did_you_mean
 from attnlab.train.signals import primary_process
+
+
+class Choice(click.Choice):
+    """click.Choice whose refusal is one line with a "did you mean" (``--device cdua``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            valid = ", ".join(str(c) for c in self.choices)
+            hint = did_you_mean(str(value), [str(c) for c in self.choices])
+            self.fail(f'"{value}" is not one of {valid}{hint}', param, ctx)
 
 
 def say(line: str) -> None:
@@ -112,7 +125,7 @@ def pop_decode(kwargs: dict[str, Any]) -> list[str]:
     return overrides
 
 
-DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda", "mps"])
+DEVICE_CHOICE = Choice(["auto", "cpu", "cuda", "mps"])
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # what click.option returns
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from attnlab.cli.common import Choice
 from attnlab.errors import AttnlabError, unknown_choice
 
 
@@ -94,9 +95,7 @@ def stats_command(
 @click.option(
     "--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key"
 )
-@click.option(
-    "--split", type=click.Choice(["train", "dev", "test"]), default="train", show_default=True
-)
+@click.option("--split", type=Choice(["train", "dev", "test"]), default="train", show_default=True)
 @click.option(
     "-n", "count", type=click.IntRange(1, 10000), default=5, show_default=True, help="pairs to show"
 )

@@ -12,6 +12,7 @@ import click
 
 from attnlab.cli.common import (
     DEVICE_CHOICE,
+    Choice,
     decode_options,
     export_option,
     fmt,
@@ -27,7 +28,7 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
 
 @click.command("eval")
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--split", type=Choice(["dev", "test"]), default="dev", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the metrics as one JSON object")
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @max_sentences_option(
@@ -42,7 +43,7 @@ from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_
 )
 @click.option(
     "--alignment-order",
-    type=click.Choice(["src-tgt", "tgt-src"]),
+    type=Choice(["src-tgt", "tgt-src"]),
     default="src-tgt",
     show_default=True,
     help="what i and j in i-j index (0-based): source-target or target-source",
@@ -167,7 +168,7 @@ def eval_command(
 )
 @click.option(
     "--role",
-    type=click.Choice(list(ROLES)),
+    type=Choice(list(ROLES)),
     default="cross",
     show_default=True,
     help="which attention --show-attention prints (Transformers have all three)",
@@ -176,7 +177,7 @@ def eval_command(
 @click.option("--head", type=int, default=None, help="0-based head (default: the head average)")
 @click.option(
     "--method",
-    type=click.Choice(list(METHODS)),
+    type=Choice(list(METHODS)),
     default="raw",
     show_default=True,
     help="raw attention or an attribution of it (cross only; rollout / relevancy span all "
@@ -186,7 +187,7 @@ def eval_command(
 @click.option("--device", type=DEVICE_CHOICE, default=None, help="auto picks cuda > mps > cpu")
 @click.option(
     "--engine",
-    type=click.Choice(["attnlab", "ctranslate2"]),
+    type=Choice(["attnlab", "ctranslate2"]),
     default="attnlab",
     show_default=True,
     help="ctranslate2: RUN is a directory from attnlab export --format ctranslate2",
@@ -227,6 +228,8 @@ def translate(
         return
     check_export_path(export_path)
     MapChoice(role, layer, head, method).check()
+    from attnlab.data.oov import source_labels
+
     loaded, torch_device = load_run(run, device)
     config = apply_overrides(loaded.config, pop_decode(flags))
     if role != "cross" and loaded.config.model.arch != "transformer":
@@ -240,7 +243,12 @@ def translate(
     choice = MapChoice(role, layer, head, method)
     # Every map before any output: a bad --layer/--head is one line, not a half-printed run.
     maps = [
-        [chosen_map(loaded, toks, hyp, tokens, choice, torch_device) for hyp, tokens in nbest]
+        # columns read as the model saw them: <unk> for a token outside its vocabulary
+        [
+            chosen_map(loaded, labels, hyp, tokens, choice, torch_device)
+            for hyp, tokens in nbest
+            for labels in [source_labels(loaded.src_vocab, toks)]
+        ]
         if need_maps
         else []
         for toks, nbest in results
@@ -280,6 +288,7 @@ def _translate_lines(
     """
     import torch
 
+    from attnlab.data.oov import unknown_tokens, unknown_warning
     from attnlab.decode.search import decode_sorted
     from attnlab.decode.source_cap import cap_sources, cut_warning
     from attnlab.evaluate import target_text
@@ -289,6 +298,9 @@ def _translate_lines(
     warning = cut_warning(cut, len(lines), cap)
     if warning:
         say(warning)
+    unknown = unknown_tokens(loaded.src_vocab, [t for toks in tokenized for t in toks])
+    if unknown:  # they are decoded as <unk>: never silently (issue 30)
+        say(f"warning: {unknown_warning(unknown)}")
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [
         (toks, []) for toks in tokenized
     ]

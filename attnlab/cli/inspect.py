@@ -13,6 +13,7 @@ import click
 
 from attnlab.cli.common import (
     DEVICE_CHOICE,
+    Choice,
     export_option,
     load_run,
     max_sentences_option,
@@ -142,7 +143,7 @@ def heads_renderables(report: dict[str, Any]) -> list[Any]:
 
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN|CHECKPOINT")
-@click.option("--split", type=click.Choice(["dev", "test"]), default="dev", show_default=True)
+@click.option("--split", type=Choice(["dev", "test"]), default="dev", show_default=True)
 @max_sentences_option(
     200, "sentences scored for the importance and at each point of the curve (0 = all)"
 )
@@ -185,26 +186,38 @@ def js_row_notes(report: dict[str, Any]) -> list[str]:
     return [f"JS {x:.3f}" for x in report["js"]]
 
 
-def compare_renderables(report: dict[str, Any]) -> list[Any]:
-    from attnlab.viz.diverging import render_diverging
-    from attnlab.viz.heatmap import render_heatmap
+def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any]:
+    """What ``attnlab compare`` prints; ``plain`` (a pipe, NO_COLOR): the A and B maps as
+    numbers (weights x 100), as ``translate --show-attention | cat`` prints them."""
+    from rich.text import Text
 
-    out: list[Any] = []
+    from attnlab.viz.diverging import render_diverging
+    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
+
+    out: list[Any] = [Text(f"search: {report.get('search', 'greedy')} (both runs)")]
     kinds = kinds_line(report)
     if kinds is not None:  # the header says both kinds; each side is drawn by its own
         out.append(f"row normalisation: {kinds}")
     for key in ("a", "b"):
         side = report[key]
-        out.append(
-            render_heatmap(
-                side["map"],
-                side["rows"],
-                report["source"],
-                vmax=report["vmax"] or None,
-                title=f"{key.upper()}: {side['checkpoint']} ({report['method']})",
-                normalisation=side.get("normalisation", "softmax"),
+        title = f"{key.upper()}: {side['checkpoint']} ({report['method']})"
+        kind = side.get("normalisation", "softmax")
+        out.append(Text(""))  # A's and B's headers never run together
+        if plain:
+            out.append(
+                Text(render_plain_heatmap(side["map"], side["rows"], report["source"], title, kind))
             )
-        )
+        else:
+            out.append(
+                render_heatmap(
+                    side["map"],
+                    side["rows"],
+                    report["source"],
+                    vmax=report["vmax"] or None,
+                    title=title,
+                    normalisation=kind,
+                )
+            )
         if side["aer"] is not None:
             out.append(
                 f"{key.upper()}: alignment accuracy {side['alignment_accuracy']:.3f}, "
@@ -242,7 +255,7 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
 )
 @click.option(
     "--split",
-    type=click.Choice(["dev", "test"]),
+    type=Choice(["dev", "test"]),
     default=None,
     help="the split of --index (default dev) or of --significance (default test)",
 )
@@ -254,7 +267,7 @@ def compare_renderables(report: dict[str, Any]) -> list[Any]:
 )
 @click.option(
     "--method",
-    type=click.Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
+    type=Choice(["raw", "rollout", "relevancy", "gradient", "norm"]),
     default="raw",
     show_default=True,
     help="which map to compare",
@@ -304,13 +317,15 @@ def compare(
 
         click.echo(json.dumps(jsonable(report), ensure_ascii=False, allow_nan=False))
         return
-    console: Any = rich_console()
-    if export_path is not None:
-        console = TeeConsole(console)
-    for renderable in compare_renderables(report):
+    console = rich_console()
+    plain = not console.is_terminal or console.no_color  # blank colour cells: print numbers
+    for renderable in compare_renderables(report, plain):
         console.print(renderable)
-    if export_path is not None:
-        save_recording(console.recording, export_path, "attnlab compare")
+    if export_path is not None:  # the file shows what a colour terminal shows
+        recording = TeeConsole(console).recording
+        for renderable in compare_renderables(report):
+            recording.print(renderable)
+        save_recording(recording, export_path, "attnlab compare")
 
 
 def _significance(run_a: Path, run_b: Path, split: str, as_json: bool, device: str | None) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from attnlab.cli.common import compact, fmt, rich_console
+from attnlab.cli.common import Choice, compact, fmt, rich_console
 from attnlab.cli.ct2 import QUANTIZATIONS, export_ct2
 from attnlab.errors import AttnlabError
 
@@ -22,7 +22,6 @@ def runs(directory: Path) -> None:
     from rich.table import Table
 
     from attnlab.runs import list_runs
-    from attnlab.viz.text import run_labels
 
     if not directory.is_dir():
         raise AttnlabError(f"{directory}: no such directory")
@@ -43,13 +42,21 @@ def runs(directory: Path) -> None:
         }
         for r in found
     ]
-    columns, run_width = _runs_columns(rows, console.width)
+    columns, _ = _runs_columns(rows, console.width if console.is_terminal else None)
+    if not console.is_terminal:  # piped: every column, nothing abbreviated (docs/cli.md)
+        console.width = max(console.width, sum(_widths(rows, columns)) + 1)
     table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
     for column in columns:
         numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
-        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
-    for cells, label in zip(rows, run_labels([r["run"] for r in rows], run_width), strict=True):
-        cells["run"] = label
+        # the run name folds onto a second line rather than being cut: it must stay copyable
+        table.add_column(
+            column,
+            justify="right" if numeric else "left",
+            no_wrap=column != "run",
+            overflow="fold" if column == "run" else "ellipsis",
+            min_width=len(column) if column != "run" else None,
+        )
+    for cells in rows:
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
     for r in found:  # after the table: skipped log lines, an unreadable config.toml
@@ -64,6 +71,11 @@ def runs(directory: Path) -> None:
         )
 
 
+def _widths(rows: list[dict[str, str]], columns: list[str]) -> list[int]:
+    """Each column's widest cell or header plus padding and separator."""
+    return [max([len(c), *(len(r[c]) for r in rows)]) + 3 for c in columns]
+
+
 RUNS_CELL = 12  # widest number cell of ``attnlab runs``
 
 
@@ -76,43 +88,28 @@ def _cell(value: float | int | None, digits: int = 2) -> str:
 
 
 RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
-# Most telling first; what does not fit the terminal is left out (the run name is cut in the
-# middle down to RUNS_MIN_NAME characters before any metric goes).
-RUNS_PRIORITY = (
-    "run",
-    "model",
-    "BLEU",
-    "chrF",
-    "EM",
-    "status",
-    "tok/s",
-    "steps",
-    "task",
-    "params",
-    "+run",
-)  # "+run": then the run name grows to RUNS_FULL_NAME
-RUNS_MIN_NAME, RUNS_FULL_NAME = 16, 30
+# Most telling first; what does not fit the terminal is left out. The run name is never cut
+# (a name copied from this table must work as ``attnlab eval runs/NAME``): the model column
+# goes before it would, and a name wider than the terminal wraps.
+RUNS_PRIORITY = ("run", "BLEU", "chrF", "EM", "status", "model", "tok/s", "steps", "task", "params")
 
 
-def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], int]:
-    """The ``attnlab runs`` columns that fit ``width`` (by priority) and the run-name width."""
+def _runs_columns(rows: list[dict[str, str]], width: int | None) -> tuple[list[str], int]:
+    """The ``attnlab runs`` columns that fit ``width`` (by priority; all of them when None, as
+    for piped output) and the run-name width (always the longest name)."""
 
     def need(column: str) -> int:  # content or header, plus padding and separator (3)
         return max([len(column), *(len(r[column]) for r in rows)]) + 3
 
-    longest = need("run") - 3
-    run_width = min(longest, RUNS_MIN_NAME)
+    run_width = need("run") - 3
+    if width is None:
+        return list(RUNS_ORDER), run_width
     used = 1 + run_width + 3  # 1: the table's outer edge
     chosen = ["run"]
     for column in RUNS_PRIORITY[1:]:
-        if column == "+run":
-            grow = min(longest, RUNS_FULL_NAME) - run_width
-            run_width += max(min(grow, width - used), 0)
-            used += max(min(grow, width - used), 0)
-        elif used + need(column) <= width:
+        if used + need(column) <= width:
             chosen.append(column)
             used += need(column)
-    run_width += max(min(longest - run_width, width - used), 0)  # what is left over
     return [c for c in RUNS_ORDER if c in chosen], run_width
 
 
@@ -127,20 +124,20 @@ def _runs_columns(rows: list[dict[str, str]], width: int) -> tuple[list[str], in
     "with --format ctranslate2 the model directory",
 )
 @click.option(
-    "--checkpoint", "which", type=click.Choice(["best", "last"]), default="best", show_default=True
+    "--checkpoint", "which", type=Choice(["best", "last"]), default="best", show_default=True
 )
 @click.option("--force", is_flag=True, help="replace --out if it already exists")
 @click.option(
     "--format",
     "export_format",
-    type=click.Choice(["safetensors", "ctranslate2"]),
+    type=Choice(["safetensors", "ctranslate2"]),
     default="safetensors",
     show_default=True,
     help="ctranslate2: a CTranslate2 Transformer directory (needs attnlab[ctranslate2])",
 )
 @click.option(
     "--quantization",
-    type=click.Choice(QUANTIZATIONS),
+    type=Choice(QUANTIZATIONS),
     default=None,
     help="--format ctranslate2: the weights' type (default float32)",
 )

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from attnlab.cli.common import rich_console, say
+from attnlab.cli.common import Choice, rich_console, say
 from attnlab.errors import AttnlabError
 
-EXECUTOR_CHOICE = click.Choice(["local", "dask"])
+EXECUTOR_CHOICE = Choice(["local", "dask"])
 
 
 @click.group("study")

@@ -48,16 +48,41 @@ Pair = tuple[str, str]
 
 
 def resolve_path(raw: str, field_name: str) -> Path:
-    """A path from the config: relative to the cwd, else to the repository root (presets)."""
+    """A path from the config, tried in this order (docs/data.md): as given (relative paths
+    against the current directory), then relative to the repository root (where presets'
+    ``../shared/...`` paths point). The error names every resolved path tried."""
     path = Path(raw).expanduser()
-    if path.exists() or path.is_absolute():
-        if not path.exists():
-            raise AttnlabError(f"{field_name}={raw}: no such file or folder")
+    if path.exists():
         return path
-    beside_repo = PRESETS_DIR.parent / path
-    if beside_repo.exists():
-        return beside_repo.resolve()
-    raise AttnlabError(f"{field_name}={raw}: no such file or folder")
+    tried = [path.absolute()]
+    if not path.is_absolute():
+        beside_repo = (PRESETS_DIR.parent / path).resolve()
+        if beside_repo.exists():
+            return beside_repo
+        tried.append(beside_repo)
+    hint = MULTI30K_HINT if "multi30k" in raw.lower() else ""
+    # an absolute path was tried as written: listing it again would add nothing
+    listed = ", ".join(str(t) for t in dict.fromkeys(tried))
+    shown = "" if path.is_absolute() else f" (tried {listed})"
+    raise AttnlabError(f"{field_name}={raw}: no such file or folder{shown}{hint}")
+
+
+# Multi30k is not shipped with attnlab (its licence and size): where to get it (docs/data.md).
+MULTI30K_HINT = (
+    "; Multi30k is not shipped with attnlab: download it from "
+    "https://github.com/multi30k/dataset (data/task1/raw) and point data.path at that folder"
+)
+
+
+def check_source_paths(cfg: DataConfig) -> None:
+    """Refuse a missing corpus file or folder before anything is created (a run directory)."""
+    if cfg.task != "corpus":
+        return
+    for raw, name in ((cfg.src_file, "data.src_file"), (cfg.tgt_file, "data.tgt_file")):
+        if raw:
+            resolve_path(raw, name)
+    if cfg.path and not (cfg.src_file or cfg.tgt_file):
+        resolve_path(cfg.path, "data.path")
 
 
 # The longest corpus line read (bytes): past it a file is not a sentence-per-line corpus

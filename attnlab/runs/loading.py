@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnlab.config import ExperimentConfig
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, did_you_mean
 from attnlab.regular_files import check_regular
 from attnlab.runs.atomic import read_json, read_tensors
 from attnlab.runs.checkpoints import (
@@ -67,6 +67,20 @@ MAX_CANDIDATES = 400
 RUN_OR_CHECKPOINT = "give a run directory, a checkpoint directory or an exported .safetensors file"
 
 
+def _near_miss(path: Path) -> str:
+    """' (did you mean "runs/avgtest"?)' when a sibling's name is close to the missing one."""
+    parent = path.parent
+    try:
+        siblings = [p.name for p in parent.iterdir()] if parent.is_dir() else []
+    except OSError:  # an unreadable folder: no suggestion rather than a second error
+        return ""
+    close = did_you_mean(path.name, siblings)
+    if not close:
+        return ""
+    name = close.split('"')[1]
+    return f' (did you mean "{parent / name}"?)'
+
+
 def resolve_checkpoint(path: Path) -> Path:
     """A run dir (best, else last), a checkpoint dir, or a ``.safetensors`` file."""
     path = Path(path)
@@ -76,7 +90,7 @@ def resolve_checkpoint(path: Path) -> Path:
         fallback = _fallback_dir(path.parent, path.name) if path.name in CHECKPOINT_TAGS else None
         if fallback is not None:  # mid-swap: the old copy of this very checkpoint
             return fallback
-        raise AttnlabError(f"{path}: no such run directory or checkpoint")
+        raise AttnlabError(f"{path}: no such run directory or checkpoint{_near_miss(path)}")
     # exists(), not is_file(): a meta.json that is a FIFO or a folder is named by the reader
     if (path / META_FILE).exists():
         return path

@@ -46,7 +46,12 @@ def paired_report(
 ) -> dict[str, Any]:
     """The paired tests of B against A (two LoadedModel) on ``split``."""
     from attnlab.interpret.compare import incomparable_reason
-    from attnlab.stats import paired_bootstrap, paired_exact_match, paired_randomization
+    from attnlab.stats import (
+        METHODS,
+        paired_bootstrap,
+        paired_exact_match,
+        paired_randomization,
+    )
 
     reason = incomparable_reason(a.dataset_meta, b.dataset_meta)
     if reason:
@@ -88,6 +93,10 @@ def paired_report(
         "a": _side(a, score_a),
         "b": _side(b, score_b),
         "tests": tests,
+        "methods": {
+            key: METHODS[key]
+            for key in ("paired_bootstrap", "paired_randomization", "paired_exact_match")
+        },
     }
 
 

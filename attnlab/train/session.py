@@ -199,6 +199,9 @@ def _train_here(
         path, lock = new_run_dir(request.out, *new_run_name(config, request.run_name))
         return path
 
+    from attnlab.data.corpus import check_source_paths
+
+    check_source_paths(config.data)  # a missing corpus: one line, no run directory announced
     run_dir = info.primary_value(make_run_dir)
     trainer: Any = None
     try:
