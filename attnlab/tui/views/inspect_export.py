@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from textual import on, work
+from textual import work
 from textual.message import Message
 from textual.widgets import Input, Select
 
@@ -101,8 +101,8 @@ class MapExport:
             return
         self.post_message(MapExported(paths))
 
-    @on(MapExported)
-    def _exported(self, message: MapExported) -> None:
+    def on_map_exported(self, message: MapExported) -> None:
+        # A handler by name (found through the MRO); an @on handler of a mixin is not.
         if message.error:
             self.app.notify(message.error, title="Export", severity="error")
             return
