@@ -178,5 +178,19 @@ def test_show_prints_the_table_markdown_and_json(study_dir: Path) -> None:
     better = next(row for row in data["rows"] if row["name"] == "better")
     assert better["metrics"]["bleu"]["p_value"] == better["metrics"]["bleu"]["seeds_p_value"]
     assert "p_value" in better["metrics"]["exact_match"]
+    # Every test behind a Δ is listed with its own p_value, as the table object holds it.
+    row = {r.name: r for r in load_table(study_dir).rows}["better"]
+    for metric, paired in (("bleu", "paired_bootstrap"), ("exact_match", "paired_exact_match")):
+        tests = {t["test"]: t for t in better["metrics"][metric]["tests"]}
+        assert set(tests) == {"welch", paired}
+        cell = row.metrics[metric]
+        assert tests["welch"]["p_value"] == pytest.approx(cell.seeds_p_value)
+        assert tests["welch"]["p_raw"] == pytest.approx(cell.seeds_p_raw)
+        assert tests[paired]["p_value"] == pytest.approx(cell.sentences_p_value)
+        assert tests[paired]["n"] == 3 * len(REFS)
+        assert all(0 < t["p_value"] <= 1 and t["method"] for t in tests.values())
+    assert [t["test"] for t in better["metrics"]["loss"]["tests"]] == ["welch"]
+    base = next(row for row in data["rows"] if row["name"] == "base")
+    assert base["metrics"]["bleu"]["tests"] == []  # the baseline is not tested against itself
     bad = runner.invoke(cli, ["study", "show", str(study_dir / "nope")])
     assert bad.exit_code == 2 and "no such study directory" in bad.output

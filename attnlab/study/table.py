@@ -76,11 +76,47 @@ class StudyTable:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for row in out["rows"]:  # every test's p-value under "p_value" too (one key to grep)
+        for row in out["rows"]:
             for group in ("metrics", "buckets"):
-                for metric in row[group].values():
+                for key, metric in row[group].items():
+                    # "p_value" alone stays the Welch test's (older readers); "tests" lists
+                    # every test run on this figure, each with its p-value under "p_value".
                     metric["p_value"] = metric["seeds_p_value"]
+                    metric["tests"] = _tests(key if group == "metrics" else "bleu", metric)
         return out
+
+
+def _tests(metric: str, cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tests behind one figure's Δ, each with its Holm-adjusted ``p_value``, the raw p
+    and the method's name (empty for a baseline or an untested figure)."""
+    methods = _stats().METHODS
+    tests = []
+    if cell["seeds_p_raw"] is not None:
+        tests.append(
+            {
+                "test": "welch",
+                "over": "seeds",
+                "method": methods["welch"],
+                "correction": methods["holm"],
+                "p_value": cell["seeds_p_value"],
+                "p_raw": cell["seeds_p_raw"],
+                "n": cell["n"],
+            }
+        )
+    if cell["sentences_p_raw"] is not None:
+        key = "paired_bootstrap" if metric in TEXT_METRICS else "paired_exact_match"
+        tests.append(
+            {
+                "test": key,
+                "over": "sentences",
+                "method": methods[key],
+                "correction": methods["holm"],
+                "p_value": cell["sentences_p_value"],
+                "p_raw": cell["sentences_p_raw"],
+                "n": cell["sentences_n"],
+            }
+        )
+    return tests
 
 
 def _stats() -> Any:
