@@ -118,6 +118,25 @@ def test_seeds_flag_replaces_the_files_seeds(tmp_path: Path) -> None:
         (BASE + '[[cells]]\nname = "a b"\n', "is not a valid run name"),
         (BASE + '[[cells]]\nname = "a"\nset = ["model.hidden"]\n', 'is not "SECTION.KEY=VALUE"'),
         ('seeds = 2\n[grid]\n"model.attention" = ["none"]\n', "preset: expected a preset"),
+        (
+            'preset = "reverse-bahdanu"\n[grid]\n"model.attention" = ["none"]\n',
+            "preset: unknown preset",
+        ),
+        # train.seed would be overwritten by each run's seed: every seed the same run
+        (
+            BASE + 'set = ["train.seed=7"]\n[grid]\n"model.attention" = ["none"]\n',
+            "set: train.seed",
+        ),
+        (BASE + '[grid]\n"train.seed" = [1, 2]\n', "grid.train.seed: train.seed is the study's"),
+        (
+            BASE + '[[cells]]\nname = "a"\nset = ["train.seed = 4"]\n',
+            "cell a: train.seed is the study's",
+        ),
+        (
+            BASE + 'baseline = { "model.attention" = "none" }\n[[cells]]\nname = "a"\n',
+            "baseline: a per-axis baseline needs a [grid]",
+        ),
+        (BASE + 'metrics = ["aer", "blue"]\n[grid]\n"model.attention" = ["none"]\n', "'blue'"),
     ],
 )
 def test_mistakes_are_one_line_naming_the_file_and_key(
@@ -130,6 +149,12 @@ def test_mistakes_are_one_line_naming_the_file_and_key(
     assert expected in message
     assert str(path) in message
     assert "\n" not in message
+
+
+def test_a_train_seed_on_the_command_line_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[grid]\n"model.attention" = ["none"]\n')
+    with pytest.raises(AttnlabError, match=r"--set: train.seed is the study's.*seeds"):
+        load_study(path, extra=["train.max_steps=2", "train.seed=9"])
 
 
 def test_a_shipped_study_is_found_by_name_and_unknown_names_are_refused() -> None:

@@ -43,6 +43,7 @@ METRICS: dict[str, tuple[str, int]] = {
     "chrf": ("chrF", 1),
     "loss": ("loss", 3),
     "alignment_accuracy": ("align. acc.", 3),
+    "aer": ("AER", 3),
 }
 DEFAULT_METRICS = ("exact_match", "bleu", "chrf")
 TOP_KEYS = (
@@ -151,6 +152,25 @@ def _strings(path: Path, key: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+SEED_KEY = "train.seed"  # set by the study for each run (the last override)
+
+
+def _override_key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
+
+
+def _refuse_seed(path: Path, where: str, keys: list[str]) -> None:
+    """A ``train.seed`` of the user's would be overwritten by every run's own seed: every seed
+    of a cell would silently be the same run. Refused, pointing at ``seeds``."""
+    if SEED_KEY in keys:
+        raise _fail(
+            path,
+            where,
+            f"{SEED_KEY} is the study's: each run gets one of its seeds (seeds = 5, or a list "
+            "such as seeds = [1, 2, 3]; --seeds N on the command line)",
+        )
+
+
 def _seeds(path: Path, value: Any) -> tuple[int, ...]:
     if isinstance(value, bool):
         raise _fail(path, "seeds", "expected a count (e.g. 5) or a list of seeds")
@@ -237,6 +257,8 @@ def parse_study(
                 key,
                 f"unknown key{did_you_mean(key, TOP_KEYS)}; valid: " + ", ".join(TOP_KEYS),
             )
+    _refuse_seed(path, "set", [_override_key(o) for o in _strings(path, "set", raw.get("set", []))])
+    _refuse_seed(path, "--set", [_override_key(o) for o in extra])
     name = raw.get("name", safe_name(path.stem))
     if not isinstance(name, str):
         raise _fail(path, "name", "expected a string")
@@ -254,6 +276,9 @@ def parse_study(
         cells += _named_cells(path, raw["cells"])
     if not cells:
         raise _fail(path, "grid", "a study needs a [grid] or [[cells]] (at least one cell)")
+    for cell in cells:
+        where = f"grid.{SEED_KEY}" if cell.values else f"cell {cell.name}"
+        _refuse_seed(path, where, [_override_key(o) for o in cell.overrides])
     names = [c.name for c in cells]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -306,6 +331,13 @@ def _baselines(path: Path, baseline: Any, cells: list[Cell]) -> dict[str, str]:
     if not isinstance(baseline, dict) or not baseline:
         raise _fail(path, "baseline", 'expected a cell name or a table of "SECTION.KEY" = value')
     axes = {key for cell in cells for key, _ in cell.values}
+    if not axes:
+        raise _fail(
+            path,
+            "baseline",
+            "a per-axis baseline needs a [grid]; this study has only named cells: "
+            f"give a cell name ({', '.join(names)})",
+        )
     wanted = {}
     for key, value in baseline.items():
         if key not in axes:
@@ -332,7 +364,14 @@ def _baselines(path: Path, baseline: Any, cells: list[Cell]) -> dict[str, str]:
 
 def check_cells(study: Study) -> None:
     """Every cell's config is built once (with the first seed): a bad key or value is refused
-    before any run starts, in one line naming the cell."""
+    before any run starts, in one line naming the cell. An unknown preset is named as the
+    file's ``preset`` (not as the first cell's mistake)."""
+    from attnlab.experiment import load_preset
+
+    try:
+        load_preset(study.preset)
+    except AttnlabError as err:
+        raise AttnlabError(f"{study.source}: preset: {err}") from None
     for cell in study.cells:
         try:
             study.config_of(cell, study.seeds[0])
