@@ -195,3 +195,39 @@ def test_a_per_axis_baseline_compares_each_cell_within_its_other_axes(tmp_path: 
         "copy_none": "copy_none",
         "copy_bahdanau": "copy_none",
     }
+
+
+def test_a_rerun_with_other_settings_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    import json
+
+    from attnlab.experiment import apply_overrides
+    from attnlab.runs import write_config
+    from attnlab.study.runner import check_existing_runs, run_study
+
+    path = _write(tmp_path, BASE + '[grid]\n"model.attention" = ["none", "bahdanau"]\n')
+    smoke = load_study(path, extra=["train.max_steps=20"])
+    directory = tmp_path / "out" / smoke.name
+    finished, begun = directory / "bahdanau-s2", directory / "none-s1"
+    # run directories as a smoke run leaves them (the trainer writes this config.toml), with
+    # the runner's per-invocation keys (threads, device) set differently
+    for run, cell, seed in ((finished, smoke.cells[1], 2), (begun, smoke.cells[0], 1)):
+        config = smoke.config_of(cell, seed)
+        write_config(run, apply_overrides(config, ["train.threads=3", "train.device=cpu"]))
+    done = {"type": "done", "time": 2.0, "step": 20, "reason": "finished", "best": {}}
+    (finished / "events.jsonl").write_text(json.dumps(done) + "\n", encoding="utf-8")
+    check_existing_runs(smoke, directory)  # the same settings: a rerun goes on
+
+    full = load_study(path, extra=["train.max_steps=800"])
+    with pytest.raises(AttnlabError) as err:
+        run_study(full, out=tmp_path / "out", workers=1)
+    message = str(err.value)
+    assert "bahdanau-s2: trained with train.max_steps=20" in message
+    assert "train.max_steps=800" in message and "\n" not in message
+    assert not (directory / "study.json").exists()  # nothing was started or recorded
+
+    # an unfinished run resumes with new train.* keys (train --resume applies them), not more
+    (finished / "events.jsonl").unlink()
+    check_existing_runs(full, directory)
+    wider = load_study(path, extra=["train.max_steps=800", "model.hidden=32"])
+    with pytest.raises(AttnlabError, match="none-s1: begun with model.hidden=.*model.hidden=32"):
+        check_existing_runs(wider, directory)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError
-from attnlab.study.spec import Study, run_name
+from attnlab.study.spec import Cell, Study, run_name
 from attnlab.study.task import FAILED, INTERRUPTED, SCORED, Children, RunOutcome, RunTask, execute
 
 STUDY_FILE = "study.json"
@@ -75,6 +75,66 @@ def tasks_of(study: Study, out: Path, threads: int, device: str | None = None) -
         for seed in study.seeds
         for cell in study.cells
     ]
+
+
+# Set by the runner for each invocation (--threads, --device), not part of what a run is.
+RUNNER_KEYS = (("train", "threads"), ("train", "device"))
+
+
+def settings_change(
+    study: Study, cell: Cell, seed: int, run_dir: Path, sections: tuple[str, ...] | None = None
+) -> tuple[str, Any, Any] | None:
+    """The first ``(key, trained value, study's value)`` where an existing run directory was
+    made with other settings than the study now gives that run (in ``sections``, default all),
+    or None."""
+    from attnlab.config import SECTIONS, to_dict
+    from attnlab.runs import read_config
+
+    saved = to_dict(read_config(run_dir))
+    wanted = to_dict(study.config_of(cell, seed))
+    for section in sections or tuple(SECTIONS):
+        for key in sorted(set(saved[section]) | set(wanted[section])):
+            if (section, key) in RUNNER_KEYS:
+                continue
+            old, new = saved[section].get(key), wanted[section].get(key)
+            if old != new:
+                return f"{section}.{key}", old, new
+    return None
+
+
+def check_existing_runs(study: Study, directory: Path) -> None:
+    """Refuse a rerun whose settings differ from runs already in the study directory, before
+    anything starts. A finished run must match exactly: it would be skipped and tabulated (a
+    smoke run's ``--set train.max_steps=20`` followed by the full study would report the
+    20-step runs). An unfinished run is resumed, and ``attnlab train --resume`` applies new
+    ``train.*`` / ``decode.*`` keys; any other change is refused here. One line names the run,
+    the key and both values."""
+    from attnlab.config import SECTIONS
+    from attnlab.study.task import run_status
+
+    resumable = ("train", "decode")
+    for seed in study.seeds:
+        for cell in study.cells:
+            run_dir = directory / run_name(cell, seed)
+            if not (run_dir / "config.toml").is_file():
+                continue
+            finished = run_status(run_dir) == "finished"
+            sections = None if finished else tuple(s for s in SECTIONS if s not in resumable)
+            change = settings_change(study, cell, seed, run_dir, sections)
+            if change is not None:
+                key, old, new = change
+                raise AttnlabError(
+                    f"{run_dir}: {'trained' if finished else 'begun'} with "
+                    f"{key}={_value_text(old)}, but the study now gives it "
+                    f"{key}={_value_text(new)}; a study directory holds one setting per run: "
+                    f"use another --out, or remove {run_dir} to train it again"
+                )
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "(empty)" if value in ("", None) else str(value)
 
 
 def write_study_record(study: Study, directory: Path) -> None:
@@ -273,6 +333,7 @@ def run_study(
         raise AttnlabError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
     workers, threads = plan_workers(workers, threads)
     directory = study_dir(study, out)
+    check_existing_runs(study, directory)  # before the record: it must describe these runs
     write_study_record(study, directory)
     tasks = tasks_of(study, out, threads, device)
 
@@ -332,6 +393,7 @@ __all__ = [
     "INTERRUPTED",
     "Progress",
     "StudyResult",
+    "check_existing_runs",
     "load_record",
     "plan_workers",
     "run_study",
