@@ -70,10 +70,11 @@ def run_command(
     A rerun skips scored runs and resumes interrupted ones; a failed run is recorded with its
     error and the study goes on; Ctrl+C stops every run, each resumable. Prints the table.
     """
-    from attnlab.study.runner import plan_workers, run_study
+    from attnlab.study.runner import check_existing_runs, plan_workers, run_study, study_dir
     from attnlab.study.spec import load_study
 
     spec = load_study(study_file, seeds=seeds, extra=overrides)
+    check_existing_runs(spec, study_dir(spec, out))  # a refusal comes before the banner
     if executor == "local":
         workers, threads = plan_workers(workers, threads)
     total = len(spec.cells) * len(spec.seeds)
