@@ -211,3 +211,46 @@ def test_paired_bootstrap_equals_the_sacrebleu_command(systems) -> None:
         assert f"{got.system:.1f}" == score
         assert f"{(got.low + got.high) / 2:.1f}" == mean
         assert f"{(got.high - got.low) / 2:.1f}" == half
+
+
+def test_identical_systems_are_not_called_different(systems) -> None:
+    """The one departure from sacrebleu: a system against itself. Every resample differs by
+    exactly 0 and sacrebleu's p = (#{> 0} + 1)/(R + 1) = 1/(R + 1) (its command marks that
+    significant); there is no difference at all, so p = 1. The scores and the bootstrap
+    interval stay sacrebleu's."""
+    folder, (refs, base, _) = systems
+    same = list(base)
+    boot = paired_bootstrap("bleu", base, same, refs, resamples=200, seed=12345)
+    ar = paired_randomization("chrf", base, same, refs, trials=200, seed=12345)
+    assert boot.p_value == 1.0 and ar.p_value == 1.0
+    assert boot.difference == 0.0 and "identical" in boot.method and "identical" in ar.method
+    assert boot.low is not None and boot.low <= boot.system <= boot.high
+    # what sacrebleu itself says for the same two files: 1/(R + 1), marked significant
+    (folder / "same.txt").write_text("\n".join(same) + "\n", encoding="utf-8")
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(folder / "ref.txt"),
+            "-i",
+            str(folder / "base.txt"),
+            str(folder / "same.txt"),
+            "-m",
+            "chrf",
+            "--paired-ar",
+            "--paired-ar-n",
+            "200",
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SACREBLEU_SEED": "12345"},
+        check=True,
+        timeout=300,
+    ).stdout
+    assert json.loads(printed)[1]["chrF2"]["p_value"] == pytest.approx(1 / 201)
+    # one sentence apart is an ordinary test again, equal to sacrebleu's
+    other = [*same[:-1], same[-1] + " street"]
+    assert paired_randomization("chrf", base, other, refs, trials=200).p_value < 1.0

@@ -119,6 +119,17 @@ def _sacrebleu_test(
     return float(base_score), float(results[metric].score), results[metric]
 
 
+IDENTICAL_NOTE = "identical hypotheses: p = 1 (sacrebleu reports 1/(R + 1) there)"
+
+
+def _identical(baseline: Sequence[str], system: Sequence[str]) -> bool:
+    """Both systems wrote the same text for every sentence. Every resample then differs by
+    exactly 0, and sacrebleu's count of resamples ``> |Δ|`` = 0 gives p = 1/(R + 1) < 0.05:
+    it would call a system significantly different from itself. There is no evidence of a
+    difference at all, so p = 1 (the one case where these tests leave sacrebleu's figure)."""
+    return list(baseline) == list(system)
+
+
 def paired_bootstrap(
     metric: str,
     baseline_hyps: Sequence[str],
@@ -134,13 +145,15 @@ def paired_bootstrap(
         "bs", metric, baseline_hyps, system_hyps, refs, resamples, seed
     )
     mean, half = float(result.mean), float(result.ci)
+    method = f"paired bootstrap resampling, {resamples} resamples (sacrebleu --paired-bs)"
+    identical = _identical(baseline_hyps, system_hyps)
     return Comparison(
         metric,
         base,
         sys_score,
         sys_score - base,
-        float(result.p_value),
-        f"paired bootstrap resampling, {resamples} resamples (sacrebleu --paired-bs)",
+        1.0 if identical else float(result.p_value),
+        f"{method}; {IDENTICAL_NOTE}" if identical else method,
         mean - half,
         mean + half,
         len(refs),
@@ -162,13 +175,15 @@ def paired_randomization(
     base, sys_score, result = _sacrebleu_test(
         "ar", metric, baseline_hyps, system_hyps, refs, trials, seed
     )
+    method = f"approximate randomisation, {trials} trials (sacrebleu --paired-ar)"
+    identical = _identical(baseline_hyps, system_hyps)
     return Comparison(
         metric,
         base,
         sys_score,
         sys_score - base,
-        float(result.p_value),
-        f"approximate randomisation, {trials} trials (sacrebleu --paired-ar)",
+        1.0 if identical else float(result.p_value),
+        f"{method}; {IDENTICAL_NOTE}" if identical else method,
         n=len(refs),
     )
 
