@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from attnlab.cli import cli
-from attnlab.stats import paired_bootstrap
+from attnlab.stats import paired_bootstrap, paired_randomization
 from attnlab.study.table import load_table
 
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -155,6 +155,44 @@ def test_sentence_tests_pool_seed_paired_sentences(study_dir: Path) -> None:
     ).p_value
     assert better.metrics["bleu"].sentences_p_raw == pytest.approx(expected)
     assert better.metrics["loss"].sentences_p_raw is None  # no sentence-level test for loss
+
+
+def test_approximate_randomisation_on_request_pools_the_same_sentences(study_dir: Path) -> None:
+    assert all(
+        c.randomization_p_raw is None
+        for r in load_table(study_dir).rows
+        for c in r.metrics.values()
+    )  # off by default: seconds per comparison
+    table = load_table(study_dir, randomization=True)
+    rows = {row.name: row for row in table.rows}
+
+    def pooled(cell: str) -> list[str]:
+        out: list[str] = []
+        for seed in SEEDS:
+            score = json.loads((study_dir / f"{cell}-s{seed}" / "study-score.json").read_text())
+            out += score["sentences"]["hyps"]
+        return out
+
+    # sacrebleu --paired-ar on the pooled files (test_stats checks this function against the
+    # sacrebleu command itself), then Holm over the two comparisons by hand
+    raw = {
+        cell: paired_randomization("bleu", pooled("base"), pooled(cell), REFS * 3).p_value
+        for cell in ("better", "same")
+    }
+    small, large = sorted(raw.values())
+    adjusted = {small: min(1.0, 2 * small)}
+    adjusted[large] = max(adjusted[small], min(1.0, large))
+    for cell, p in raw.items():
+        got = rows[cell].metrics["bleu"]
+        assert got.randomization_p_raw == pytest.approx(p)
+        assert got.randomization_p_value == pytest.approx(adjusted[p])
+        assert rows[cell].metrics["exact_match"].randomization_p_raw is None  # BLEU/chrF only
+    tests = {t["test"]: t for t in table.to_dict()["rows"][1]["metrics"]["bleu"]["tests"]}
+    assert tests["paired_randomization"]["p_value"] == pytest.approx(adjusted[raw["better"]])
+    assert "approximate randomisation" in " ".join(table.methods.values())
+    md = CliRunner().invoke(cli, ["study", "show", str(study_dir), "--markdown", "--randomization"])
+    assert md.exit_code == 0, md.output
+    assert "p (sentences, approx. randomisation, Holm)" in md.output
 
 
 def test_failed_runs_are_listed_with_their_error(study_dir: Path) -> None:

@@ -160,18 +160,26 @@ def _clock(seconds: float) -> str:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="every figure as one JSON object")
 @click.option("--markdown", is_flag=True, help="the tables as Markdown")
-def show_command(directory: Path, as_json: bool, markdown: bool) -> None:
+@click.option(
+    "--randomization",
+    is_flag=True,
+    help="BLEU/chrF also by approximate randomisation (sacrebleu --paired-ar, 10000 trials; "
+    "seconds per comparison)",
+)
+def show_command(directory: Path, as_json: bool, markdown: bool, randomization: bool) -> None:
     """A study's table: mean ± 95 % t interval over seeds, Δ vs the baseline and its tests."""
     if as_json and markdown:
         raise AttnlabError("--json and --markdown: choose one")
-    _print_table(directory, "json" if as_json else "markdown" if markdown else "text")
+    kind = "json" if as_json else "markdown" if markdown else "text"
+    _print_table(directory, kind, randomization)
 
 
-def _print_table(directory: Path, kind: str) -> None:
+def _print_table(directory: Path, kind: str, randomization: bool = False) -> None:
     from attnlab.runs import jsonable
     from attnlab.study.render import (
         bucket_rows,
         markdown,
+        p_value_columns,
         p_value_rows,
         stacked_rows,
     )
@@ -179,7 +187,7 @@ def _print_table(directory: Path, kind: str) -> None:
 
     if not Path(directory).is_dir():
         raise AttnlabError(f"{directory}: no such study directory")
-    table = load_table(directory)
+    table = load_table(directory, randomization=randomization)
     if kind == "json":
         click.echo(json.dumps(jsonable(table.to_dict()), ensure_ascii=False, allow_nan=False))
         return
@@ -207,8 +215,11 @@ def _print_table(directory: Path, kind: str) -> None:
     p_rows = p_value_rows(table)
     if p_rows:
         tests = Table(title="p-values against the baseline (Holm-adjusted)")
-        for column in ("cell", "baseline", "metric", "over seeds", "over sentences"):
-            tests.add_column(column, justify="right" if column.startswith("over") else "left")
+        names = ["cell", "baseline", "metric", "over seeds", "over sentences"]
+        if len(p_value_columns(table)) > len(names):
+            names.append("approx. randomisation")
+        for i, column in enumerate(names):
+            tests.add_column(column, justify="right" if i >= 3 else "left")
         for cells in p_rows:
             tests.add_row(*cells)
         console.print(tests)

@@ -62,8 +62,27 @@ def rows(table: StudyTable) -> list[list[str]]:
     return out
 
 
+def has_randomization(table: StudyTable) -> bool:
+    return any(c.randomization_p_value is not None for r in table.rows for c in r.metrics.values())
+
+
+def p_value_columns(table: StudyTable) -> list[str]:
+    columns = [
+        "cell",
+        "baseline",
+        "metric",
+        "p (seeds, Welch, Holm)",
+        "p (sentences, paired, Holm)",
+    ]
+    if has_randomization(table):
+        columns.append("p (sentences, approx. randomisation, Holm)")
+    return columns
+
+
 def p_value_rows(table: StudyTable) -> list[list[str]]:
-    """Per cell and metric: the Holm-adjusted p over seeds and over sentences."""
+    """Per cell and metric: the Holm-adjusted p over seeds and over sentences (and by
+    approximate randomisation, when the table has it)."""
+    with_ar = has_randomization(table)
     out = []
     for row in table.rows:
         if row.name == row.baseline:
@@ -80,6 +99,7 @@ def p_value_rows(table: StudyTable) -> list[list[str]]:
                     p_text(cell.seeds_p_value),
                     p_text(cell.sentences_p_value),
                 ]
+                + ([p_text(cell.randomization_p_value)] if with_ar else [])
             )
     return out
 
@@ -126,16 +146,7 @@ def markdown(table: StudyTable) -> str:
     if p_rows:
         parts += [
             "",
-            _markdown(
-                [
-                    "cell",
-                    "baseline",
-                    "metric",
-                    "p (seeds, Welch, Holm)",
-                    "p (sentences, paired, Holm)",
-                ],
-                p_rows,
-            ),
+            _markdown(p_value_columns(table), p_rows),
         ]
     if table.failures:
         parts += [

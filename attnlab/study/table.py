@@ -27,6 +27,7 @@ TEXT_METRICS = ("bleu", "chrf")  # tested over sentences with sacrebleu's paired
 ALPHA = 0.05
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345
+RANDOMIZATION_TRIALS = 10000  # sacrebleu --paired-ar's default
 
 
 @dataclass
@@ -44,6 +45,10 @@ class MetricCell:
     seeds_p_raw: float | None = None
     sentences_p_raw: float | None = None
     sentences_n: int | None = None
+    # approximate randomisation over the same pooled sentences (BLEU/chrF; on request only:
+    # about 2 s per comparison on 1500 sentences)
+    randomization_p_value: float | None = None
+    randomization_p_raw: float | None = None
 
     @property
     def significant(self) -> bool:
@@ -116,6 +121,18 @@ def _tests(metric: str, cell: dict[str, Any]) -> list[dict[str, Any]]:
                 "n": cell["sentences_n"],
             }
         )
+    if cell["randomization_p_raw"] is not None:
+        tests.append(
+            {
+                "test": "paired_randomization",
+                "over": "sentences",
+                "method": f"{methods['paired_randomization']}, {RANDOMIZATION_TRIALS} trials",
+                "correction": methods["holm"],
+                "p_value": cell["randomization_p_value"],
+                "p_raw": cell["randomization_p_raw"],
+                "n": cell["sentences_n"],
+            }
+        )
     return tests
 
 
@@ -158,27 +175,41 @@ def _scores_of(directory: Path, cell: str, seeds: Sequence[int]) -> tuple[dict[i
     return scores, missing
 
 
-def _sentence_test(
-    metric: str, base: dict[int, dict], cell: dict[int, dict]
-) -> tuple[float | None, int | None]:
-    """Paired over sentences, seeds pooled by seed (only seeds both have); None when the two
-    cells were scored on different references (a different data setting)."""
-    stats = _stats()
+def _pooled(
+    base: dict[int, dict], cell: dict[int, dict]
+) -> tuple[list[str], list[str], list[str], list[bool], list[bool]] | None:
+    """Seed i of the baseline paired with seed i of the cell (the seeds both have), their
+    sentences concatenated; None when they were scored on different references."""
     seeds = sorted(set(base) & set(cell))
-    if not seeds:
-        return None, None
-    base_hyps, cell_hyps, refs, base_exact, cell_exact = [], [], [], [], []
+    base_hyps: list[str] = []
+    cell_hyps: list[str] = []
+    refs: list[str] = []
+    base_exact: list[bool] = []
+    cell_exact: list[bool] = []
     for seed in seeds:
         b, c = base[seed]["sentences"], cell[seed]["sentences"]
         if b["refs"] != c["refs"]:
-            return None, None
+            return None
         base_hyps += b["hyps"]
         cell_hyps += c["hyps"]
         refs += b["refs"]
         base_exact += [bool(x) for x in b["exact"]]
         cell_exact += [bool(x) for x in c["exact"]]
     if not refs:
+        return None
+    return base_hyps, cell_hyps, refs, base_exact, cell_exact
+
+
+def _sentence_test(
+    metric: str, base: dict[int, dict], cell: dict[int, dict]
+) -> tuple[float | None, int | None]:
+    """Paired over sentences, seeds pooled by seed (only seeds both have); None when the two
+    cells were scored on different references (a different data setting)."""
+    stats = _stats()
+    pooled = _pooled(base, cell)
+    if pooled is None:
         return None, None
+    base_hyps, cell_hyps, refs, base_exact, cell_exact = pooled
     if metric in TEXT_METRICS:
         result = stats.paired_bootstrap(
             metric,
@@ -195,6 +226,18 @@ def _sentence_test(
     return float(result.p_value), len(refs)
 
 
+def _randomization_test(metric: str, base: dict[int, dict], cell: dict[int, dict]) -> float | None:
+    """sacrebleu's approximate randomisation (--paired-ar) on the same pooled sentences."""
+    pooled = _pooled(base, cell) if metric in TEXT_METRICS else None
+    if pooled is None:
+        return None
+    base_hyps, cell_hyps, refs, _, _ = pooled
+    result = _stats().paired_randomization(
+        metric, base_hyps, cell_hyps, refs, trials=RANDOMIZATION_TRIALS, seed=BOOTSTRAP_SEED
+    )
+    return float(result.p_value)
+
+
 def _holm_in_place(cells: list[MetricCell], raw: str, adjusted: str) -> None:
     tested = [c for c in cells if getattr(c, raw) is not None]
     if not tested:
@@ -208,6 +251,7 @@ def _compare(
     rows: list[CellRow],
     scores: dict[str, dict[int, dict]],
     bucket: bool = False,
+    randomization: bool = False,
 ) -> None:
     """Each row against its baseline on one metric (or one length bucket); Holm over all the
     comparisons of this metric in the study."""
@@ -227,9 +271,13 @@ def _compare(
         if not bucket:
             p, n = _sentence_test(metric, scores[row.baseline], scores[row.name])
             cell.sentences_p_raw, cell.sentences_n = p, n
+            if randomization:
+                base_scores, cell_scores = scores[row.baseline], scores[row.name]
+                cell.randomization_p_raw = _randomization_test(metric, base_scores, cell_scores)
         compared.append(cell)
     _holm_in_place(compared, "seeds_p_raw", "seeds_p_value")
     _holm_in_place(compared, "sentences_p_raw", "sentences_p_value")
+    _holm_in_place(compared, "randomization_p_raw", "randomization_p_value")
 
 
 def _bucket_values(scores: dict[int, dict]) -> dict[str, list[float]]:
@@ -247,9 +295,9 @@ def _bucket_order(name: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-def method_notes() -> dict[str, str]:
+def method_notes(randomization: bool = False) -> dict[str, str]:
     methods = _stats().METHODS
-    return {
+    notes = {
         "interval": "mean ± half-width of a 95 % Student t interval over seeds",
         "seeds": f"Δ vs baseline over seeds: Welch's t-test ({_method(methods, 'welch')}), "
         "Holm–Bonferroni over every comparison of the metric in the study",
@@ -259,14 +307,23 @@ def method_notes() -> dict[str, str]:
         "Holm–Bonferroni as above",
         "marks": "* seeds p < 0.05, † sentences p < 0.05 (both after Holm)",
     }
+    if randomization:
+        notes["randomization"] = (
+            f"BLEU/chrF also by {_method(methods, 'paired_randomization')} "
+            f"({RANDOMIZATION_TRIALS} trials, seed {BOOTSTRAP_SEED}) on the same pooled "
+            "sentences, Holm–Bonferroni as above (not in the marks)"
+        )
+    return notes
 
 
 def _method(methods: dict[str, str], key: str) -> str:
     return methods.get(key, key.replace("_", " "))
 
 
-def load_table(directory: Path) -> StudyTable:
-    """The table of a study directory (``study.json`` + every run's score file)."""
+def load_table(directory: Path, randomization: bool = False) -> StudyTable:
+    """The table of a study directory (``study.json`` + every run's score file).
+    ``randomization`` adds sacrebleu's approximate randomisation for BLEU/chrF beside the
+    paired bootstrap (10000 trials: seconds per comparison)."""
     directory = Path(directory)
     record = load_record(directory)
     seeds = [int(s) for s in record.get("seeds", [])]
@@ -303,7 +360,7 @@ def load_table(directory: Path) -> StudyTable:
             if why == "error" or outcome.get("state") == "failed":
                 failures.append({"run": run, "status": why, "error": outcome.get("error", "")})
     for metric in metrics:
-        _compare(metric, rows, scores)
+        _compare(metric, rows, scores, randomization=randomization)
     for bucket in {b for r in rows for b in r.buckets}:
         _compare(bucket, rows, scores, bucket=True)
     return StudyTable(
@@ -315,6 +372,6 @@ def load_table(directory: Path) -> StudyTable:
         metrics=metrics,
         baseline=baseline,
         rows=rows,
-        methods=method_notes(),
+        methods=method_notes(randomization),
         failures=failures,
     )
