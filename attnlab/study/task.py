@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.parent_death import set_parent_death_signal
+
 # What became of a run (RunOutcome.state).
 SCORED = "scored"
 FAILED = "failed"
@@ -105,12 +107,7 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    set_parent_death_signal(signal.SIGTERM)
 
 
 def child_env(threads: int) -> dict[str, str]:

@@ -19,7 +19,6 @@ Guarantees the trainer builds on (see its loop):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import os
 import signal
@@ -36,6 +35,7 @@ import torch.distributed as dist
 
 from attnlab.errors import AttnlabError
 from attnlab.events import INTERRUPT_WORD, ControlCommand
+from attnlab.parent_death import set_parent_death_signal  # noqa: F401 - re-exported
 from attnlab.train.signals import EXIT_FILE_ENV, PEER_LOST_KIND  # noqa: F401 - re-exported
 
 T = TypeVar("T")
@@ -70,7 +70,6 @@ ORPHAN_GRACE_S = 5.0
 ORPHAN_POLL_S = 0.5
 # Exit code of a rank ended by that deadline.
 ORPHAN_EXIT_CODE = 1
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class PeerFailed(AttnlabError):
@@ -294,18 +293,6 @@ class Dist:
         if outcome < 0:
             raise PeerFailed("rank 0 stopped on an error")
         return outcome
-
-
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
-    """Ask Linux to send ``sig`` to this process when the thread that started it ends
-    (``prctl(PR_SET_PDEATHSIG)``; kept across exec). False where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-        return False
 
 
 def _alive(pid: int) -> bool:
