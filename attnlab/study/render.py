@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnlab.stats import format_p
 from attnlab.study.spec import METRICS
 from attnlab.study.table import ALPHA, MetricCell, StudyTable
 
@@ -28,12 +29,6 @@ def difference_text(cell: MetricCell, digits: int) -> str:
     if cell.sentences_p_value is not None and cell.sentences_p_value < ALPHA:
         marks += "†"
     return f"{cell.difference:+.{digits}f}{marks}"
-
-
-def p_text(p: float | None) -> str:
-    if p is None:
-        return "—"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def header(table: StudyTable) -> list[str]:
@@ -96,10 +91,10 @@ def p_value_rows(table: StudyTable) -> list[list[str]]:
                     row.name,
                     row.baseline,
                     metric,
-                    p_text(cell.seeds_p_value),
-                    p_text(cell.sentences_p_value),
+                    format_p(cell.seeds_p_value),
+                    format_p(cell.sentences_p_value),
                 ]
-                + ([p_text(cell.randomization_p_value)] if with_ar else [])
+                + ([format_p(cell.randomization_p_value)] if with_ar else [])
             )
     return out
 
