@@ -89,6 +89,7 @@ from attnlab.train.schedules import (
     LRSchedule,
     teacher_forcing_ratio,
 )
+from attnlab.train.static_shapes import bucket_padding
 
 CONTROL_SLACK_NS = 500_000_000
 
@@ -176,6 +177,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         self.device = self.dist.device if self.dist.active else resolve_device(self.device_name)
+        self.padding = bucket_padding(cfg, self.device)  # None: batches keep their shapes
         if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
             self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
         self.dataset_meta = self.dataset.meta()
@@ -500,6 +502,8 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         while self.step < cfg.max_steps:
             examples = next(batches)  # this rank's share of the step (see _batches)
             cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
+            if self.padding is not None:  # a static bucket shape; same loss and gradients
+                cpu_batch = self.padding.apply(cpu_batch)
             if self.device.type == "cuda":
                 cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
             # Counted on the CPU copy (no device sync); summed over ranks with the control word.
@@ -567,6 +571,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                 shuffle=True,
                 seed=cfg.seed + self.epoch,
                 bucket=cfg.bucket,
+                width_multiple=1 if self.padding is None else self.padding.multiple,
             )
             share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
             for index in share:
