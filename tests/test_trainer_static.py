@@ -101,15 +101,20 @@ TRANSFORMER = [
 def test_a_cuda_training_step_never_syncs_with_the_host(
     tmp_path, tiny_config, monkeypatch, graphs_setting
 ):
-    """Every step after the first (the first may capture a graph) runs under
-    torch.cuda.set_sync_debug_mode("error"): a host sync in the step raises."""
+    """Every step runs under torch.cuda.set_sync_debug_mode("error") (a host sync in it
+    raises), but the first (allocator and cuBLAS set-up) and, with graphs, a step that captures
+    a new shape (capturing synchronises by design)."""
+    from attnlab.train.graphs import StepGraphs
+
     original = Trainer._update
-    calls = []
+    strict_steps = []
 
     def strict(self, batch, n_tokens, ratio):
-        calls.append(1)
-        if len(calls) == 1:
+        graphs = self.step_graphs
+        new_shape = graphs is not None and StepGraphs.key(batch) not in graphs.graphs
+        if self.step == 0 or new_shape:
             return original(self, batch, n_tokens, ratio)
+        strict_steps.append(self.step)
         torch.cuda.set_sync_debug_mode("error")
         try:
             return original(self, batch, n_tokens, ratio)
@@ -118,10 +123,12 @@ def test_a_cuda_training_step_never_syncs_with_the_host(
 
     monkeypatch.setattr(Trainer, "_update", strict)
     config = apply_overrides(
-        tiny_config, [*TRANSFORMER, f"train.cuda_graphs={graphs_setting}", "train.log_every=100"]
+        tiny_config,
+        [*TRANSFORMER, f"train.cuda_graphs={graphs_setting}", "train.log_every=100"],
     )
+    config = apply_overrides(config, ["train.max_steps=10"])
     summary = Trainer(config, tmp_path / "run", device="cuda").run()
-    assert summary["reason"] == "finished" and len(calls) == config.train.max_steps
+    assert summary["reason"] == "finished" and len(strict_steps) >= 5
     notes = [e for e in iter_events(tmp_path / "run") if e["type"] == "note"]
     assert notes == []  # graphs on: captured, not fallen back
 
