@@ -186,7 +186,12 @@ def test_a_step_that_cannot_be_captured_falls_back_to_eager_with_one_note(
     monkeypatch.setattr(graphs.StepGraphs, "run", failing_run)
     config = apply_overrides(
         tiny_config,
-        ["model.dropout=0", "train.eval_every=1000", "train.schedule=warmup-inverse-sqrt"],
+        [
+            "model.dropout=0",
+            "train.eval_every=1000",
+            "train.schedule=warmup-inverse-sqrt",
+            "train.warmup=3",
+        ],
     )
     config = apply_overrides(config, ["train.warmup=3", "train.pad_buckets=on"])
     Trainer(config, tmp_path / "eager", device="cpu").run()
@@ -205,3 +210,42 @@ def test_a_step_that_cannot_be_captured_falls_back_to_eager_with_one_note(
 
     _, state, _ = read_trainer_state(tmp_path / "graphs")
     assert all(isinstance(g["lr"], float) for g in state["optimizer"]["param_groups"])
+
+
+@pytest.mark.parametrize("first, then", [("graphs", "eager"), ("eager", "graphs")])
+def test_graph_optimiser_and_plain_optimiser_resume_each_others_checkpoints(
+    tmp_path, tiny_config, monkeypatch, first, then
+):
+    """A run saved with the graph optimiser (tensor learning rate, capturable) resumes with the
+    plain one and the other way round, and continues as the run that never stopped."""
+    from attnlab.train import graphs
+
+    def no_capture(self, batch, tokens):
+        raise graphs.CaptureFailed(RuntimeError("not on this device"))
+
+    monkeypatch.setattr(graphs.StepGraphs, "run", no_capture)
+    config = apply_overrides(
+        tiny_config,
+        [
+            "model.dropout=0",
+            "train.eval_every=1000",
+            "train.schedule=warmup-inverse-sqrt",
+            "train.warmup=3",
+        ],
+    )
+    eight = apply_overrides(config, ["train.max_steps=8"])
+    Trainer(eight, tmp_path / "straight", device="cpu").run()
+    real_decide = graphs.decide
+
+    def mode(kind):
+        decide = (lambda *args: (True, None)) if kind == "graphs" else real_decide
+        monkeypatch.setattr(graphs, "decide", decide)
+
+    mode(first)
+    Trainer(apply_overrides(config, ["train.max_steps=5"]), tmp_path / "split", device="cpu").run()
+    mode(then)
+    summary = Trainer(eight, tmp_path / "split", device="cpu", resume=True).run()
+    assert summary["step"] == 8 and summary["reason"] == "finished"
+    straight, split = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    for key, value in straight.items():
+        torch.testing.assert_close(split[key], value, rtol=1e-5, atol=1e-6, msg=key)
