@@ -341,9 +341,10 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
 
     def _forward(self, batch: Any, ratio: float) -> Any:
         args = (batch.src, batch.src_mask, batch.tgt_in)
+        amp = self.config.train.amp
         # A graph must not keep autocast's weight casts from its capture: no cache there.
-        cache = getattr(self, "step_graphs", None) is None
-        with autocast(self.device, self.config.train.amp, cache=cache):
+        graphed = getattr(self, "step_graphs", None) is not None
+        with autocast(self.device, amp, cache=False) if graphed else autocast(self.device, amp):
             return self._call("train_model", *args, teacher_forcing=ratio)
 
     def _train_step(
