@@ -147,6 +147,15 @@ class TrainConfig:
     # Data-parallel processes (torchrun + DistributedDataParallel); 1 = this process only.
     nproc: int = 1
     compile: bool = False  # torch.compile the model (falls back to eager when it cannot)
+    # Static shapes (attnlab.train.static_shapes): pad each batch's widths up to a multiple of
+    # pad_multiple and its rows to one count per width bucket. auto: on CUDA (and wherever
+    # CUDA graphs run); off on the CPU, where the padding-free layout makes padding pure cost.
+    pad_buckets: str = "auto"  # auto | on | off
+    pad_multiple: int = 8
+    # Capture the whole training step (forward, backward, clipping, AdamW) as one CUDA graph
+    # per bucket shape (attnlab.train.graphs). auto: on CUDA where the run allows it; a run
+    # that cannot be captured trains eagerly with one note.
+    cuda_graphs: str = "auto"  # auto | on | off
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.tf_schedule": ("constant", "linear", "exponential", "inverse-sigmoid"),
     "train.metric": ("bleu", "chrf", "exact_match", "loss"),
     "train.device": ("auto", "cpu", "cuda", "mps"),
+    "train.pad_buckets": ("auto", "on", "off"),
+    "train.cuda_graphs": ("auto", "on", "off"),
     "decode.length_norm": ("gnmt", "fairseq"),
     "decode.mbr_source": ("sample", "beam"),
     "decode.mbr_utility": ("chrf", "bleu"),
@@ -267,6 +278,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.patience": (0, None),
     "train.keep_last": (0, None),
     "train.nproc": (1, 1024),
+    "train.pad_multiple": (1, 1024),
     "train.threads": (0, 1024),  # also at most the cores here (distributed.check_threads)
     "train.seed": (0, INT_MAX),
     "data.seed": (0, INT_MAX),
@@ -346,9 +358,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# auto | on | off settings: a TOML boolean or true/false on the command line means on / off.
+SWITCHES = ("train.pad_buckets", "train.cuda_graphs")
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Coerce a TOML or command-line value to the type of the field's default."""
     kind = type(default)
+    if key in SWITCHES and (isinstance(value, bool) or str(value).lower() in ("true", "false")):
+        return "on" if str(value).lower() == "true" else "off"
     if kind is bool:
         if isinstance(value, bool):
             return value

@@ -36,10 +36,11 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 @contextlib.contextmanager
-def autocast(device: torch.device, enabled: bool) -> Iterator[None]:
-    """bf16 autocast on CUDA when ``enabled`` (``train.amp``); a no-op elsewhere."""
+def autocast(device: torch.device, enabled: bool, cache: bool = True) -> Iterator[None]:
+    """bf16 autocast on CUDA when ``enabled`` (``train.amp``); a no-op elsewhere. ``cache``
+    off: no weight casts kept across ops (what a CUDA graph capture needs)."""
     if enabled and device.type == "cuda":
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
             yield
     else:
         yield

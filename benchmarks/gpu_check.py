@@ -16,13 +16,19 @@ would start after ``--deadline`` seconds is skipped with that reason):
    own batches;
 3. greedy and beam-5 decoding, sentences/s, with the trained Transformer on the test sources;
 4. with ``--profile-steps N``, N steps of the real training loop under torch.profiler: ms per
-   step, the device's busy time, kernel launches and host syncs per step, the top operators;
+   step, the device's busy time and its fraction of the step, kernel launches and host syncs
+   per step, the top operators;
+4b. with ``--graphs-steps N``, the Transformer preset's training loop for N steps with
+   ``train.cuda_graphs`` off and on (issue 32): steps/s after the first log window, the
+   training wall time, the bucket shapes captured and any fallback note;
 5. the Transformer's model FLOPs utilisation in bf16 on synthetic batches of ``--mfu-batch``
    sentences of ``--mfu-len`` tokens each (``model_flops`` below says how FLOPs are counted),
    eager and, with ``--mfu-compile``, compiled (the model and the loss, as ``train.compile``);
    the eager rows first, and a row that would start after the deadline is skipped;
    ``--mfu-profile N`` profiles N more steps of each row (the device's busy time, top kernels);
-   ``--mfu-set SECTION.KEY=VALUE`` changes the model of these rows only (e.g. a wider one);
+   ``--mfu-set SECTION.KEY=VALUE`` adds the same rows for a changed model (e.g. a wider one,
+   ``--mfu-set model.d_model=1024 --mfu-set model.ff=4096 --mfu-set model.heads=16``) after the
+   preset's own rows;
 6. ``attnlab train --nproc 2`` (DDP over 2 GPUs, NCCL) when there are 2 GPUs, else
    ``--nproc 1``: exit code, wall time and tokens/s from the run's events;
 7. the two GRU presets, as in 2 (last, so that a deadline cuts them first).
@@ -75,7 +81,7 @@ PEAK_BF16 = (
 import multi30k  # noqa: E402  (its run_preset trains each preset; its argument checks)
 from flops import model_flops  # noqa: E402  (one home: also throughput.py's fraction of peak)
 
-PARTS = ("tests", "train", "mfu", "decoding", "profile", "ddp")
+PARTS = ("tests", "train", "mfu", "decoding", "profile", "graphs", "ddp")
 # The Transformer first: its figure is the headline, and a --deadline cuts from the end.
 PRESETS = ("multi30k-transformer", "multi30k-gru-bahdanau", "multi30k-gru-none")
 TRANSFORMER_RUN = Path("presets") / "multi30k-transformer"
@@ -237,12 +243,65 @@ def profile_training(args: argparse.Namespace) -> dict[str, Any]:
     if args.device.type == "cuda":
         table += "\n" + averages.table(sort_by="self_device_time_total", row_limit=40)
     Path(args.out).with_suffix(".profile.txt").write_text(table)
+    summary = summarise_profile(averages, profiled)
+    profiled_ms = (marks[steps] - marks[2 * window]) * 1e3 / profiled
     return {
         "steps_profiled": profiled,
+        "cuda_graphs": trainer.step_graphs is not None,
         "ms_per_step": round((marks[2 * window] - marks[window]) * 1e3 / window, 2),
-        "profiled_ms_per_step": round((marks[steps] - marks[2 * window]) * 1e3 / profiled, 2),
-        **summarise_profile(averages, profiled),
+        "profiled_ms_per_step": round(profiled_ms, 2),
+        # The issue's "device busy" goal: kernel time over the (profiled) step's wall time.
+        "device_busy_fraction": round(summary["device_busy_ms_per_step"] / profiled_ms, 4),
+        **summary,
     }
+
+
+def measure_graphs(args: argparse.Namespace) -> dict[str, Any]:
+    """The Transformer preset's real training loop for ``--graphs-steps`` steps, with
+    train.cuda_graphs off, then on: steps/s after the first log window (captures and
+    allocator warm-up fall in it), the wall time of the steps, the bucket shapes captured."""
+    from attnlab.data.dataset import load_dataset
+    from attnlab.events import Note, Step
+    from attnlab.experiment import apply_overrides, load_preset
+    from attnlab.train.trainer import Trainer
+
+    window = 25
+    steps = max(args.graphs_steps, 2 * window)
+    base = apply_overrides(load_preset("multi30k-transformer"), args.set)
+    dataset = load_dataset(base.data)
+    rows = []
+    for setting in ("off", "on"):
+        overrides = [f"train.device={args.device.type}", f"train.cuda_graphs={setting}"]
+        overrides += [f"train.max_steps={steps}", f"train.eval_every={steps + 1}"]
+        overrides += [f"train.log_every={window}", "train.eval_sentences=20"]
+        config = apply_overrides(base, overrides)
+        marks: dict[int, float] = {}
+        notes: list[str] = []
+
+        def on_event(event: Any, marks: dict = marks, notes: list = notes) -> None:
+            if isinstance(event, Note):
+                notes.append(event.message)
+            if isinstance(event, Step) and event.step in (1, window, steps):
+                synchronize(args.device)
+                marks[event.step] = time.perf_counter()
+
+        run_dir = Path(args.runs) / f"graphs-{setting}-{time.strftime('%H%M%S')}"
+        trainer = Trainer(config, run_dir, on_event, device=args.device.type, dataset=dataset)
+        summary = trainer.run()
+        graphed = trainer.step_graphs
+        rows.append(
+            {
+                "cuda_graphs": setting,
+                "captured": graphed is not None,
+                "shapes": len(graphed.graphs) if graphed is not None else 0,
+                "steps": summary["step"],
+                "steps_per_s": round((steps - window) / (marks[steps] - marks[window]), 2),
+                "steps_wall_s": round(marks[steps] - marks[1], 2),
+                "tokens_per_s": summary["tokens_per_s"],
+                "notes": notes,
+            }
+        )
+    return {"steps": steps, "rows": rows}
 
 
 def profiler_activities(device: Any) -> list[Any]:
@@ -366,18 +425,29 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
     from attnlab.nn.model import build_model
     from attnlab.train.trainer import make_optimizer
 
-    config = mfu_config(args.mfu_set)
-    src_v, tgt_v = _vocab_sizes(args, config.data.subword_vocab)
+    preset = mfu_config([])
+    src_v, tgt_v = _vocab_sizes(args, preset.data.subword_vocab)
     on_cuda = args.device.type == "cuda"
     name = torch.cuda.get_device_name(args.device) if on_cuda else "cpu"
     peak = peak_flops(name, args.peak_tflops)
     n = args.mfu_len
     rows = []
     modes = (False, True) if args.mfu_compile else (False,)
-    # Eager rows first: a deadline cuts the compiled ones (each compiles for minutes).
-    for compiled, b in [(compiled, b) for compiled in modes for b in args.mfu_batch]:
+    # The preset's own rows, then the changed model's (--mfu-set: e.g. one that fills the
+    # device); eager rows first: a deadline cuts the compiled ones (each compiles for minutes).
+    sizes = [[]] + ([list(args.mfu_set)] if args.mfu_set else [])
+    cases = [(size, c, b) for size in sizes for c in modes for b in args.mfu_batch]
+    for overrides, compiled, b in cases:
+        config = mfu_config(overrides)
         if past_deadline(args):
-            rows.append({"batch": b, "compiled": compiled, "error": "skipped: past --deadline"})
+            rows.append(
+                {
+                    "batch": b,
+                    "compiled": compiled,
+                    "overrides": overrides,
+                    "error": "skipped: past --deadline",
+                }
+            )
             continue
         torch.manual_seed(0)
         model = build_model(config, src_v, tgt_v)
@@ -396,13 +466,16 @@ def measure_mfu(args: argparse.Namespace) -> dict[str, Any]:
                 model, loss_sum, optimizer, b, n, (src_v, tgt_v), args
             )
         except torch.OutOfMemoryError:
-            rows.append({"batch": b, "compiled": compiled, "error": "out of memory"})
-            break
+            rows.append(
+                {"batch": b, "compiled": compiled, "overrides": overrides, "error": "out of memory"}
+            )
+            continue  # the next model size or mode may fit
         memory = torch.cuda.max_memory_allocated(args.device) if on_cuda else 0
         rows.append(
             {
                 "batch": b,
                 "compiled": compiled,
+                "overrides": overrides,
                 "tokens_per_step": 2 * b * n,
                 "step_ms": round(seconds * 1e3, 2),
                 "achieved_tflops": round(flops / seconds / 1e12, 2),
@@ -581,7 +654,7 @@ def print_table(report: dict[str, Any]) -> None:
     for row in mfu.get("rows", []):
         shown = "?" if row.get("mfu") is None else f"{100 * row['mfu']:.1f} %"
         compiled = " (compiled)" if row.get("compiled") else ""
-        changed = "".join(f", {item}" for item in mfu.get("overrides", []))
+        changed = "".join(f", {item}" for item in row.get("overrides", []))
         table.add_row(
             f"MFU bf16, {row['batch']} x {mfu['sentence_tokens']}{compiled}{changed}",
             row.get("error")
@@ -600,9 +673,21 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(
             "training loop",
             _status(prof)
-            or f"{prof['ms_per_step']} ms/step, device busy {prof['device_busy_ms_per_step']} ms, "
+            or f"{prof['ms_per_step']} ms/step, device busy {prof['device_busy_ms_per_step']} ms "
+            f"({100 * prof['device_busy_fraction']:.1f} %), "
             f"{prof['kernel_launches_per_step']} launches, {prof['host_syncs_per_step']} syncs "
             "per step (operators: the .profile.txt beside the JSON)",
+        )
+    graphs = report.get("graphs")
+    if graphs is not None and "rows" not in graphs:
+        table.add_row("CUDA graphs", _status(graphs) or "no rows")
+    for row in (graphs or {}).get("rows", []):
+        captured = f", {row['shapes']} shapes captured" if row["captured"] else ""
+        noted = f" (note: {row['notes'][0][:80]})" if row["notes"] else ""
+        table.add_row(
+            f"train.cuda_graphs={row['cuda_graphs']}, {graphs['steps']} steps",
+            f"{row['steps_per_s']} steps/s, {row['steps_wall_s']} s, "
+            f"{row['tokens_per_s']:,.0f} tok/s{captured}{noted}",
         )
     ddp = report.get("ddp") or {"skipped": "not run"}
     table.add_row(
@@ -690,12 +775,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="profile N steps of the real training loop (0: no profile part)",
     )
+    parser.add_argument(
+        "--graphs-steps",
+        type=int,
+        default=0,
+        help="train the Transformer N steps with train.cuda_graphs off and on (0: no part)",
+    )
     parser.add_argument("--ddp-steps", type=int, default=300)
     parser.add_argument("--ddp-timeout", type=int, default=240)
     args = parser.parse_args(argv)
     counts = ("deadline", "steps", "preset_seconds", "test_sentences", "mfu_profile")
     sizes = ("tests_timeout", "mfu_len", "mfu_steps", "ddp_steps", "ddp_timeout")
-    minimums = dict.fromkeys((*counts, "peak_tflops", "profile_steps"), 0)
+    minimums = dict.fromkeys((*counts, "peak_tflops", "profile_steps", "graphs_steps"), 0)
     multi30k.require_at_least(parser, args, minimums | dict.fromkeys(sizes, 1))
     if min(args.mfu_batch) < 1:
         parser.error(f"--mfu-batch: each size must be at least 1: {args.mfu_batch}")
@@ -709,6 +800,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.skip = set(args.skip)
     if not args.profile_steps:
         args.skip.add("profile")
+    if not args.graphs_steps:
+        args.skip.add("graphs")
     return args
 
 
@@ -738,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
         "mfu": ("mfu", measure_mfu),
         "decoding": ("decoding", measure_decoding),
         "profile": ("profile", profile_training),
+        "graphs": ("graphs", measure_graphs),
         "ddp": ("ddp", run_ddp),
     }
 
@@ -762,9 +856,9 @@ def main(argv: list[str] | None = None) -> int:
         run("cuda_tests", "ddp")
         report["presets"] += collect_side_by_side(args, side)
         args.save()
-        run("decoding", "profile", "mfu")
+        run("decoding", "profile", "graphs", "mfu")
     else:
-        run("decoding", "profile", "mfu", "ddp")
+        run("decoding", "profile", "graphs", "mfu", "ddp")
         report["presets"] += train_presets(args, rest)
     report["total_s"] = round(time.perf_counter() - args.started, 1)
     args.save()

@@ -146,7 +146,7 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     argv += ["--side-by-side", "--preset-seconds", "3", "--profile-steps", "3"]
     argv += ["--set", "data.max_pairs=200", "--set", "data.max_len=12", "--test-sentences", "5"]
     argv += ["--mfu-batch", "2", "3", "--mfu-len", "4", "--mfu-steps", "1", "--ddp-steps", "2"]
-    argv += ["--mfu-profile", "1", "--mfu-set", "model.ff=64"]
+    argv += ["--mfu-profile", "1", "--mfu-set", "model.ff=64", "--graphs-steps", "50"]
     argv += ["--runs", str(tmp_path / "runs"), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "ATTNLAB_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
@@ -159,7 +159,9 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
         assert preset["n_test"] == 5
     assert transformer["train_tflops"] is not None and "side_by_side" not in transformer
     assert gru["preset"] == "multi30k-gru-none" and gru["side_by_side"] is True
-    assert [row["batch"] for row in report["mfu"]["rows"]] == [2, 3]
+    # The preset's own rows, then the --mfu-set model's.
+    assert [row["batch"] for row in report["mfu"]["rows"]] == [2, 3, 2, 3]
+    assert [row["overrides"] for row in report["mfu"]["rows"]] == [[], [], *[["model.ff=64"]] * 2]
     assert report["mfu"]["overrides"] == ["model.ff=64"] and "model.ff=64" in done.stdout
     assert all(row["mfu"] is None for row in report["mfu"]["rows"])  # no bf16 peak for a CPU
     # Profiled rows: no device timeline on a CPU (summarise_profile's counting is tested above).
@@ -170,6 +172,14 @@ def test_every_part_runs_on_the_cpu_and_the_json_holds_its_figures(tmp_path):
     profile = report["profile"]
     assert profile["steps_profiled"] == 25  # whole log windows: the loop's syncs as in a run
     assert profile["ms_per_step"] > 0 and profile["aten_ops_per_step"] > 100
+    assert profile["device_busy_fraction"] == 0 and profile["cuda_graphs"] is False  # a CPU
+    graphs_rows = report["graphs"]["rows"]
+    assert [row["cuda_graphs"] for row in graphs_rows] == ["off", "on"]
+    assert all(row["steps"] == 50 and row["steps_per_s"] > 0 for row in graphs_rows)
+    assert not any(row["captured"] for row in graphs_rows)  # no CUDA: eager, said once
+    assert graphs_rows[0]["notes"] == [] and len(graphs_rows[1]["notes"]) == 1
+    assert "train.cuda_graphs=on" in graphs_rows[1]["notes"][0]
+    assert "train.cuda_graphs=on, 50 steps" in done.stdout
     assert "aten::mm" in out.with_suffix(".profile.txt").read_text()
     assert "multi30k-transformer" in done.stdout and "train --nproc 1" in done.stdout
     assert "upper bound" in done.stdout and "training loop" in done.stdout

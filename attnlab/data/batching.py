@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attnlab.data.example import Example
-from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
+from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
 
 @dataclass
@@ -71,6 +71,40 @@ def make_batch(examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab) 
     return Batch(src, src != PAD_ID, tgt_in, tgt_out, tgt_out != PAD_ID, examples)
 
 
+def bucket_width(width: int, multiple: int) -> int:
+    """``width`` rounded up to a multiple of ``multiple`` (at least one multiple)."""
+    return max(-(-width // multiple), 1) * multiple
+
+
+def pad_batch(batch: Batch, rows: int, src_width: int, tgt_width: int) -> Batch:
+    """``batch`` grown to ``rows`` sentences of ``src_width`` / ``tgt_width`` positions (a
+    static shape). Positions past a sentence are padding, as before; the filler rows are a
+    one-token source (``<unk>``) and ``<s>`` with no target token: every attention row keeps a
+    real key (no all-masked softmax, no NaN) and no filler position reaches the loss, so the
+    summed loss and every gradient are the unpadded batch's."""
+    b, s = batch.src.shape
+    t = batch.tgt_in.shape[1]
+    if rows < b or src_width < s or tgt_width < t:
+        raise ValueError(
+            f"cannot pad a [{b}, {s}, {t}] batch to [{rows}, {src_width}, {tgt_width}]"
+        )
+
+    def grown(x: Tensor, width: int, pad: int | bool, filler: int | bool) -> Tensor:
+        out = x.new_full((rows, width), pad)
+        out[:b, : x.shape[1]] = x
+        out[b:, 0] = filler
+        return out
+
+    return Batch(
+        grown(batch.src, src_width, PAD_ID, UNK_ID),
+        grown(batch.src_mask, src_width, False, True),
+        grown(batch.tgt_in, tgt_width, PAD_ID, BOS_ID),
+        grown(batch.tgt_out, tgt_width, PAD_ID, PAD_ID),
+        grown(batch.tgt_mask, tgt_width, False, False),
+        batch.examples,
+    )
+
+
 def example_cost(example: Example) -> tuple[int, int]:
     """(source length, target length + 1 for </s>): the padded widths an example needs."""
     return len(example.src_tokens), len(example.tgt_tokens) + 1
@@ -83,6 +117,7 @@ def plan_batches(
     shuffle: bool = True,
     seed: int = 0,
     bucket: bool = True,
+    width_multiple: int = 1,
 ) -> list[list[int]]:
     """One epoch as lists of example indices (every index exactly once).
 
@@ -91,7 +126,9 @@ def plan_batches(
     batch of its own) and ``batch_size`` is ignored; otherwise a batch holds ``batch_size``
     sentences. With ``bucket`` sentences of
     similar length go together: sorted by length inside shuffled pools of about 100
-    batches, so batches stay random across pools while padding stays low.
+    batches, so batches stay random across pools while padding stays low. With
+    ``width_multiple > 1`` the token budget counts widths rounded up to that multiple (the
+    widths ``pad_batch`` gives them under static shapes), so a padded batch stays in budget.
     """
     rng = random.Random(seed)
     order = list(range(len(examples)))
@@ -114,7 +151,12 @@ def plan_batches(
             src_len, tgt_len = costs[i]
             new_src, new_tgt = max(max_src, src_len), max(max_tgt, tgt_len)
             if batch_tokens > 0:
-                full = bool(current) and (len(current) + 1) * (new_src + new_tgt) > batch_tokens
+                width = new_src + new_tgt
+                if width_multiple > 1:
+                    width = bucket_width(new_src, width_multiple) + bucket_width(
+                        new_tgt, width_multiple
+                    )
+                full = bool(current) and (len(current) + 1) * width > batch_tokens
             else:
                 full = len(current) >= batch_size
             if full:

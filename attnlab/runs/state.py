@@ -45,11 +45,20 @@ def optimizer_to_tensors(state_dict: dict[str, Any]) -> tuple[dict[str, Tensor],
                 tensors[f"opt.{index}.{name}"] = value
             else:
                 scalars.setdefault(str(index), {})[name] = value
-    groups = [
-        {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
-        for g in state_dict["param_groups"]
-    ]
+    groups = [{k: _group_value(v) for k, v in g.items()} for g in state_dict["param_groups"]]
     return tensors, {"param_groups": groups, "scalars": scalars}
+
+
+def _group_value(value: Any) -> Any:
+    """A param group's setting as JSON: a tuple as a list, a tensor learning rate (a CUDA-graph
+    run's, attnlab.train.graphs) as its number (read at a save, not in the step)."""
+    from torch import Tensor
+
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return value.item()
+    return value
 
 
 def optimizer_from_tensors(tensors: dict[str, Tensor], info: dict[str, Any]) -> dict[str, Any]:

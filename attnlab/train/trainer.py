@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attnlab.config import ExperimentConfig, to_dict
-from attnlab.data.batching import make_batch, plan_batches
+from attnlab.data.batching import Batch, make_batch, plan_batches
 from attnlab.data.example import Example
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.errors import AttnlabError
@@ -69,7 +69,7 @@ from attnlab.runs import (
     read_trainer_state,
     write_config,
 )
-from attnlab.train import distributed
+from attnlab.train import distributed, graphs
 from attnlab.train.checkpointing import (  # noqa: F401 - EVAL_*: importable here as before
     EVAL_GO_ON,
     EVAL_NON_FINITE,
@@ -89,6 +89,7 @@ from attnlab.train.schedules import (
     LRSchedule,
     teacher_forcing_ratio,
 )
+from attnlab.train.static_shapes import bucket_padding
 
 CONTROL_SLACK_NS = 500_000_000
 
@@ -176,6 +177,11 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         self.device = self.dist.device if self.dist.active else resolve_device(self.device_name)
+        # CUDA graphs of the step (attnlab.train.graphs) need static shapes (static_shapes).
+        self.graphs_on, self._graphs_note = graphs.decide(
+            self.config, self.device, self.dist.world_size
+        )
+        self.padding = bucket_padding(cfg, self.device, self.graphs_on)  # None: own shapes
         if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
             self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
         self.dataset_meta = self.dataset.meta()
@@ -184,7 +190,12 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         )
         self.model.to(self.device)
         self.params = count_parameters(self.model)
-        self.optimizer = make_optimizer(self.model, cfg)
+        if self.graphs_on:
+            self.optimizer = graphs.make_graph_optimizer(
+                list(self.model.parameters()), cfg, self.device
+            )
+        else:
+            self.optimizer = make_optimizer(self.model, cfg)
         self.lr_schedule = LRSchedule(cfg)
         self.epoch, self.batch_in_epoch = 0, 0
         self.best_value: float | None = None
@@ -236,12 +247,15 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         self.model.load_state_dict(weights)
         state_file = checkpoint_dir(self.run_dir, "last") / STATE_TENSORS
         optimizer_state = optimizer_from_tensors(tensors, state["optimizer"])
+        # This run's optimiser kind (eager or graphed) whichever kind saved the checkpoint.
+        optimizer_state = graphs.keep_graph_flags(self.optimizer, optimizer_state)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         check_optimizer_state(state_file, params, optimizer_state)
         try:
             self.optimizer.load_state_dict(optimizer_state)
         except (KeyError, TypeError, ValueError) as err:  # e.g. param groups of other sizes
             raise AttnlabError(f"{state_file}: optimiser state does not fit ({err})") from None
+        graphs.state_on_device(self.optimizer)
         for group in self.optimizer.param_groups:  # the config may have changed lr on resume
             group["initial_lr"] = self.config.train.lr
         self.lr_schedule.load_state_dict(state.get("lr_schedule", {}))
@@ -290,6 +304,9 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                 self.train_loss = torch.compile(token_loss_sum)
             except Exception as err:  # e.g. no compiler on this platform
                 self._compile_failed(err)
+        self.step_graphs = None
+        if self.graphs_on:
+            self.step_graphs = graphs.StepGraphs(self._graph_step, self.model, self.optimizer)
 
     def _note_skipped_eval_pairs(self) -> None:
         """One line on stderr and in the events when data.eval_max_tokens skipped dev/test
@@ -324,8 +341,60 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
 
     def _forward(self, batch: Any, ratio: float) -> Any:
         args = (batch.src, batch.src_mask, batch.tgt_in)
-        with autocast(self.device, self.config.train.amp):
+        amp = self.config.train.amp
+        # A graph must not keep autocast's weight casts from its capture: no cache there.
+        graphed = getattr(self, "step_graphs", None) is not None
+        with autocast(self.device, amp, cache=False) if graphed else autocast(self.device, amp):
             return self._call("train_model", *args, teacher_forcing=ratio)
+
+    def _train_step(
+        self, batch: Batch, tokens: int | torch.Tensor, ratio: float
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One update from a device batch: forward, summed token loss, backward, clipping,
+        AdamW. Nothing here reads a device value on the host (a CUDA test runs it under
+        ``torch.cuda.set_sync_debug_mode("error")``), so a CUDA graph can hold it whole.
+        ``tokens``: the global target-token count (a device tensor inside a graph).
+        -> (the summed token loss, detached; the norm before clipping, a tensor, or None)."""
+        cfg = self.config.train
+        out = self._forward(batch, ratio)
+        loss_sum = self._loss_sum(out.logits, batch.tgt_out)
+        self.optimizer.zero_grad(set_to_none=True)
+        # Normalised by the global token count; DDP averages gradients over the N ranks,
+        # hence × N: the update equals one process's on the merged batches.
+        ((loss_sum * self.dist.world_size) / tokens).backward()
+        norm = None
+        if cfg.clip > 0:  # foreach: a few kernels, the norm stays a device tensor
+            foreach = True if self.device.type == "cuda" else None
+            norm = torch.nn.utils.clip_grad_norm_(self._trainable, cfg.clip, foreach=foreach)
+        self.optimizer.step()
+        return loss_sum.detach(), norm
+
+    def _graph_step(
+        self, batch: Batch, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # graphs.refusal: only a constant teacher-forcing ratio is captured.
+        return self._train_step(batch, tokens, teacher_forcing_ratio(self.config.train, 0))
+
+    def _update(
+        self, batch: Batch, n_tokens: int, ratio: float
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step, replayed from its CUDA graph when graphs are on, else eagerly; a step that
+        cannot be captured turns graphs off for the run, said once."""
+        if self.step_graphs is not None:
+            try:
+                return self.step_graphs.run(batch, n_tokens)
+            except graphs.CaptureFailed as err:
+                self._note_eager(
+                    f"CUDA graph capture failed ({_first_line(err)}); training eagerly"
+                )
+        return self._train_step(batch, n_tokens, ratio)
+
+    def _note_eager(self, message: str) -> None:
+        """Graphs off for the rest of the run, said once on stderr and in the events."""
+        self.step_graphs = None
+        if self.dist.is_primary:
+            print(f"note: {message}", file=sys.stderr, flush=True)
+        self.events.emit(Note(self.step, message=message))
 
     def _loss_sum(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self._call("train_loss", logits, targets, self.config.train.label_smoothing)
@@ -401,6 +470,10 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             self.started = True
             if getattr(self, "_compile_note", None):
                 self.events.emit(Note(self.step, message=self._compile_note))
+            if self._graphs_note:  # train.cuda_graphs=on where graphs cannot run
+                if self.dist.is_primary:
+                    print(f"note: {self._graphs_note}", file=sys.stderr, flush=True)
+                self.events.emit(Note(self.step, message=self._graphs_note))
             self._note_skipped_eval_pairs()
             try:
                 reason = self._loop()
@@ -444,7 +517,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
     def _loop(self) -> DoneReason:
         cfg = self.config.train
         model, optimizer = self.model, self.optimizer
-        params = [p for p in model.parameters() if p.requires_grad]
+        self._trainable = [p for p in model.parameters() if p.requires_grad]
         src_vocab, tgt_vocab = self.dataset.src_vocab, self.dataset.tgt_vocab
         batches = self._batches()
         window_loss = torch.zeros((), device=self.device)  # summed token loss since last log
@@ -500,6 +573,8 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         while self.step < cfg.max_steps:
             examples = next(batches)  # this rank's share of the step (see _batches)
             cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
+            if self.padding is not None:  # a static bucket shape; same loss and gradients
+                cpu_batch = self.padding.apply(cpu_batch)
             if self.device.type == "cuda":
                 cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
             # Counted on the CPU copy (no device sync); summed over ranks with the control word.
@@ -523,20 +598,15 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             batch = cpu_batch.to(self.device)
             last_ratio = teacher_forcing_ratio(cfg, self.step)
             last_lr = self.lr_schedule.lr(self.step)
-            for group in optimizer.param_groups:
-                group["lr"] = last_lr
-            out = self._forward(batch, last_ratio)
-            loss_sum = self._loss_sum(out.logits, batch.tgt_out)
-            optimizer.zero_grad(set_to_none=True)
-            # Normalised by the global token count; DDP averages gradients over the N ranks,
-            # hence × N: the update equals one process's on the merged batches.
-            ((loss_sum * world) / n_tokens).backward()
-            if cfg.clip > 0:
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-            optimizer.step()
+            graphs.set_lr(optimizer, last_lr)
+            # No host sync until the next log: the loss sums on the device, the norm stays a
+            # tensor, the token count comes from the CPU batch.
+            loss_sum, norm = self._update(batch, n_tokens, last_ratio)
+            if norm is not None:
+                grad_norm = norm
             self.step += 1
             self.batch_in_epoch += world  # plan batches consumed (by all ranks together)
-            window_loss += loss_sum.detach()
+            window_loss += loss_sum
             window_tokens += n_tokens
             window_padding += cpu_batch.padding_fraction
             window_steps += 1
@@ -567,6 +637,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                 shuffle=True,
                 seed=cfg.seed + self.epoch,
                 bucket=cfg.bucket,
+                width_multiple=1 if self.padding is None else self.padding.multiple,
             )
             share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
             for index in share:
