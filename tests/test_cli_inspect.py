@@ -468,3 +468,44 @@ def test_eval_alignment_accuracy_by_layer_scores_the_same_sentences(tmp_path):
     by_layer = report["alignment_accuracy_by_layer"]
     assert len(by_layer) == 2
     assert by_layer[-1] == pytest.approx(report["alignment_accuracy"], abs=1e-12)
+
+
+def _plain_map(lines: list[str], at: int) -> list[list[str]]:
+    """The rows of a plain map whose title is ``lines[at]`` (source line, then one per row)."""
+    rows = []
+    for line in lines[at + 2 :]:
+        if not line.strip() or not line.split()[-1].lstrip("-").isdigit():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_compare_names_the_last_layer_it_shows_and_matches_translate_there(runs):
+    """Issue 30 item 7: compare, translate and Inspect show the last layer and say so."""
+    run = str(runs / "tr")  # dec_layers = 2: the last layer is 1 of 2
+    report = json.loads(invoke("compare", run, run, "3 5 7", "--json").output)
+    assert report["a"]["layer"] == 1 and report["a"]["where"] == "layer 1/2, head average"
+    lines = invoke("compare", run, run, "3 5 7").output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("A: "))
+    assert lines[at].endswith("(raw, layer 1/2, head average)")
+    assert any(line.startswith("A − B (layer 1/2, head average)") for line in lines)
+    shown = _plain_map(lines, at)
+    for layer, same in ((1, True), (0, False)):
+        out = invoke(
+            "translate", run, "3 5 7", "--show-attention", "--beam", "1", "--layer", str(layer)
+        ).output.splitlines()
+        title = next(i for i, line in enumerate(out) if f"layer {layer}/2" in line)
+        theirs = _plain_map(out, title)
+        assert [row[0] for row in theirs] == [row[0] for row in shown]
+        # compare's weights are rounded to 4 digits before × 100, so a cell may differ by 1
+        close = all(
+            abs(int(x) - int(y)) <= 1
+            for a, b in zip(theirs, shown, strict=True)
+            for x, y in zip(a[1:], b[1:], strict=True)
+        )
+        assert close is same
+
+
+def test_eval_table_names_the_layer_of_its_alignment_accuracy(runs):
+    out = invoke("eval", str(runs / "tr"), "--max-sentences", "4").output
+    assert "alignment_accuracy (last layer, head average)" in out

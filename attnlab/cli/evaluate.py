@@ -125,7 +125,7 @@ def eval_command(
     table = Table(
         title=f"attnlab eval: {loaded.path} ({split}, step {loaded.step})", show_header=False
     )
-    table.add_column("metric", style="bold")
+    table.add_column("metric", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")  # wrap, never cut, the BLEU signature
     for key, digits in (
         ("n", 0),
@@ -137,7 +137,9 @@ def eval_command(
         ("alignment_accuracy", 4),
     ):
         if result.get(key) is not None:
-            table.add_row(key, fmt(result[key], digits))
+            # every attention figure names its layer, as translate, compare and Inspect do
+            label = f"{key} (last layer, head average)" if key == "alignment_accuracy" else key
+            table.add_row(label, fmt(result[key], digits))
     if result.get("aer") is not None:
         table.add_row("aer", fmt(result["aer"], 4))
     gold = result.get("gold_alignments")

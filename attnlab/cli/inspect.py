@@ -200,7 +200,7 @@ def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any
         out.append(f"row normalisation: {kinds}")
     for key in ("a", "b"):
         side = report[key]
-        title = f"{key.upper()}: {side['checkpoint']} ({report['method']})"
+        title = f"{key.upper()}: {side['checkpoint']} ({report['method']}, {side['where']})"
         kind = side.get("normalisation", "softmax")
         out.append(Text(""))  # A's and B's headers never run together
         if plain:
@@ -221,7 +221,7 @@ def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any
         if side["aer"] is not None:
             out.append(
                 f"{key.upper()}: alignment accuracy {side['alignment_accuracy']:.3f}, "
-                f"AER {side['aer']:.3f}"
+                f"AER {side['aer']:.3f} ({report['method']}, {side['where']})"
             )
     if report["same_target"]:
         note = report.get("js_note") or ""
@@ -230,7 +230,8 @@ def compare_renderables(report: dict[str, Any], plain: bool = False) -> list[Any
                 report["difference"],
                 report["a"]["rows"],
                 report["source"],
-                title="A − B" + (f" (JS: {note})" if note and report["js"] is not None else ""),
+                title=f"A − B ({report['a']['where']})"
+                + (f" (JS: {note})" if note and report["js"] is not None else ""),
                 row_notes=js_row_notes(report),
             )
         )
@@ -320,7 +321,7 @@ def compare(
     console = rich_console()
     plain = not console.is_terminal or console.no_color  # blank colour cells: print numbers
     for renderable in compare_renderables(report, plain):
-        console.print(renderable)
+        console.print(renderable, soft_wrap=plain)  # piped lines are never folded
     if export_path is not None:  # the file shows what a colour terminal shows
         recording = TeeConsole(console).recording
         for renderable in compare_renderables(report):

@@ -104,13 +104,7 @@ def chosen_map(
     matrix = method_map(loaded, source_tokens, hyp, choice.method, layer, choice.head)
     rows = target_rows(tokens, hyp.finished)[: matrix.shape[0]]
     cols = list(source_tokens)[: matrix.shape[1]]
-    if choice.method in ("rollout", "relevancy"):
-        where = "all layers and heads"
-    else:
-        # norm sums the heads inside the norm (‖Σ_h α_h f_h(x)‖), gradient averages them
-        every = "heads summed in ‖·‖" if choice.method == "norm" else "head average"
-        which = every if choice.head is None else f"head {choice.head}/{n_heads}"
-        where = f"layer {layer}/{n_layers}, {which}"
+    where = map_where(choice.method, layer, n_layers, choice.head, n_heads)
     title = f"{choice.method} ({axes_text('cross')}), {where}"
     shown = matrix[: len(rows), : len(cols)]
     # scores, not weights: no row sum of 1 (signed where one is negative, as compare reads them)
@@ -171,6 +165,24 @@ def map_of(
         inputs = [BOS_LABEL, *tokens]
         labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation, selected)
     return labelled.select(layer, head).fitted()
+
+
+def map_where(
+    method: str, layer: int, n_layers: int, head: int | None = None, n_heads: int = 1
+) -> str:
+    """Which layer and head a cross-attention figure shows, as every title says it:
+    ``layer 1/2, head average`` (0-based layer of n), or ``all layers and heads``."""
+    if method in ("rollout", "relevancy"):
+        return "all layers and heads"
+    # norm sums the heads inside the norm (‖Σ_h α_h f_h(x)‖), gradient averages them
+    every = "heads summed in ‖·‖" if method == "norm" else "head average"
+    which = every if head is None else f"head {head}/{n_heads}"
+    return f"layer {layer}/{n_layers}, {which}"
+
+
+def cross_layers(config: Any) -> int:
+    """How many cross-attention layers a model has (an RNN decoder has one attention)."""
+    return int(config.model.dec_layers) if config.model.arch == "transformer" else 1
 
 
 def method_map(

@@ -146,6 +146,7 @@ def _side(
     from attnlab.decode.search import decode_batch
     from attnlab.interpret.alignment import aer, argmax_links, gold_from_positions
     from attnlab.interpret.attribution import explain
+    from attnlab.interpret.maps import cross_layers, map_where
 
     model = loaded.model
     src_tokens = (
@@ -165,8 +166,12 @@ def _side(
             f"--method {method} is not available for {loaded.path} (available: {', '.join(maps)})"
         )
     shown = maps[method][: len(tokens) + int(hyp.finished)].float().cpu()
+    n_layers = cross_layers(loaded.config)
     side: dict[str, Any] = {
         "checkpoint": str(loaded.path),
+        # explain's default: the last cross-attention layer, as translate and Inspect show
+        "layer": n_layers - 1,
+        "where": map_where(method, n_layers - 1, n_layers),
         "search": search_name(cfg),
         "source": src_tokens,
         "hyp": tokens,
