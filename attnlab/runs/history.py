@@ -39,7 +39,12 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 from attnlab.regular_files import read_bounded
-from attnlab.runs.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
+from attnlab.runs.atomic import (
+    WriteError,
+    atomic_write_bytes,
+    atomic_write_json,
+    remove_stale_temps,
+)
 
 HISTORY_DIR = "attention_history"
 INDEX_FILE = "index.json"
@@ -168,6 +173,10 @@ def write_history_frame(
         arrays[f"map.{i}"] = np.ascontiguousarray(array)
     directory = history_dir(run_dir)
     name = frame_file_name(step)
+    try:  # inside an existing run directory only (atomic writes would create its parents)
+        directory.mkdir(exist_ok=True)
+    except OSError as err:
+        raise WriteError(f"{directory}: cannot write ({err.strerror or err})") from None
     header = {"layer": layer, "head": head, "sources": [list(map(str, s)) for s in sources]}
     stored = _frames_to_extend(directory, header)
     frames = [f for f in stored or [] if f["step"] < step]  # a resumed run redoes the rest

@@ -169,6 +169,7 @@ class EvaluationAndCheckpoints:
                 self._history_noted = True
                 self.events.emit(Note(self.step, message=reason))
             return
+        require_run_dir(self.run_dir)  # deleted under us: one line, never re-created
         record_attention_history(
             self.model, self.dataset, self.config, self.device, self.run_dir, self.step, result
         )
