@@ -340,3 +340,76 @@ def test_a_copied_run_reads_the_same(stored, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(stored, copy)
     assert read_history(copy).steps == read_history(stored).steps
+
+
+# -- attnlab translate RUN --at-step ------------------------------------------------------------
+
+
+def _cli(*argv):
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in argv])
+
+
+def test_at_step_list_names_every_stored_step_with_its_dev_scores(runs):
+    run = runs["transformer"]
+    result = _cli("translate", run, "--at-step", "list")
+    assert result.exit_code == 0, result.output
+    assert "3 stored steps of 3 dev sentences" in result.output
+    assert "last layer (1), head average" in result.output
+    evals = {e["step"]: e for e in read_events(run)[0] if e["type"] == "eval"}
+    rows = [line.split("│") for line in result.output.splitlines() if line.startswith("│")]
+    assert [int(r[1]) for r in rows] == [2, 4, 6]
+    assert [float(r[2]) for r in rows] == [round(evals[s]["bleu"], 2) for s in (2, 4, 6)]
+
+
+def _heatmap_rows(output: str, n_rows: int) -> list[list[int]]:
+    """The numbers of the plain heatmap's rows (each line: a row label, then weights x 100)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if "cross-attention (target × source)" in line)
+    return [[int(x) for x in line.split()[1:]] for line in lines[start + 2 : start + 2 + n_rows]]
+
+
+def test_at_step_prints_the_nearest_stored_map_as_translate_draws_maps(runs):
+    run = runs["rnn"]
+    history = read_history(run)
+    result = _cli("translate", run, "--at-step", "3", "--sentence", "1")  # 2 and 4 tie: 2
+    assert result.exit_code == 0, result.output
+    frame = history.frame(2)
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"step 2 · dev BLEU {frame.scores['bleu']:.2f}")
+    assert first.endswith("(the stored step nearest 3)")
+    assert f"sentence 1: {' '.join(history.sources[1])}" in result.output
+    assert "sentence 0:" not in result.output
+    shown = np.array(_heatmap_rows(result.output, len(frame.hyps[1])))
+    expected = frame.maps[1] * 100
+    assert shown.shape == expected.shape
+    assert np.abs(shown - expected).max() <= 0.5 + 1e-3  # weights x 100, rounded
+
+
+def test_at_step_without_history_says_how_to_enable_it(tmp_path):
+    run = _train(tmp_path, "off", "train.attention_history=0")
+    result = _cli("translate", run, "--at-step", "2")
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+    assert "--set train.attention_history=4" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--at-step", "2", "--sentence", "3"], "--sentence 3: the run stored 3 sentences"),
+        (["--at-step", "two"], "--at-step 'two': give a training step"),
+        (["--at-step", "-1"], "a training step is 0 or more"),
+        (["--sentence", "0"], "add --at-step"),
+        (["--at-step", "2", "some text"], "TEXT cannot apply"),
+        (["--at-step", "2", "--beam", "4"], "decoding flags cannot apply"),
+        (["--at-step", "2", "--layer", "0"], "--layer cannot apply"),
+    ],
+)
+def test_at_step_mistakes_are_one_error_line(runs, extra, message):
+    result = _cli("translate", runs["rnn"], *extra)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and message in result.output

@@ -192,6 +192,19 @@ def eval_command(
     show_default=True,
     help="ctranslate2: RUN is a directory from attnlab export --format ctranslate2",
 )
+@click.option(
+    "--at-step",
+    metavar="STEP|list",
+    default=None,
+    help="instead of decoding, show the cross-attention RUN stored at the evaluation nearest "
+    "STEP (train.attention_history); 'list' lists the stored steps",
+)
+@click.option(
+    "--sentence",
+    type=int,
+    default=None,
+    help="with --at-step: only this stored sentence (0-based; default: all)",
+)
 @decode_options
 def translate(
     run: Path,
@@ -205,12 +218,41 @@ def translate(
     export_path: Path | None,
     device: str | None,
     engine: str,
+    at_step: str | None,
+    sentence: int | None,
     **flags: Any,
 ) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint, or with --engine
-    ctranslate2 a CTranslate2 export of one."""
+    ctranslate2 a CTranslate2 export of one; with --at-step, show the attention RUN stored
+    during training instead."""
     from attnlab.cli.inspect import check_export_path
     from attnlab.experiment import apply_overrides
+
+    if at_step is not None or sentence is not None:
+        from attnlab.cli.history import show_at_step
+
+        if at_step is None:
+            raise AttnlabError("--sentence picks a stored sentence of --at-step; add --at-step")
+        decoding = pop_decode(flags)
+        unused = {
+            "TEXT": bool(text),
+            "--role": role != "cross",
+            "--layer": layer is not None,
+            "--head": head is not None,
+            "--method": method != "raw",
+            "--engine": engine != "attnlab",
+            "--device": device is not None,
+            "decoding flags": bool(decoding),
+        }
+        given = [name for name, used in unused.items() if used]
+        if given:
+            raise AttnlabError(
+                f"--at-step shows the stored map (last layer, head average) of the run's own "
+                f"dev sentences; {', '.join(given)} cannot apply to it"
+            )
+        check_export_path(export_path)
+        show_at_step(run, at_step, sentence, show_alignment, export_path)
+        return
 
     if engine == "ctranslate2":
         from attnlab.cli.ct2 import translate_ct2
