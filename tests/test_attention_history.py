@@ -413,3 +413,126 @@ def test_at_step_mistakes_are_one_error_line(runs, extra, message):
     result = _cli("translate", runs["rnn"], *extra)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and message in result.output
+
+
+# -- attnlab export-history ---------------------------------------------------------------------
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _expected_label(step, scores):
+    """The label of a frame, spelled out here: step, then dev BLEU / chrF (2 decimals) and
+    exact match in percent (1 decimal)."""
+    return (
+        f"step {step} · dev BLEU {scores['bleu']:.2f} · chrF {scores['chrf']:.2f} · "
+        f"exact match {scores['exact_match'] * 100:.1f} %"
+    )
+
+
+def _expected_fill(weight):
+    from attnlab.viz.heatmap import PALETTE
+
+    r, g, b = PALETTE[int(round(min(max(weight, 0.0), 1.0) * 100))]  # 101 levels on 0..1
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _check_cells(cells, weights):
+    """Every cell of a frame: the palette colour of its stored weight, and the weight itself."""
+    assert len(cells) == weights.size
+    for cell in cells:
+        r, c = int(cell.get("data-row")), int(cell.get("data-col"))
+        assert cell.get("fill") == _expected_fill(float(weights[r, c]))
+        assert float(cell.get("data-weight")) == pytest.approx(float(weights[r, c]), abs=1e-4)
+
+
+def test_export_history_svg_has_one_labelled_animated_frame_per_stored_step(runs, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    run = runs["transformer"]
+    out = tmp_path / "h.svg"
+    result = _cli("export-history", run, "--out", out, "--sentence", "2")
+    assert result.exit_code == 0, result.output
+    history = read_history(run)
+    root = ET.parse(out).getroot()
+    groups = [g for g in root.iter(f"{SVG_NS}g") if g.get("class") == "frame"]
+    assert len(groups) == len(history.steps) == 3
+    style = root.find(f"{SVG_NS}style").text
+    assert "@keyframes" in style
+    for step, group in zip(history.steps, groups, strict=True):
+        frame = history.frame(step)
+        label = group.find(f"{SVG_NS}text").text
+        assert label == _expected_label(step, frame.scores)
+        cells = [r for r in group.iter(f"{SVG_NS}rect") if r.get("class") == "cell"]
+        _check_cells(cells, frame.maps[2])
+        assert f"#{group.get('id')}" in style  # each frame has its turn in the animation
+
+
+def test_export_history_html_is_a_slider_over_every_stored_step(runs, tmp_path):
+    from html.parser import HTMLParser
+
+    run = runs["rnn"]
+    out = tmp_path / "h.html"
+    result = _cli("export-history", run, "--out", out)
+    assert result.exit_code == 0, result.output
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.frames, self.inputs, self.cells = [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "g" and attrs.get("class") == "map":
+                self.frames.append(attrs["data-label"])
+                self.cells.append([])
+            if tag == "rect" and attrs.get("class") == "cell":
+                self.cells[-1].append(attrs)
+            if tag == "input":
+                self.inputs.append(attrs)
+
+    parser = Collect()
+    parser.feed(out.read_text())
+    history = read_history(run)
+    expected = [_expected_label(s, history.frame(s).scores) for s in history.steps]
+    assert parser.frames == expected
+    [slider] = parser.inputs
+    assert (slider["type"], slider["min"], slider["max"]) == ("range", "0", "2")
+    for step, cells in zip(history.steps, parser.cells, strict=True):
+        _check_cells([_Attrs(a) for a in cells], history.frame(step).maps[0])
+    assert "http" not in out.read_text().replace("http://www.w3.org/2000/svg", "")  # offline
+
+
+class _Attrs:
+    def __init__(self, attrs):
+        self.attrs = attrs
+
+    def get(self, key):
+        return self.attrs.get(key)
+
+
+def test_export_history_mistakes_are_one_error_line(runs, tmp_path):
+    run = runs["rnn"]
+    cases = [
+        (["--out", tmp_path / "h.png"], "valid suffixes: .svg, .html"),
+        (["--out", tmp_path / "h.svg", "--sentence", "9"], "--sentence 9"),
+    ]
+    (tmp_path / "old.svg").write_text("keep")
+    cases.append((["--out", tmp_path / "old.svg"], "add --force"))
+    for extra, message in cases:
+        result = _cli("export-history", run, *extra)
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert message in result.output
+    assert (tmp_path / "old.svg").read_text() == "keep"
+
+
+def test_tokens_are_escaped_in_both_files(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from attnlab.viz.history_animation import Frame, animated_svg, slider_html
+
+    frames = [Frame("step 1 · <b>", ["</svg>", "&amp;\x01"], np.array([[0.5], [1.0]]))]
+    svg = animated_svg(frames, ['"<script>'], "t")
+    root = ET.fromstring(svg.encode())
+    texts = [t.text for t in root.iter(f"{SVG_NS}text")]
+    assert "</svg>" in texts and '"<script>' in texts and "&amp;\ufffd" in texts
+    assert "<script>" not in slider_html(frames, ['"<script>'], "t").split("<script>const")[0]

@@ -114,7 +114,7 @@ def show_at_step(
         _echo(console, f"cross-attention: {layer_text(history.layer, history.head)}")
         import torch
 
-        from attnlab.cli.evaluate import _print_maps
+        from attnlab.cli.map_printing import print_maps
 
         for i in sentences:
             source, hyp = history.sources[i], frame.hyps[i]
@@ -124,7 +124,7 @@ def show_at_step(
             title = f"step {shown} · sentence {i}: cross-attention (target × source)"
             weights = torch.from_numpy(frame.maps[i])  # the renderers' (and translate's) type
             chosen = ChosenMap(weights, list(hyp), list(source), title, "softmax")
-            _print_maps(console, [chosen], False, True, show_alignment)
+            print_maps(console, [chosen], False, True, show_alignment)
     if export_path is not None:
         from attnlab.cli.inspect import save_recording
 
@@ -161,3 +161,46 @@ def _print_steps(console: Any, history: Any) -> None:
         ]
         table.add_row(str(step), *cells)
     console.print(table)
+
+
+@click.command("export-history")
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="FILE.svg (animated, one frame per stored step) or FILE.html (a slider)",
+)
+@click.option(
+    "--sentence", type=int, default=0, show_default=True, help="stored sentence (0-based)"
+)
+@click.option("--force", is_flag=True, help="replace FILE if it exists")
+def export_history(run: Path, out: Path, sentence: int, force: bool) -> None:
+    """Write the cross-attention RUN stored at each evaluation (train.attention_history) for
+    one dev sentence as an animated SVG or an HTML page with a slider."""
+    from attnlab.runs import atomic_write_text
+    from attnlab.viz.history_animation import Frame, animated_svg, slider_html
+
+    suffix = out.suffix.lower()
+    if suffix not in (".svg", ".html"):
+        raise AttnlabError(f"{out}: --out writes .svg or .html; valid suffixes: .svg, .html")
+    if out.exists() and not force:
+        raise AttnlabError(f"{out}: exists; add --force to replace it")
+    history = load_history(run)
+    [index] = check_sentence(history, sentence)
+    frames = []
+    for step, scores in zip(history.steps, history.scores, strict=True):
+        frame = history.frame(step)
+        frames.append(Frame(step_label(step, scores), frame.hyps[index], frame.maps[index]))
+    source = history.sources[index]
+    title = (
+        f"{run.name}: sentence {index} ({' '.join(source)[:60]}), cross-attention "
+        f"{layer_text(history.layer, history.head)}, {len(frames)} stored steps"
+    )
+    render = animated_svg if suffix == ".svg" else slider_html
+    atomic_write_text(out, render(frames, source, title))
+    click.echo(f"wrote {out} ({len(frames)} frames, steps {history.steps[0]}..{history.steps[-1]})")
+
+
+COMMANDS = (export_history,)
