@@ -279,8 +279,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.tf_k": (0.0, None),
     "train.eval_every": (1, None),
     "train.log_every": (1, None),
-    "train.attention_history": (0, 256),
-    "train.attention_history_keep": (2, 10_000),
+    "train.attention_history": (0, 64),  # bounds what runs.history reads back
+    "train.attention_history_keep": (2, 1000),
     "train.patience": (0, None),
     "train.keep_last": (0, None),
     "train.nproc": (1, 1024),

@@ -42,7 +42,7 @@ from attnlab.regular_files import read_bounded
 from attnlab.runs.atomic import (
     WriteError,
     atomic_write_bytes,
-    atomic_write_json,
+    atomic_write_text,
     remove_stale_temps,
 )
 
@@ -51,8 +51,8 @@ INDEX_FILE = "index.json"
 FORMAT = "attnlab-attention-history"
 FORMAT_VERSION = 1
 HEAD_MEAN = "mean"
-INDEX_MAX_BYTES = 16 << 20  # the tokens of 256 sentences at 256 evaluations fit many times
-FRAME_MAX_BYTES = 256 << 20  # float16 maps of 256 sentences of 1,000 x 500 tokens
+INDEX_MAX_BYTES = 64 << 20  # 64 sentences x 1,000 snapshots of 100-token hypotheses fit
+FRAME_MAX_BYTES = 256 << 20  # float16 maps of 64 sentences of 1,500 x 1,000 tokens fit
 MIN_KEEP = 2  # the first and the newest
 _FRAME_NAME = re.compile(r"step-(\d{8,19})\.safetensors")  # never a path: no "/" or ".."
 
@@ -212,7 +212,9 @@ def _write_index(directory: Path, header: dict[str, Any], frames: list[dict[str,
             (directory / INDEX_FILE).unlink()
         return
     index = {"format": FORMAT, "version": FORMAT_VERSION, **header, "frames": frames}
-    atomic_write_json(directory / INDEX_FILE, index)
+    # compact: one token per line (indented JSON) would triple the size of the hypotheses
+    text = json.dumps(index, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    atomic_write_text(directory / INDEX_FILE, text + "\n")
 
 
 def _frames_to_extend(directory: Path, header: dict[str, Any]) -> list[dict[str, Any]] | None:
