@@ -136,6 +136,10 @@ class TrainConfig:
     eval_every: int = 250
     eval_sentences: int = 500  # dev sentences scored at each eval (0 = all)
     samples: int = 3  # sample translations (with attention) logged per eval
+    # Attention history (attnlab.runs.history): the cross-attention of the first N dev
+    # sentences stored at each eval (0 = off), at most attention_history_keep snapshots.
+    attention_history: int = 4
+    attention_history_keep: int = 64
     log_every: int = 25
     patience: int = 0  # early stopping: evals without improvement (0 = off)
     keep_last: int = 0  # > 0: also keep checkpoints/step-<N> copies of the last N saves
@@ -275,6 +279,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.tf_k": (0.0, None),
     "train.eval_every": (1, None),
     "train.log_every": (1, None),
+    "train.attention_history": (0, 64),  # bounds what runs.history reads back
+    "train.attention_history_keep": (2, 1000),
     "train.patience": (0, None),
     "train.keep_last": (0, None),
     "train.nproc": (1, 1024),

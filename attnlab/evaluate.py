@@ -418,19 +418,14 @@ def sample_translations(
     """A few translations with their attention (rows = hypothesis tokens, columns = source);
     a cross-attention that is not softmax names its ``normalisation``."""
     kind = normalisation or NORM_SOFTMAX
-    if not examples:
-        return []
-    batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
-    hyps = decode_best(model, batch.src, batch.src_mask, cfg, True, to_text=target_text(dataset))
     out = []
-    for i, (example, hyp) in enumerate(zip(examples, hyps, strict=True)):
-        tokens = dataset.tgt_vocab.decode(hyp.tokens)
+    for i, (example, (tokens, weights)) in enumerate(
+        zip(examples, attention_snapshot(model, dataset, examples, cfg, device), strict=True)
+    ):
         attention: list[list[float]] = []
-        if hyp.attention is not None:  # rows = the decoded tokens (no </s>), columns = source
-            kept = AttentionMap(
-                hyp.attention, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN, kind
-            )
-            attention = kept.fitted().to_json()
+        if weights is not None:
+            kept = AttentionMap(weights, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN, kind)
+            attention = kept.to_json()
         sample = {
             "index": i,
             "src": list(example.src_tokens),
@@ -441,4 +436,32 @@ def sample_translations(
         if kind != NORM_SOFTMAX:  # absent: softmax (and every event written before)
             sample["normalisation"] = kind
         out.append(sample)
+    return out
+
+
+@torch.no_grad()
+def attention_snapshot(
+    model: Any,
+    dataset: Any,
+    examples: Sequence[Example],
+    cfg: DecodeConfig,
+    device: torch.device,
+) -> list[tuple[list[str], Tensor | None]]:
+    """Per example (one batched search of ``cfg``): the hypothesis tokens and its
+    cross-attention, last layer averaged over heads, [len(tokens), len(source)] (no ``</s>``
+    row) on the CPU — the map ``sample`` events and the attention history keep; None where
+    the model keeps none."""
+    if not examples:
+        return []
+    batch = make_batch(list(examples), dataset.src_vocab, dataset.tgt_vocab).to(device)
+    hyps = decode_best(model, batch.src, batch.src_mask, cfg, True, to_text=target_text(dataset))
+    out: list[tuple[list[str], Tensor | None]] = []
+    for example, hyp in zip(examples, hyps, strict=True):
+        tokens = dataset.tgt_vocab.decode(hyp.tokens)
+        if hyp.attention is None:
+            out.append((tokens, None))
+            continue
+        # rows = the decoded tokens (the </s> row goes), columns = the source tokens
+        fitted = AttentionMap(hyp.attention, tokens, example.src_tokens, "cross").fitted()
+        out.append((list(fitted.rows), fitted.matrix.float().cpu()))
     return out

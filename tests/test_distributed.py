@@ -647,5 +647,10 @@ def test_two_ranks_keep_step_copies_once_and_eval_carries_entropy(tmp_path):
     last, _ = read_checkpoint(run_dir / "checkpoints" / "last")
     kept, meta = read_checkpoint(run_dir / "checkpoints" / "step-6")
     assert meta["step"] == 6 and all(torch.equal(kept[k], last[k]) for k in last)
+    from attnlab.runs.history import HISTORY_DIR, read_history
+
+    # the attention history: rank 0 alone writes it, one snapshot per evaluation, no scratch
+    assert read_history(run_dir).steps == [2, 4, 6]
+    assert not [p for p in (run_dir / HISTORY_DIR).iterdir() if p.name.endswith(".tmp")]
     evals = _events(run_dir, "eval")
     assert len(evals) == 3 and all(e["attention_entropy"].get("cross") for e in evals)

@@ -22,8 +22,9 @@ from attnlab.cli.common import (
     rich_console,
     say,
 )
+from attnlab.cli.map_printing import print_maps
 from attnlab.errors import AttnlabError
-from attnlab.interpret.maps import METHODS, ROLES, ChosenMap, MapChoice, chosen_map
+from attnlab.interpret.maps import METHODS, ROLES, MapChoice, chosen_map
 
 
 @click.command("eval")
@@ -194,6 +195,19 @@ def eval_command(
     show_default=True,
     help="ctranslate2: RUN is a directory from attnlab export --format ctranslate2",
 )
+@click.option(
+    "--at-step",
+    metavar="STEP|list",
+    default=None,
+    help="instead of decoding, show the cross-attention RUN stored at the evaluation nearest "
+    "STEP (train.attention_history); 'list' lists the stored steps",
+)
+@click.option(
+    "--sentence",
+    type=int,
+    default=None,
+    help="with --at-step: only this stored sentence (0-based; default: all)",
+)
 @decode_options
 def translate(
     run: Path,
@@ -207,12 +221,41 @@ def translate(
     export_path: Path | None,
     device: str | None,
     engine: str,
+    at_step: str | None,
+    sentence: int | None,
     **flags: Any,
 ) -> None:
     """Translate TEXT (or each line of stdin) with a run or checkpoint, or with --engine
-    ctranslate2 a CTranslate2 export of one."""
+    ctranslate2 a CTranslate2 export of one; with --at-step, show the attention RUN stored
+    during training instead."""
     from attnlab.cli.inspect import check_export_path
     from attnlab.experiment import apply_overrides
+
+    if at_step is not None or sentence is not None:
+        from attnlab.cli.history import show_at_step
+
+        if at_step is None:
+            raise AttnlabError("--sentence picks a stored sentence of --at-step; add --at-step")
+        decoding = pop_decode(flags)
+        unused = {
+            "TEXT": bool(text),
+            "--role": role != "cross",
+            "--layer": layer is not None,
+            "--head": head is not None,
+            "--method": method != "raw",
+            "--engine": engine != "attnlab",
+            "--device": device is not None,
+            "decoding flags": bool(decoding),
+        }
+        given = [name for name, used in unused.items() if used]
+        if given:
+            raise AttnlabError(
+                f"--at-step shows the stored map (last layer, head average) of the run's own "
+                f"dev sentences; {', '.join(given)} cannot apply to it"
+            )
+        check_export_path(export_path)
+        show_at_step(run, at_step, sentence, show_alignment, export_path)
+        return
 
     if engine == "ctranslate2":
         from attnlab.cli.ct2 import translate_ct2
@@ -274,7 +317,7 @@ def translate(
             console.print(texts[0], markup=False, highlight=False)
         else:
             click.echo(texts[0])
-        _print_maps(console, chosen, detailed, show_attention, show_alignment)
+        print_maps(console, chosen, detailed, show_attention, show_alignment)
     if export_path is not None:
         from attnlab.cli.inspect import save_recording
 
@@ -317,60 +360,6 @@ def _translate_lines(
         chosen = nbest[: decode_cfg.nbest]
         results[i] = (tokenized[i], [(h, loaded.tgt_vocab.decode(h.tokens)) for h in chosen])
     return results
-
-
-def _print_maps(
-    console: Any,
-    maps: list[ChosenMap | None],
-    detailed: bool,
-    show_attention: bool,
-    show_alignment: bool,
-) -> None:
-    """Each hypothesis's chosen map (None where not kept) as a heatmap and / or its arg-max
-    alignment table."""
-    from attnlab.cli.inspect import alignment_renderable, alignment_rows
-
-    for rank, chosen in enumerate(maps, start=1):
-        if chosen is None:
-            continue
-        title = chosen.title if not detailed else f"hypothesis {rank}: {chosen.title}"
-        if show_attention:
-            _print_heatmap(
-                console,
-                chosen.matrix,
-                chosen.rows,
-                chosen.cols,
-                title,
-                chosen.normalisation,
-                chosen.selected,
-            )
-        if show_alignment:
-            table = alignment_rows(chosen.matrix, chosen.rows, chosen.cols)
-            console.print(alignment_renderable(table, f"alignment from {title}"))
-
-
-def _print_heatmap(
-    console: Any,
-    matrix: Any,
-    rows: list[str],
-    cols: list[str],
-    title: str,
-    normalisation: str = "softmax",
-    selected: Any = None,
-) -> None:
-    from attnlab.viz.heatmap import render_heatmap, render_plain_heatmap
-
-    kind = {"normalisation": normalisation, "selected": selected}
-    recording = getattr(console, "recording", None)  # --export: a TeeConsole
-    if recording is not None:  # the file shows what a colour terminal shows
-        width = recording.width
-        recording.print(render_heatmap(matrix, rows, cols, title=title, max_width=width, **kind))
-        console = console.console
-    # Without colours (a pipe, a file, NO_COLOR) cells would be blank: print the numbers.
-    if not console.is_terminal or console.no_color:
-        click.echo(render_plain_heatmap(matrix, rows, cols, title=title, **kind))
-        return
-    console.print(render_heatmap(matrix, rows, cols, title=title, max_width=console.width, **kind))
 
 
 COMMANDS = (eval_command, translate)

@@ -19,6 +19,8 @@ Layout of a run directory (and the module that owns each file)::
     RUN/checkpoints/step-<N>/             with train.keep_last = K > 0: model.safetensors +
                                           meta.json of the last save at step N, the K newest
                                           (``keep_step_checkpoint``; ``attnlab average``)
+    RUN/attention_history/                with train.attention_history > 0: index.json and
+                                          step-<8 digits>.safetensors maps (history)
 
 Modules, lowest first (each imports only those above it):
 
@@ -29,6 +31,7 @@ Modules, lowest first (each imports only those above it):
 - ``state``: trainer state for resume, and its checks against weights and config.
 - ``export``: one checkpoint as one ``.safetensors`` file.
 - ``listing``: the list of runs and each run's summary (never loads torch).
+- ``history``: the attention history, written at each evaluation and read back (no torch).
 
 A new file in the run directory goes in the module of its concern (a new per-run file:
 ``rundir``; a new file in a checkpoint: ``checkpoints`` to write it, ``loading`` to read it).

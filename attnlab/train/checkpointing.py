@@ -19,10 +19,11 @@ from typing import Any
 import torch
 
 from attnlab.evaluate import evaluate_split
-from attnlab.events import Checkpoint, Eval, Sample
+from attnlab.events import Checkpoint, Eval, Note, Sample
 from attnlab.interpret.average import keep_step_copy
 from attnlab.nn.archs import normalisations_of
 from attnlab.runs import jsonable, optimizer_to_tensors, require_run_dir, save_checkpoint
+from attnlab.train.attention_history import history_off_reason, record_attention_history
 from attnlab.train.schedules import best_eval_decision, metric_improved
 
 # Outcomes of an evaluation (rank 0's, shared with every rank under DDP).
@@ -151,10 +152,27 @@ class EvaluationAndCheckpoints:
         self.events.emit(evaluation)
         for sample in samples:
             self.events.emit(Sample.build(self.step, **sample))
+        self._record_attention_history(result)
         if improved:
             self._save("best")
         self._save("last")
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
+
+    def _record_attention_history(self, result: dict[str, Any]) -> None:
+        """train.attention_history: this evaluation's snapshot of the fixed dev sentences (the
+        weights the checkpoint saved now holds); a model with no weights to keep: one note."""
+        if self.config.train.attention_history <= 0:
+            return
+        reason = history_off_reason(self.config)
+        if reason is not None:
+            if not getattr(self, "_history_noted", False):
+                self._history_noted = True
+                self.events.emit(Note(self.step, message=reason))
+            return
+        require_run_dir(self.run_dir)  # deleted under us: one line, never re-created
+        record_attention_history(
+            self.model, self.dataset, self.config, self.device, self.run_dir, self.step, result
+        )
 
     def _save(self, tag: str) -> None:
         """Write a checkpoint, only of finite weights (else the last good one stays)."""
