@@ -207,3 +207,24 @@ async def test_unreadable_history_is_one_notice(runs: Path, history_api) -> None
             pilot, lambda: any("not valid JSON" in str(n.message) for n in app._notifications)
         )
         assert not view.in_history and app.is_running
+
+
+def _history_snapshot(runs: Path, snap_compare, size: tuple[int, int]) -> bool:
+    async def show(pilot) -> None:
+        view = await _open(pilot.app, pilot)
+        await pilot.press("y")
+        await until(pilot, lambda: view.in_history)
+        await pilot.press("left_square_bracket")  # step 20 of 10, 20, 30
+        await pilot.pause()
+
+    return snap_compare(
+        make_app(runs, config=lab_config("reverse-bahdanau")), terminal_size=size, run_before=show
+    )
+
+
+def test_history_mode_snapshot_80x24(runs: Path, snap_compare) -> None:
+    assert _history_snapshot(runs, snap_compare, (80, 24))
+
+
+def test_history_mode_snapshot_120x40(runs: Path, snap_compare) -> None:
+    assert _history_snapshot(runs, snap_compare, (120, 40))

@@ -82,9 +82,11 @@ class InspectView(InspectHistory, MapExport, Horizontal):
         Binding("H", "heads", "Heads", show=False),  # in the help and the palette
         Binding("c", "compare", "Compare", show=False),
         # history mode (attnlab.tui.views.inspect_history): the maps stored at each evaluation
-        Binding("y", "history", "History"),
-        Binding("left_square_bracket", "history_step(-1)", "Prev step", show=False),
-        Binding("right_square_bracket", "history_step(1)", "Next step", show=False),
+        # y out of the footer: at 80 columns it pushed ^q Quit off (listed in ? help); the
+        # step keys show in the footer in history mode only (InspectHistory.check_action)
+        Binding("y", "history", "History", show=False),
+        Binding("left_square_bracket", "history_step(-1)", "Prev step", key_display="["),
+        Binding("right_square_bracket", "history_step(1)", "Next step", key_display="]"),
         Binding("left_curly_bracket", "history_step(-1_000_000)", "First step", show=False),
         Binding("right_curly_bracket", "history_step(1_000_000)", "Last step", show=False),
         Binding("j", "history_sentence", "History sentence", show=False),

@@ -82,6 +82,12 @@ class InspectHistory:
     def in_history(self) -> bool:
         return self._history_saved is not None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The step and sentence keys act (and show in the footer) in history mode only."""
+        if action in ("history_step", "history_sentence"):
+            return self.in_history
+        return True
+
     def action_history(self) -> None:
         """Enter history mode (reading the run's history off the UI thread), or leave it."""
         if self.in_history:
@@ -142,6 +148,7 @@ class InspectHistory:
         self.history_index = len(message.frames) - 1  # open on the last stored step
         self.history_sentence = 0
         self.show_history_frame()
+        self.refresh_bindings()
 
     def show_history_frame(self) -> None:
         history, frame = self.history, self.history_frames[self.history_index]
@@ -175,9 +182,6 @@ class InspectHistory:
 
     def action_history_step(self, delta: int) -> None:
         if not self.in_history:
-            self.app.notify(
-                f"not in history mode: press y first ({HISTORY_HINT})", severity="warning"
-            )
             return
         last = len(self.history_frames) - 1
         index = min(max(self.history_index + delta, 0), last)  # bounds stop, no wrap
@@ -187,7 +191,6 @@ class InspectHistory:
 
     def action_history_sentence(self) -> None:
         if not self.in_history:
-            self.action_history_step(0)  # its one-line "press y first"
             return
         self.history_sentence = (self.history_sentence + 1) % len(self.history.sources)
         self.show_history_frame()
@@ -196,6 +199,7 @@ class InspectHistory:
         """Back to the normal Inspect view: what it showed before history mode."""
         saved, self._history_saved = self._history_saved, None
         self.history, self.history_frames = None, []
+        self.refresh_bindings()
         if saved is None:
             return
         for name, value in saved.items():
@@ -213,5 +217,7 @@ class InspectHistory:
 
     def forget_history(self) -> None:
         """A new decode or logged sample replaces the map: history mode ends silently."""
+        if self._history_saved is not None:
+            self.refresh_bindings()
         self._history_saved = None
         self.history, self.history_frames = None, []
