@@ -20,7 +20,7 @@ from textual.widgets import Static
 from attnlab.errors import AttnlabError
 from attnlab.tui.app import make_app
 from attnlab.tui.views.inspect import InspectView
-from attnlab.tui.views.inspect_history import slider
+from attnlab.tui.views.inspect_history import layer_text, score_text, slider
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 
 SOURCES = [["3", "1", "4"], ["2", "5"]]
@@ -131,6 +131,14 @@ def test_slider_marks_the_step() -> None:
     assert slider(2, 3) == "○──○──●"
     assert slider(0, 1) == "●"
     assert slider(99, 100).endswith("●") and slider(99, 100).count("○") == 14
+
+
+def test_header_texts() -> None:
+    assert score_text({"bleu": 12.34, "exact_match": 0.4}) == " · dev BLEU 12.3 · exact match 40%"
+    assert score_text({}) == ""
+    assert layer_text(None, "mean") == "RNN attention"
+    assert layer_text(-1, "mean") == "last layer, mean of heads"
+    assert layer_text(3, "mean") == "last layer (3), mean of heads"
 
 
 async def _open(app, pilot) -> InspectView:

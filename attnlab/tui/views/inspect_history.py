@@ -17,6 +17,7 @@ from textual import work
 from textual.message import Message
 
 from attnlab.attention_map import NORM_SOFTMAX
+from attnlab.tui.follow import exact_match_percent
 
 HISTORY_HINT = "set train.attention_history in the config to store it at each evaluation"
 SLIDER_MAX = 15  # stored steps drawn one mark each; more are drawn on a 15-mark scale
@@ -54,11 +55,8 @@ def score_text(scores: dict[str, float]) -> str:
     for key, label in (("bleu", "dev BLEU"), ("chrf", "chrF")):
         if key in scores:
             parts.append(f"{label} {scores[key]:.1f}")
-    for key in ("exact_match", "exact"):
-        if key in scores:
-            value = scores[key]
-            parts.append(f"exact match {value:.0%}" if value <= 1 else f"exact match {value:.1f}")
-            break
+    if "exact_match" in scores:  # logged as a fraction; shown as the Train plots show it
+        parts.append(f"exact match {exact_match_percent(scores['exact_match']):.0f}%")
     return "".join(f" · {p}" for p in parts)
 
 
@@ -66,7 +64,8 @@ def layer_text(layer: int | None, head: str) -> str:
     if layer is None:
         return "RNN attention"
     heads = "mean of heads" if head == "mean" else f"head {head}"
-    return f"last layer, {heads}" if layer == -1 else f"layer {layer}, {heads}"
+    # the trainer stores the last layer (its index, or -1)
+    return f"last layer, {heads}" if layer < 0 else f"last layer ({layer}), {heads}"
 
 
 class InspectHistory:
