@@ -203,16 +203,19 @@ async def test_run_without_history_says_how_to_enable_it(
 
 
 async def test_unreadable_history_is_one_notice(runs: Path, history_api) -> None:
-    if not hasattr(history_api, "store"):
-        pytest.skip("a damaged on-disk history is the history module's own test")
-    for entry in history_api.store.values():
-        entry["broken"] = True
+    if hasattr(history_api, "store"):
+        for entry in history_api.store.values():
+            entry["broken"] = True
+    else:  # the real module: a damaged index on disk
+        index = runs / "reverse-rnn-bahdanau-a" / "attention_history" / "index.json"
+        index.write_text("{", encoding="utf-8")
     app = make_app(runs, config=lab_config("reverse-bahdanau"))
     async with app.run_test(size=(120, 40)) as pilot:
         view = await _open(app, pilot)
         await pilot.press("y")
         await until(
-            pilot, lambda: any("not valid JSON" in str(n.message) for n in app._notifications)
+            pilot,
+            lambda: any(n.title == "History" and n.severity == "error" for n in app._notifications),
         )
         assert not view.in_history and app.is_running
 

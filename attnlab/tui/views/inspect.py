@@ -261,6 +261,7 @@ class InspectView(InspectHistory, MapExport, Horizontal):
         if run is Select.NULL or not run:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
             return
+        self.forget_history()  # a decode (or another run) replaces the history shown
         self._last_request = self._request()
         if not has_checkpoint(str(run)):
             # A run still training before its first eval: say so calmly, no error.

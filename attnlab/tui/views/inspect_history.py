@@ -16,7 +16,7 @@ import numpy as np
 from textual import work
 from textual.message import Message
 
-from attnlab.attention_map import NORM_SOFTMAX
+from attnlab.attention_map import NORM_SOFTMAX, target_rows
 from attnlab.tui.follow import exact_match_percent
 
 HISTORY_HINT = "set train.attention_history in the config to store it at each evaluation"
@@ -129,6 +129,8 @@ class InspectHistory:
         self.app.notify(message.error, title="History", severity="error")
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
+        if message.run_dir != self._shown_run():  # the user chose another run meanwhile
+            return
         if not message.frames:
             self.on_history_missing(HistoryMissing(message.run_dir))
             return
@@ -157,7 +159,9 @@ class InspectHistory:
         # the view's own map fields: the heatmap, cursor, bars and diagnostics work unchanged
         self.result, self.gold = None, None
         self.maps = {"cross": weights[None, None]}
-        self.labels = {"cross": (hyp[: weights.shape[0]], src)}
+        # a stored map has one row per token; a row beyond them can only be </s>'s
+        rows = target_rows(hyp, finished=weights.shape[0] > len(hyp))
+        self.labels = {"cross": (rows[: weights.shape[0]], src)}
         self.normalisations = {"cross": NORM_SOFTMAX}
         self.selected = {}
         self.step_row = None
