@@ -51,6 +51,9 @@ one.
   e           export the map shown to RUN/figures/*.svg and *.html (as `translate --export`)
   H           heads: layer × head importance and the pruning curve (c stops it, Esc closes)
   c           compare: this sentence through a second run (both maps, A − B, JS, AER)
+  y           history mode: the cross-attention stored at each evaluation \
+(train.attention_history); y again leaves it
+  [ / ]       history: previous / next stored step ({ / } first / last); j next sentence
 
 [b]Runs[/b]     Space marks runs to compare (BLEU, BLEU by length, cross-attention entropy; \
 below 90 columns e switches the third panel between bars and entropy).

@@ -32,6 +32,7 @@ from attnlab.attention_map import (
 )
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
 from attnlab.tui.views.inspect_export import MapExport, MapExported  # noqa: F401 - re-export
+from attnlab.tui.views.inspect_history import InspectHistory
 from attnlab.tui.views.inspect_text import (  # noqa: F401 - fit_pair: re-exported for tests
     HEAD_AVERAGE,
     KIND_AXES,
@@ -66,7 +67,7 @@ def is_attribution(kind: str | None) -> bool:
     return kind in METHOD_CYCLE[1:]
 
 
-class InspectView(MapExport, Horizontal):
+class InspectView(InspectHistory, MapExport, Horizontal):
     BINDINGS = [
         Binding("d", "decode", "Decode"),
         # Grouped so that n/b and k/l fit the footer at 80 columns.
@@ -80,6 +81,15 @@ class InspectView(MapExport, Horizontal):
         Binding("e", "export_map", "SVG"),
         Binding("H", "heads", "Heads", show=False),  # in the help and the palette
         Binding("c", "compare", "Compare", show=False),
+        # history mode (attnlab.tui.views.inspect_history): the maps stored at each evaluation
+        # y out of the footer: at 80 columns it pushed ^q Quit off (listed in ? help); the
+        # step keys show in the footer in history mode only (InspectHistory.check_action)
+        Binding("y", "history", "History", show=False),
+        Binding("left_square_bracket", "history_step(-1)", "Prev step", key_display="["),
+        Binding("right_square_bracket", "history_step(1)", "Next step", key_display="]"),
+        Binding("left_curly_bracket", "history_step(-1_000_000)", "First step", show=False),
+        Binding("right_curly_bracket", "history_step(1_000_000)", "Last step", show=False),
+        Binding("j", "history_sentence", "History sentence", show=False),
     ]
 
     def __init__(self, runs_dir: Path, *, id: str | None = None):
@@ -251,6 +261,7 @@ class InspectView(MapExport, Horizontal):
         if run is Select.NULL or not run:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
             return
+        self.forget_history()  # a decode (or another run) replaces the history shown
         self._last_request = self._request()
         if not has_checkpoint(str(run)):
             # A run still training before its first eval: say so calmly, no error.
@@ -305,6 +316,7 @@ class InspectView(MapExport, Horizontal):
 
     @on(InspectReady)
     def _ready(self, message: InspectReady) -> None:
+        self.forget_history()
         result = message.result
         self.result = result
         self.gold = result.gold
@@ -350,6 +362,7 @@ class InspectView(MapExport, Horizontal):
 
     def show_logged_sample(self, run_dir: Path, sample: Any) -> None:
         """A sample from the trainer's events: its cross-attention, no model needed."""
+        self.forget_history()
         self.result = None
         self.gold = None
         # The run menu names the run whose sample is shown.
