@@ -219,7 +219,9 @@ def test_enospc_during_training_ends_the_run_with_an_io_error_event(
     errors = [e for e in events if e["type"] == "error"]
     assert len(errors) == 1 and errors[0]["kind"] == "io"
     assert "No space left on device" in errors[0]["message"]
-    assert str(run_dir / "checkpoints") in errors[0]["message"]
+    # the first write after the disk fills is step 3's attention snapshot (written after the
+    # checkpoints, so they are whole): the error names that file
+    assert str(run_dir / "attention_history" / "step-00000003") in errors[0]["message"]
     assert events[-1]["type"] == "done" and events[-1]["reason"] == "error"
     assert load_checkpoint(run_dir / "checkpoints" / "last").step == 3
     assert _scratch(run_dir) == []

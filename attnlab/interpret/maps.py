@@ -14,6 +14,7 @@ from typing import Any
 
 from attnlab.attention_map import BOS_LABEL, MODEL_KEYS, AttentionMap, axes_text, target_rows
 from attnlab.errors import AttnlabError
+from attnlab.interpret.where import map_where
 
 ROLES = MODEL_KEYS  # --role word -> the model's attentions key
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
@@ -165,24 +166,6 @@ def map_of(
         inputs = [BOS_LABEL, *tokens]
         labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation, selected)
     return labelled.select(layer, head).fitted()
-
-
-def map_where(
-    method: str, layer: int, n_layers: int, head: int | None = None, n_heads: int = 1
-) -> str:
-    """Which layer and head a cross-attention figure shows, as every title says it:
-    ``layer 1/2, head average`` (0-based layer of n), or ``all layers and heads``."""
-    if method in ("rollout", "relevancy"):
-        return "all layers and heads"
-    # norm sums the heads inside the norm (‖Σ_h α_h f_h(x)‖), gradient averages them
-    every = "heads summed in ‖·‖" if method == "norm" else "head average"
-    which = every if head is None else f"head {head}/{n_heads}"
-    return f"layer {layer}/{n_layers}, {which}"
-
-
-def cross_layers(config: Any) -> int:
-    """How many cross-attention layers a model has (an RNN decoder has one attention)."""
-    return int(config.model.dec_layers) if config.model.arch == "transformer" else 1
 
 
 def method_map(

@@ -146,7 +146,7 @@ def _side(
     from attnlab.decode.search import decode_batch
     from attnlab.interpret.alignment import aer, argmax_links, gold_from_positions
     from attnlab.interpret.attribution import explain
-    from attnlab.interpret.maps import cross_layers, map_where
+    from attnlab.interpret.where import cross_layers, map_where
 
     model = loaded.model
     src_tokens = (

@@ -152,10 +152,11 @@ class EvaluationAndCheckpoints:
         self.events.emit(evaluation)
         for sample in samples:
             self.events.emit(Sample.build(self.step, **sample))
-        self._record_attention_history(result)
         if improved:
             self._save("best")
         self._save("last")
+        # after the checkpoints: a full disk loses a snapshot, never the weights
+        self._record_attention_history(result)
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
 
     def _record_attention_history(self, result: dict[str, Any]) -> None:
