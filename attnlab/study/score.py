@@ -24,26 +24,16 @@ def score_path(run_dir: Path) -> Path:
     return Path(run_dir) / SCORE_FILE
 
 
-def score_run(run_dir: Path, split: str, checkpoint: str, device: str = "cpu") -> dict[str, Any]:
-    """Evaluate ``RUN/checkpoints/<checkpoint>`` (best falls back to last, as ``attnlab eval
-    RUN`` does) on ``split`` and write the score file; returns what it wrote."""
+def split_scores(loaded: Any, split: str, device: Any) -> dict[str, Any]:
+    """``attnlab eval``'s scores of a loaded model on ``split``, with every sentence kept
+    (hypotheses, references, exact-match flags) for the paired tests."""
     from attnlab.evaluate import evaluate_split
     from attnlab.nn.archs import normalisations_of
-    from attnlab.runs import (
-        atomic_write_json,
-        checkpoint_dir,
-        jsonable,
-        load_checkpoint,
-        load_checkpoint_data,
-    )
+    from attnlab.runs import load_checkpoint_data
 
-    run_dir = Path(run_dir)
-    target = checkpoint_dir(run_dir, checkpoint)
-    loaded = load_checkpoint(target if target.exists() else run_dir, device=device)
-    dataset = load_checkpoint_data(loaded)
     result = evaluate_split(
         loaded.model,
-        dataset,
+        load_checkpoint_data(loaded),
         split,
         loaded.config.decode,
         device=device,
@@ -51,6 +41,23 @@ def score_run(run_dir: Path, split: str, checkpoint: str, device: str = "cpu") -
         keep_sentences=True,
     )
     result.pop("samples", None)
+    return result
+
+
+def score_run(run_dir: Path, split: str, checkpoint: str, device: str = "cpu") -> dict[str, Any]:
+    """Evaluate ``RUN/checkpoints/<checkpoint>`` (best falls back to last, as ``attnlab eval
+    RUN`` does) on ``split`` and write the score file; returns what it wrote."""
+    from attnlab.runs import (
+        atomic_write_json,
+        checkpoint_dir,
+        jsonable,
+        load_checkpoint,
+    )
+
+    run_dir = Path(run_dir)
+    target = checkpoint_dir(run_dir, checkpoint)
+    loaded = load_checkpoint(target if target.exists() else run_dir, device=device)
+    result = split_scores(loaded, split, device)
     score = {
         "version": SCORE_VERSION,
         "run": run_dir.name,

@@ -11,28 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.errors import AttnlabError
+from attnlab.study.score import split_scores
 
 BOOTSTRAP_RESAMPLES = 1000
 RANDOMIZATION_TRIALS = 10000
 SEED = 12345
-
-
-def _scores(loaded: Any, split: str, device: Any) -> dict[str, Any]:
-    from attnlab.evaluate import evaluate_split
-    from attnlab.nn.archs import normalisations_of
-    from attnlab.runs import load_checkpoint_data
-
-    result = evaluate_split(
-        loaded.model,
-        load_checkpoint_data(loaded),
-        split,
-        loaded.config.decode,
-        device=device,
-        normalisations=normalisations_of(loaded.config),
-        keep_sentences=True,
-    )
-    result.pop("samples", None)
-    return result
 
 
 def paired_report(
@@ -56,7 +39,7 @@ def paired_report(
     reason = incomparable_reason(a.dataset_meta, b.dataset_meta)
     if reason:
         raise AttnlabError(f"--significance: {a.path} and {b.path} cannot be compared: {reason}")
-    score_a, score_b = _scores(a, split, device), _scores(b, split, device)
+    score_a, score_b = split_scores(a, split, device), split_scores(b, split, device)
     sent_a, sent_b = score_a["sentences"], score_b["sentences"]
     if sent_a["refs"] != sent_b["refs"]:
         raise AttnlabError(
