@@ -39,7 +39,10 @@ instead exports RUN to CTranslate2 at float32 and at int8 and times, side by sid
 attnlab's batched greedy / beam 5 against CTranslate2's on the run's own test sentences (its
 tokenizer and vocabularies; the same step budgets, the same batch sizes, ``--threads`` for
 both): sentences/s, BLEU (sacrebleu on detokenised text, as ``attnlab eval``), and the share
-of sentences whose tokens equal attnlab's, with the largest score difference among them.
+of sentences whose tokens equal attnlab's, with the largest score difference among them;
+then every sentence where float32 differs, with both engines' log-probs (a tie within
+rounding, or which search found the likelier hypothesis), and CTranslate2's
+``return_attention`` against attnlab's teacher-forced map (``--attention-sentences``).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/decode_speed.py --ctranslate2 runs/m30k-tf
 """
@@ -295,16 +298,16 @@ def ctranslate2_comparison(args: argparse.Namespace) -> None:
     import dataclasses
     import tempfile
 
-    from attnlab.data.dataset import load_dataset
-    from attnlab.evaluate import corpus_bleu, with_checkpoint_vocabularies
+    from attnlab.evaluate import corpus_bleu
     from attnlab.exporters.ctranslate2 import load_ct2_model, save_ctranslate2, translate_tokens
     from attnlab.runs import load_checkpoint
+    from attnlab.runs.loading import load_checkpoint_data
 
     loaded = load_checkpoint(Path(args.ctranslate2))
     data = loaded.config.data
     if args.corpus:
         data = dataclasses.replace(data, path=args.corpus)
-    dataset = with_checkpoint_vocabularies(load_dataset(data), loaded)
+    dataset = load_checkpoint_data(loaded, data)
     test = dataset.splits.test[: args.sentences]
     sources = [list(e.src_tokens) for e in test]
     source_ids = [dataset.src_vocab.encode(t) for t in sources]
@@ -374,7 +377,72 @@ def ctranslate2_comparison(args: argparse.Namespace) -> None:
             f"| {corpus_bleu(text, refs)[0].score:.2f} "
             f"| {100 * len(same) / len(test):.1f}% | {max(same, default=0.0):.2e} |"
         )
+    for search in configs:
+        _explain_differences(
+            search, outputs[f"attnlab batched {search}"], outputs[f"CTranslate2 float32 {search}"]
+        )
+    _attention_parity(model, dataset, source_ids, sources, scratch / "float32", args)
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+TIE = 1e-4  # score gaps up to this are float32 rounding of equal-probability hypotheses
+
+
+def _explain_differences(
+    search: str, ours: list[tuple[list[str], float]], theirs: list[tuple[list[str], float]]
+) -> None:
+    """Each sentence where CTranslate2 float32 and attnlab differ, with both log-probs.
+
+    Both scores are log P of the engine's own hypothesis under the same weights, so they
+    say which search found the likelier translation, or that the two tie within rounding.
+    """
+    diffs = [(i, a, b) for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a[0] != b[0]]
+    print(f"\n### {search}: {len(diffs)} of {len(ours)} sentences differ (float32)")
+    for i, (tokens, score), (their_tokens, their_score) in diffs:
+        gap = their_score - score
+        if abs(gap) <= TIE:
+            why = f"a tie within float32 rounding (|gap| {abs(gap):.1e})"
+        elif gap > 0:
+            why = f"CTranslate2's is likelier by {gap:.3g} (attnlab's search missed it)"
+        else:
+            why = f"attnlab's is likelier by {-gap:.3g} (CTranslate2's search missed it)"
+        print(
+            f"- sentence {i}: attnlab {' '.join(tokens)!r} ({score:.4f}) · CTranslate2 "
+            f"{' '.join(their_tokens)!r} ({their_score:.4f}): {why}"
+        )
+
+
+def _attention_parity(
+    model: Seq2Seq,
+    dataset: Any,
+    source_ids: list[list[int]],
+    sources: list[list[str]],
+    model_dir: Path,
+    args: argparse.Namespace,
+) -> None:
+    """CTranslate2's return_attention (float32 greedy, untimed) against attnlab's
+    teacher-forced map of the same hypothesis: last decoder layer, head average."""
+    from attnlab.exporters.ctranslate2 import load_ct2_model, translate_tokens
+
+    count = min(len(sources), args.attention_sentences)
+    ct2_model = load_ct2_model(model_dir, "float32", threads=args.threads)
+    found = translate_tokens(ct2_model, sources[:count], 1, return_attention=True)
+    largest, checked = 0.0, 0
+    for src_ids, translation in zip(source_ids, found, strict=False):
+        if not translation.tokens or translation.attention is None:
+            continue
+        tgt_ids = dataset.tgt_vocab.encode(translation.tokens)
+        src = torch.tensor([src_ids])
+        with torch.no_grad():
+            out = model(src, src != PAD_ID, torch.tensor([[BOS_ID, *tgt_ids]]), need_weights=True)
+        ours = out.attentions["cross"][0, -1, :, : len(tgt_ids)].mean(0)  # [T, S]
+        theirs = torch.tensor(translation.attention)
+        largest = max(largest, float((ours - theirs).abs().max()))
+        checked += 1
+    print(
+        f"\nreturn_attention (float32 greedy, first {count} sentences, {checked} non-empty): "
+        f"largest |CTranslate2 - attnlab| weight {largest:.2e} (last layer, head average)"
+    )
 
 
 def main() -> None:
@@ -411,6 +479,12 @@ def main() -> None:
         "--ctranslate2",
         metavar="RUN",
         help="compare attnlab with its CTranslate2 export (float32, int8) on RUN's test set",
+    )
+    parser.add_argument(
+        "--attention-sentences",
+        type=int,
+        default=200,
+        help="with --ctranslate2: sentences whose return_attention is checked (untimed)",
     )
     parser.add_argument(
         "--corpus", help="with --ctranslate2: the corpus directory, if not RUN's data.path"

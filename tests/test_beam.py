@@ -237,12 +237,16 @@ def test_real_model_beam_alone_equals_batched(arch):
     assert [g.tokens for g in greedy] == [n[0].tokens for n in one]
 
 
-def reference_beam(model, src: list[int], beams: int, steps: int, alpha: float = 0.0):
+def reference_beam(
+    model, src: list[int], beams: int, steps: int, alpha: float = 0.0, k_finished: bool = False
+):
     """One sentence, Python lists, every one of the K·V candidates ranked each step.
 
     The same rules as beam_search (top 2K candidates; a </s> in the top K finishes, the best
-    K that do not end refill the beam; stop when K have finished or at the budget), written
-    without batching, without the two-stage top-k and without early stopping.
+    K that do not end refill the beam; stop at the budget, and with alpha != 0 when K have
+    finished; with alpha = 0 when the best finished one scores at least the best live beam,
+    CTranslate2's rule; ``k_finished`` forces the K-finished rule), written without batching
+    and without the two-stage top-k.
     Returns (tokens, score, finished) of the best hypothesis, in float64: the best finished
     one, or when none finished the best one cut by the budget.
     """
@@ -266,7 +270,10 @@ def reference_beam(model, src: list[int], beams: int, steps: int, alpha: float =
         live = [(tokens, score, state) for score, tokens, state in cands if tokens[-1] != EOS_ID][
             :beams
         ]
-        if len(finished) >= beams:
+        if alpha != 0.0 or k_finished:
+            if len(finished) >= beams:
+                break
+        elif finished and (not live or max(f[1] for f in finished) >= live[0][1]):
             break
     if finished:
         return (*max(finished, key=lambda f: f[1]), True)
@@ -291,6 +298,53 @@ def test_beam_equals_a_reference_that_ranks_every_candidate(beams, alpha, chunk,
         tokens, score, finished = reference_beam(model, sentence, beams, 12, alpha)
         assert (best.tokens, best.finished) == (tokens, finished)
         assert best.score == pytest.approx(score, abs=1e-4)
+
+
+class PrefixTableModel(HashModel):
+    """P(next token | prefix) from a table; tokens a row does not list get e^-40 (vocab 6)."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]]) -> None:
+        super().__init__(vocab=6)
+        self.table = table
+
+    def start_state(self, enc):
+        return {"prefix": torch.zeros(enc.states.size(0), 0, dtype=torch.long)}
+
+    def step(self, prev_tokens, state, enc, need_weights=False):
+        prefix = state["prefix"]
+        if prefix.size(1) or bool((prev_tokens != BOS_ID).any()):
+            prefix = torch.cat([prefix, prev_tokens[:, None]], dim=1)
+        logits = torch.full((prefix.size(0), 6), -40.0)
+        for row, key in enumerate(map(tuple, prefix.tolist())):
+            for token, p in self.table.get(key, {}).items():
+                logits[row, token] = math.log(p)
+        return logits, {"prefix": prefix}, None
+
+
+def test_without_penalties_beam_does_not_stop_at_k_finished_while_a_live_beam_leads():
+    """K = 2. Step 0 finishes </s> (0.3) and keeps "4" (0.5) and "5" (0.2); step 1 finishes
+    "5 </s>" (0.2·0.99): two finished, fairseq's rule would stop and return the empty
+    hypothesis (log 0.3), while "4 4" (0.5·0.99) is still live and ends at step 2 with
+    log(0.5·0.99·0.99) > log 0.3. Without penalties the search goes on until no live beam can
+    win (CTranslate2's rule) and returns "4 4"; with a length penalty it keeps the K rule."""
+    table = {
+        (): {4: 0.5, EOS_ID: 0.3, 5: 0.2},
+        (4,): {4: 0.99, EOS_ID: 0.005, 5: 0.005},
+        (5,): {EOS_ID: 0.99, 4: 0.005, 5: 0.005},
+        (4, 4): {EOS_ID: 0.99, 4: 0.005, 5: 0.005},
+    }
+    model = PrefixTableModel(table)
+    src, mask = pad_batch([[5, 6]])
+    ((best, *_),) = beam_search(model, src, mask, DecodeConfig(beam=2), torch.full((1,), 6))
+    assert (best.tokens, best.finished) == ([4, 4], True)
+    assert best.log_prob == pytest.approx(math.log(0.5 * 0.99 * 0.99), abs=1e-5)
+    assert reference_beam(model, [5, 6], 2, 6)[0] == [4, 4]
+    assert reference_beam(model, [5, 6], 2, 6, k_finished=True)[0] == []  # the rule it replaces
+    alpha = 1e-3  # a penalty too small to change the ranking, large enough to keep the K rule
+    ((penalised, *_),) = beam_search(
+        model, src, mask, DecodeConfig(beam=2, alpha=alpha), torch.full((1,), 6)
+    )
+    assert penalised.tokens == []
 
 
 def reference_diverse_beam(model, src, beams, groups, diversity, steps, alpha=0.0, beta=0.0):

@@ -14,11 +14,15 @@ groups of K/G; groups are expanded one after another within a step, and group g 
 (Hamming diversity); scores keep the true log-probability. With G = 1 it is plain beam.
 
 Finished hypotheses are ranked by s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y)
-(see attnlab.decode.penalties). A sentence stops when its step budget is spent, when every
-group has found K/G finished hypotheses (K for plain beam), or when no live beam can still
-beat its n-th best finished one (live log-probs only fall; lp(Y) is largest at the budget;
-cp <= 0). Hypotheses cut by the budget are returned unfinished, ranked after every finished
-one.
+(see attnlab.decode.penalties). A sentence stops when its step budget is spent or when no
+live beam can still beat its n-th best finished one (live log-probs only fall; lp(Y) is
+largest at the budget; cp <= 0). With penalties (alpha or beta != 0) or diverse groups it
+also stops once every group has found K/G finished hypotheses (K for plain beam), the rule
+of fairseq and of CTranslate2 with penalties: there the bound is loose and the search would
+otherwise run to the budget. Without penalties the score is log P and the bound is exact,
+so plain beam search does not stop at K finished while a live beam still scores higher
+(CTranslate2's rule without penalties: it stops when its best candidate is finished).
+Hypotheses cut by the budget are returned unfinished, ranked after every finished one.
 """
 
 from __future__ import annotations
@@ -133,6 +137,8 @@ def beam_search(
     pool = Pool.empty(batch, beams, device)
     n_finished = torch.zeros(batch, groups, dtype=torch.long, device=device)  # per group
     lp_at_budget = length_penalty(budget, alpha, cfg.length_norm)  # [B] the largest lp reachable
+    # Stopping at K finished is only needed where the bound below is loose (see the docstring).
+    stop_at_k_finished = alpha != 0.0 or beta != 0.0 or groups > 1
 
     # Back-pointers per step, in the row numbering of the next step's input.
     hist_token: list[Tensor] = []
@@ -252,8 +258,9 @@ def beam_search(
         best_live = new_scores.max(dim=1).values.double()  # [A]
         bound = best_live / lp_at_budget[active]  # no continuation can score above this
         nth = pool.score[active, nbest - 1].masked_fill(~pool.finished[active, nbest - 1], NEG_INF)
-        groups_full = (n_finished[active] >= group_size).all(dim=1)  # every group found its Kg
-        done = at_budget | ~torch.isfinite(best_live) | groups_full | (bound <= nth)
+        done = at_budget | ~torch.isfinite(best_live) | (bound <= nth)
+        if stop_at_k_finished:
+            done |= (n_finished[active] >= group_size).all(dim=1)  # every group found its Kg
 
         if bool(done.all()):
             hist_token.append(new_tokens_flat[:0])
