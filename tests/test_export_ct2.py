@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -470,3 +472,36 @@ def test_an_rnn_run_is_refused_on_the_command_line(tmp_path, tiny_config):
     if HAS_CT2:  # without it, the first line says how to install it
         assert result.output.startswith("error: model.arch=rnn: ")
     assert result.output.count("\n") == 1
+
+
+# -- the benchmark that measures parity and speed ------------------------------------------
+
+
+@needs_ct2
+def test_decode_speed_benchmark_reports_parity_differences_and_attention(
+    saved_transformer_run, monkeypatch, capsys
+):
+    """benchmarks/decode_speed.py --ctranslate2 on a saved run: every search gets a row, each
+    float32 difference is listed with both log-probs, and return_attention is checked."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import decode_speed
+
+    run, _ = saved_transformer_run
+    argv = ["decode_speed.py", "--ctranslate2", str(run), "--sentences", "40", "--rounds", "1"]
+    argv += ["--threads", "1", "--attention-sentences", "12"]
+    monkeypatch.setattr(sys, "argv", argv)
+    decode_speed.main()
+    out = capsys.readouterr().out
+    rows = dict(re.findall(r"^\| ((?:attnlab|CTranslate2) [^|]+?) \| (.+) \|$", out, re.M))
+    engines = ("attnlab batched", "CTranslate2 float32", "CTranslate2 int8")
+    assert set(rows) == {f"{e} {s}" for e in engines for s in ("greedy", "beam 5")}
+    for search in ("greedy", "beam 5"):
+        same = float(rows[f"CTranslate2 float32 {search}"].split("|")[2].strip().rstrip("%"))
+        (differ,) = re.findall(rf"^### {search}: (\d+) of 40 sentences differ", out, re.M)
+        assert same == pytest.approx(100 * (40 - int(differ)) / 40, abs=0.05)
+        assert same >= MIN_AGREEMENT * 100
+    assert out.count("- sentence ") == sum(
+        int(n) for n in re.findall(r"^### .*: (\d+) of 40", out, re.M)
+    )
+    (gap,) = re.findall(r"first 12 sentences, \d+ non-empty\): largest .* weight (\S+)", out)
+    assert float(gap) <= ATTENTION_TOL
