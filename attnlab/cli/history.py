@@ -139,6 +139,10 @@ def _echo(console: Any, text: str) -> None:
         click.echo(text)
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _print_steps(console: Any, history: Any) -> None:
     from rich.table import Table
 
@@ -146,14 +150,16 @@ def _print_steps(console: Any, history: Any) -> None:
 
     _echo(
         console,
-        f"attention history: {len(history.steps)} stored steps of {len(history.sources)} "
-        f"dev sentences; cross-attention: {layer_text(history.layer, history.head)}",
+        f"attention history: {plural(len(history.steps), 'stored step')} of "
+        f"{plural(len(history.sources), 'dev sentence')}; "
+        f"cross-attention: {layer_text(history.layer, history.head)}",
     )
     table = Table()
     keys = [k for k, _ in LABEL_SCORES if any(k in s for s in history.scores)]
     table.add_column("step", justify="right")
     for key in keys:
-        table.add_column(dict(LABEL_SCORES)[key], justify="right")
+        name = dict(LABEL_SCORES)[key]
+        table.add_column(f"{name} %" if key == "exact_match" else name, justify="right")
     for step, scores in zip(history.steps, history.scores, strict=True):
         cells = [
             fmt(scores[k] * 100, 1) if k == "exact_match" and k in scores else fmt(scores.get(k))
