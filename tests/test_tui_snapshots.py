@@ -138,3 +138,16 @@ def test_export_screen_lab_80x24(lab, snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(lab, terminal_size=SMALL, run_before=export)
+
+
+def test_export_screen_ctranslate2_lab_120x40(lab, snap_compare) -> None:
+    """CTranslate2 picked: the weights menu shows, the default path is a directory."""
+
+    async def export(pilot) -> None:
+        await _ready(pilot)
+        await pilot.press("5")
+        await pilot.pause()
+        pilot.app.query_one("#export-format").value = "ctranslate2"
+        await pilot.pause()
+
+    assert snap_compare(lab, terminal_size=(120, 40), run_before=export)

@@ -11,8 +11,6 @@ import click
 
 from attnlab.errors import AttnlabError
 
-# Weight types ``--quantization`` offers (CTranslate2 converts to more; the engine takes them).
-QUANTIZATIONS = ("int8", "int8_float32", "float16", "bfloat16")
 # The decoding flags CTranslate2's search reads; every other one is attnlab's own search.
 CT2_DECODE_KEYS = ("beam", "max_len_ratio", "batch_size")
 

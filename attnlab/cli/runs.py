@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from attnlab.cli.common import Choice, compact, fmt, rich_console
-from attnlab.cli.ct2 import QUANTIZATIONS, export_ct2
+from attnlab.cli.ct2 import export_ct2
 from attnlab.errors import AttnlabError
+from attnlab.exporters.ct2_check import OFFERED_QUANTIZATIONS as QUANTIZATIONS
 
 
 @click.command()

@@ -20,6 +20,9 @@ ACTIVATIONS = ("relu", "gelu")
 NORMS = ("pre", "post")
 POSITIONS = ("sinusoidal", "learned", "none", "rotary")
 RELATIVE = "relative"
+# Weight types the CLI (--quantization) and the lab offer; CTranslate2 converts to more, and
+# attnlab.exporters.ctranslate2 accepts them all.
+OFFERED_QUANTIZATIONS = ("int8", "int8_float32", "float16", "bfloat16")
 
 _WHY_NOT = {
     "alibi": "CTranslate2 has ALiBi only in decoder-only models, not in an encoder–decoder",

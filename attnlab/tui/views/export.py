@@ -1,4 +1,5 @@
-"""Export: write one self-contained ``.safetensors`` bundle and show how to use it."""
+"""Export: write a self-contained ``.safetensors`` bundle, or a CTranslate2 model directory
+(docs/export.md), and show the command that uses it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
+from attnlab.exporters.ct2_check import OFFERED_QUANTIZATIONS
 from attnlab.tui.help import ConfirmScreen
 from attnlab.tui.views.run_select import refresh_run_select
 
@@ -27,9 +29,15 @@ class ExportFailed(Message):
     error: str
 
 
-def translate_command(bundle: Path, example: str = "") -> str:
-    """The ``attnlab translate`` line that uses an exported bundle."""
+SAFETENSORS, CTRANSLATE2 = "safetensors", "ctranslate2"
+FLOAT32 = "float32"  # CTranslate2 export without --quantization
+
+
+def translate_command(bundle: Path, example: str = "", export_format: str = SAFETENSORS) -> str:
+    """The ``attnlab translate`` line that uses an exported bundle (or CTranslate2 directory)."""
     text = f" {shlex.quote(example)}" if example else ""
+    if export_format == CTRANSLATE2:
+        return f"attnlab translate --engine ctranslate2 {shlex.quote(str(bundle))}{text}"
     return f"attnlab translate {shlex.quote(str(bundle))}{text} --show-attention"
 
 
@@ -44,8 +52,9 @@ class ExportView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(
-            "Write a checkpoint bundle: weights + config, vocabularies/tokenizers and metrics "
-            "as JSON metadata, loadable with plain safetensors.",
+            "safetensors: one file of weights + config, vocabularies/tokenizers and metrics, "
+            "for attnlab (plain safetensors loads it). CTranslate2: a model directory a "
+            "Transformer serves from in production (docs/export.md).",
             id="export-help",
         )
         with Horizontal(classes="field"):
@@ -58,6 +67,24 @@ class ExportView(Vertical):
                 value="best",
                 allow_blank=False,
                 id="export-which",
+                compact=True,
+            )
+        with Horizontal(classes="field"):
+            yield Label("format", classes="field-label")
+            yield Select(
+                [("safetensors (attnlab)", SAFETENSORS), ("CTranslate2", CTRANSLATE2)],
+                value=SAFETENSORS,
+                allow_blank=False,
+                id="export-format",
+                compact=True,
+            )
+        with Horizontal(classes="field", id="export-weights-field"):
+            yield Label("weights", classes="field-label")
+            yield Select(
+                [(FLOAT32, FLOAT32), *((q, q) for q in OFFERED_QUANTIZATIONS)],
+                value=FLOAT32,
+                allow_blank=False,
+                id="export-weights",
                 compact=True,
             )
         with Horizontal(classes="field"):
@@ -74,6 +101,7 @@ class ExportView(Vertical):
     def on_mount(self) -> None:
         self.refresh_runs()
         self.query_one("#export-use").display = False
+        self.query_one("#export-weights-field").display = False
 
     def on_show(self) -> None:
         self.refresh_runs()
@@ -83,16 +111,27 @@ class ExportView(Vertical):
             self.query_one("#export-run", Select), self.runs_dir, self._run_paths
         )
 
+    @property
+    def export_format(self) -> str:
+        return str(self.query_one("#export-format", Select).value)
+
     @on(Select.Changed, "#export-run")
     @on(Select.Changed, "#export-which")
+    @on(Select.Changed, "#export-format")
     def _source_changed(self) -> None:
-        """The path follows the chosen run and checkpoint, unless the user typed their own."""
+        """The path follows the chosen run, checkpoint and format, unless the user typed
+        their own; the weights menu is CTranslate2's only."""
+        ct2 = self.export_format == CTRANSLATE2
+        self.query_one("#export-weights-field").display = ct2
+        self.query_one("#export-path", Input).placeholder = (
+            "model-ct2/ (a directory)" if ct2 else "model.safetensors"
+        )
         run = self.query_one("#export-run", Select).value
         path_input = self.query_one("#export-path", Input)
         if run is Select.NULL or path_input.value.strip() not in ("", self._auto_path):
             return
         which = str(self.query_one("#export-which", Select).value)
-        self._auto_path = default_export_path(Path(str(run)), which)
+        self._auto_path = default_export_path(Path(str(run)), which, self.export_format)
         path_input.value = self._auto_path
         self.query_one("#export-result", Static).update("")  # a result names the previous run
 
@@ -102,11 +141,17 @@ class ExportView(Vertical):
         run = self.query_one("#export-run", Select).value
         out = self.query_one("#export-path", Input).value.strip()
         if run is Select.NULL or not out:
-            self.app.notify("choose a run and a file name ending in .safetensors", severity="error")
+            where = (
+                "a directory to write"
+                if self.export_format == CTRANSLATE2
+                else "a file name ending in .safetensors"
+            )
+            self.app.notify(f"choose a run and {where}", severity="error")
             return
         which = str(self.query_one("#export-which", Select).value)
         target = Path(out)
-        if not target.exists():
+        # An empty directory is no loss (the CTranslate2 export writes into one without --force).
+        if not target.exists() or (target.is_dir() and not any(target.iterdir())):
             self._start(Path(str(run)), target, which)
             return
 
@@ -128,23 +173,40 @@ class ExportView(Vertical):
 
     def _start(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
         self.query_one("#export-result", Static).update("exporting …")
-        self.write_bundle(run_dir, out, which, force)
+        weights = str(self.query_one("#export-weights", Select).value)
+        quantization = None if weights == FLOAT32 else weights
+        self.write_bundle(run_dir, out, which, force, self.export_format, quantization)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export")
-    def write_bundle(self, run_dir: Path, out: Path, which: str, force: bool = False) -> None:
+    def write_bundle(
+        self,
+        run_dir: Path,
+        out: Path,
+        which: str,
+        force: bool = False,
+        export_format: str = SAFETENSORS,
+        quantization: str | None = None,
+    ) -> None:
         from attnlab.errors import AttnlabError
-        from attnlab.runs import export_checkpoint
 
         try:
             # Without force the engine refuses a file that appeared since the check above.
-            path = export_checkpoint(run_dir, out, which, force=force)
-        except AttnlabError as err:
+            if export_format == CTRANSLATE2:
+                from attnlab.exporters.ctranslate2 import export_ctranslate2
+
+                path = export_ctranslate2(run_dir, out, quantization, which=which, force=force)
+            else:
+                from attnlab.runs import export_checkpoint
+
+                path = export_checkpoint(run_dir, out, which, force=force)
+        except AttnlabError as err:  # a refusal (RNN, a variant CTranslate2 lacks) is one line
             self.post_message(ExportFailed(str(err)))
             return
         except OSError as err:
             self.post_message(ExportFailed(f"{out}: {err.strerror or err}"))
             return
-        self.post_message(ExportDone(path, translate_command(path, _example(run_dir))))
+        command = translate_command(path, _example(run_dir), export_format)
+        self.post_message(ExportDone(path, command))
 
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:
@@ -170,11 +232,13 @@ class ExportView(Vertical):
         self.app.notify(message.error, title="Export", severity="error")
 
 
-def default_export_path(run_dir: Path, which: str) -> str:
-    """``exports/<run>-<checkpoint>.safetensors`` (the CLI's default too)."""
+def default_export_path(run_dir: Path, which: str, export_format: str = SAFETENSORS) -> str:
+    """``exports/<run>-<checkpoint>.safetensors`` (the CLI's default too), or for CTranslate2
+    the directory ``exports/<run>-<checkpoint>-ct2``."""
     from attnlab.runs import default_export_path
 
-    return str(default_export_path(run_dir, which))
+    path = default_export_path(run_dir, which)
+    return str(path.with_name(f"{path.stem}-ct2") if export_format == CTRANSLATE2 else path)
 
 
 def _example(run_dir: Path) -> str:
