@@ -50,13 +50,13 @@ def slider(index: int, count: int) -> str:
 
 
 def score_text(scores: dict[str, float]) -> str:
-    """`` · dev BLEU 12.3 · exact match 40%`` from an evaluation's scores (what it has)."""
+    """`` · dev BLEU 12.3 · exact 40%`` (exact match) from an evaluation's scores (what it has)."""
     parts = []
-    # BLEU and exact match, as the Train plots: with chrF the header is cut at 80 columns
+    # BLEU and exact match, as the Train plots, in words short enough for 80 columns
     if "bleu" in scores:
         parts.append(f"dev BLEU {scores['bleu']:.1f}")
     if "exact_match" in scores:  # logged as a fraction; shown as the Train plots show it
-        parts.append(f"exact match {exact_match_percent(scores['exact_match']):.0f}%")
+        parts.append(f"exact {exact_match_percent(scores['exact_match']):.0f}%")
     return "".join(f" · {p}" for p in parts)
 
 
@@ -176,7 +176,7 @@ class InspectHistory:
         count = len(self.history_frames)
         sentence = min(self.history_sentence, len(history.sources) - 1)
         return (
-            f"[b]history[/] step {frame.step} / {history.steps[-1]}{score_text(frame.scores)}"
+            f"[b]history[/] step {frame.step}/{history.steps[-1]}{score_text(frame.scores)}"
             f" · {layer_text(history.layer, history.head)}\n"
             f"{slider(self.history_index, count)}  {self.history_index + 1}/{count} · "
             f"sentence {sentence + 1}/{len(history.sources)}: "
