@@ -1,6 +1,6 @@
 """No import circles in the package: every import counts, module-level and function-level.
 
-The graph is read from the source (attnlab._importgraph), so a circle closed only inside a
+The graph is read from the source (tests/_importgraph.py), so a circle closed only inside a
 function (``def validate(): from attnlab.nn import ...``) is found too.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from attnlab._importgraph import cycles, import_graph
+from _importgraph import cycles, import_graph
 
 
 def test_the_package_has_no_import_cycles():

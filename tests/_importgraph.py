@@ -4,7 +4,7 @@ Every ``import`` / ``from ... import`` counts, wherever it sits: at module level
 function, under ``if TYPE_CHECKING``. A function-level import still closes a circle (the
 modules cannot be understood or moved apart), so the layering check treats it like any other.
 
-Run ``python -m attnlab._importgraph`` to print the cycles (strongly connected components).
+Run ``python tests/_importgraph.py`` to print the cycles (strongly connected components).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ PACKAGE = "attnlab"
 
 def module_files(root: Path | None = None) -> dict[str, Path]:
     """Map each module name in the package to its file."""
-    root = root or Path(__file__).resolve().parent
+    root = root or Path(__file__).resolve().parent.parent / PACKAGE
     found: dict[str, Path] = {}
     for path in sorted(root.rglob("*.py")):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
