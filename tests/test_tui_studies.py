@@ -121,3 +121,43 @@ def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_co
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=show)
+
+
+async def test_a_broken_study_clears_the_previous_studys_table_and_plot(tmp_path: Path) -> None:
+    """Issue #43 item 9: the error showed above the previous study's plot."""
+    import os
+
+    good = _study(tmp_path / "runs")
+    broken = tmp_path / "runs" / "studies" / "broken"
+    broken.mkdir()
+    (broken / "study.json").write_text(json.dumps({"name": "broken", "cells": "none"}))
+    os.utime(broken / "study.json", (1, 1))  # older: the good study is shown first
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None and view.current == good)
+        plot = view.query_one("#study-curves")
+        assert plot.series
+        view.show_study(broken)
+        await until(pilot, lambda: view.table is None)
+        await pilot.pause()
+        assert plot.series == []
+        shown = str(view.query_one("#study-table").render())
+        assert "not a study record" in shown
+        assert str(view.query_one("#study-notes").render()) == ""
+
+
+async def test_the_studies_tab_notes_an_unusable_score_file(tmp_path: Path) -> None:
+    directory = _study(tmp_path / "runs")
+    path = directory / "better-s1" / "study-score.json"
+    path.write_text("{broken", encoding="utf-8")
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None)
+        notes = view.shown[1].plain
+        assert f"{path}: invalid JSON" in notes and "a rerun" in notes

@@ -266,7 +266,7 @@ def _print_table(directory: Path, kind: str, randomization: bool = False) -> Non
             curve.add_row(*cells)
         console.print(curve)
     for note in table.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for failure in table.failures:
         console.print(
             f"failed: {failure['run']}: {failure.get('error') or failure['status']}",
