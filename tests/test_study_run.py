@@ -304,3 +304,29 @@ def test_outcome_writes_from_many_threads_keep_every_run(tmp_path: Path) -> None
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: record_outcome(tmp_path, n, "scored", ""), names))
     assert sorted(read_outcomes(tmp_path)) == sorted(names)
+
+
+def test_a_tiny_tuned_study_end_to_end(tmp_path: Path) -> None:
+    """2 candidates × 1 cell, one tune seed and one study seed: 3 real tiny runs."""
+    path = _study_file(
+        tmp_path,
+        '[grid]\n"model.attention" = ["bahdanau"]\n'
+        '[tune]\n"train.lr" = [1e-3, 3e-2]\nselect = "loss"\ntune_seeds = 1\n',
+        seeds=1,
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "study tiny: 1 cells × 1 seeds + 2 tuning runs = 3 runs"
+    directory = out / "tiny"
+    scores = [read_score(directory / "tune" / f"bahdanau-c{i}-s10001") for i in (1, 2)]
+    assert all(s is not None and s["split"] == "dev" for s in scores)
+    best = min((0, 1), key=lambda i: (scores[i]["loss"], i))  # loss: lower is better
+    data = json.loads(CliRunner().invoke(cli, ["study", "show", str(directory), "--json"]).output)
+    tune = data["rows"][0]["tune"]
+    assert tune["chosen"] == {"train.lr": [1e-3, 3e-2][best]} and tune["edge"] is True
+    main = read_score(directory / "bahdanau-s1")
+    assert main is not None and main["split"] == "test"
+    again = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert summarize_run(directory / "bahdanau-s1").status == "finished"
