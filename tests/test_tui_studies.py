@@ -161,3 +161,59 @@ async def test_the_studies_tab_notes_an_unusable_score_file(tmp_path: Path) -> N
         await until(pilot, lambda: view.table is not None)
         notes = view.shown[1].plain
         assert f"{path}: invalid JSON" in notes and "a rerun" in notes
+
+
+def _tuned_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from test_study_tune import FakeChildren, _file
+
+    from attnlab.study import task as task_module
+    from attnlab.study.runner import run_study
+
+    monkeypatch.setattr(task_module, "_run_child", FakeChildren())
+    _, directory = run_study(load_study(_file(tmp_path)), tmp_path / "runs" / "studies", workers=1)
+    monkeypatch.undo()
+    return directory
+
+
+async def test_the_studies_tab_shows_the_chosen_setting_and_the_tuning_curve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tuned_study(tmp_path, monkeypatch)
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None)
+        from rich.console import Console
+
+        def text(renderable) -> str:
+            console = Console(width=100, record=True)
+            console.print(renderable)
+            return console.export_text()
+
+        shown = text(view.shown[0])
+        assert "lr=1e-3" in shown and "lr=1e-2 ◂" in shown  # the chosen setting per cell
+        assert view.query_one("#study-tune").display
+        first = text(view.tune_shown)
+        assert "bahdanau: tuning on dev" in first and "lr=1e-4" in first
+        await pilot.press("n", "n")
+        assert view.highlighted_cell == "none"
+        second = text(view.tune_shown)
+        assert "none: tuning on dev" in second and "widen the grid" in second
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_tuned_study_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
+    _tuned_study(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+
+    async def show(pilot) -> None:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=show)

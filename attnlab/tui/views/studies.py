@@ -147,6 +147,7 @@ class StudiesView(Vertical):
         self.curves: list[Any] = []
         self.highlighted_cell: str | None = None
         self.shown: tuple[Any, Any] = (None, None)  # (table, notes) as last drawn
+        self.tune_shown: Table | None = None  # the highlighted cell's tuning curve
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -240,6 +241,7 @@ class StudiesView(Vertical):
     def _show_tune(self) -> None:
         widget = self.query_one("#study-tune", Static)
         tune = tune_renderable(self.table, self.highlighted_cell) if self.table else None
+        self.tune_shown = tune
         widget.display = tune is not None
         widget.update(tune if tune is not None else "")
 
