@@ -338,3 +338,8 @@ def test_grid_cells_are_named_by_their_values_as_written(tmp_path: Path) -> None
 def test_an_inline_grid_falls_back_to_the_values(tmp_path: Path) -> None:
     path = _write(tmp_path, BASE + 'grid = { "train.lr" = [3e-4] }\n')
     assert [c.name for c in load_study(path).cells] == ["0.0003"]
+
+
+def test_named_cells_alone_make_no_grid_cell(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[[cells]]\nname = "a"\nset = ["model.hidden=16"]\n')
+    assert [c.name for c in load_study(path).cells] == ["a"]

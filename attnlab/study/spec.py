@@ -233,6 +233,8 @@ def _grid_axes(path: Path, grid: Any) -> list[tuple[str, list[Any]]]:
 def _grid_cells(axes: list[tuple[str, list[Any]]], written: dict[str, list[str]]) -> list[Cell]:
     """The cartesian product, each cell named by its values as written in the file (``3e-4``),
     joined by "_" across axes (alibi, reverse_alibi)."""
+    if not axes:
+        return []
     labels = [written.get(key) or [_toml_text(v) for v in values] for key, values in axes]
     cells = []
     for combo in itertools.product(*(range(len(values)) for _, values in axes)):
