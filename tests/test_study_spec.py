@@ -170,6 +170,12 @@ def test_every_shipped_study_parses_and_builds_every_cell(path: Path) -> None:
     study = load_study(path, extra=TINY_OVERRIDES[:0])
     assert len(study.seeds) >= 3
     assert study.baseline in [c.name for c in study.cells]
+    # Loading checks each grid value once; here every shipped cell (and candidate) is built.
+    candidates = study.tune.candidates() if study.tune else [()]
+    for cell in study.cells:
+        for combo in candidates:
+            chosen = study.tune.overrides(combo) if study.tune else ()
+            study.config_of(cell, study.seeds[0], chosen)
 
 
 def test_workers_default_to_cores_over_threads(monkeypatch: pytest.MonkeyPatch) -> None:
