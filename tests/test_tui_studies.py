@@ -107,11 +107,8 @@ async def test_setup_s_writes_a_study_file_and_starts_the_runner(
         assert app.query_one("#tabs").active == "studies"
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
-def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
-    monkeypatch.chdir(tmp_path)
-    _study(Path("runs"))
-    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+def _studies_tab(app):
+    """Pilot steps: the Studies tab with its first study's table loaded."""
 
     async def show(pilot) -> None:
         await ready(app, pilot)
@@ -120,7 +117,15 @@ def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_co
         await until(pilot, lambda: view.table is not None)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=size, run_before=show)
+    return show
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
+    monkeypatch.chdir(tmp_path)
+    _study(Path("runs"))
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+    assert snap_compare(app, terminal_size=size, run_before=_studies_tab(app))
 
 
 async def test_a_broken_study_clears_the_previous_studys_table_and_plot(tmp_path: Path) -> None:
@@ -155,11 +160,8 @@ async def test_the_studies_tab_notes_an_unusable_score_file(tmp_path: Path) -> N
     path.write_text("{broken", encoding="utf-8")
     app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
-        await ready(app, pilot)
-        await pilot.press("6")
-        view = app.query_one(StudiesView)
-        await until(pilot, lambda: view.table is not None)
-        notes = view.shown[1].plain
+        await _studies_tab(app)(pilot)
+        notes = app.query_one(StudiesView).shown[1].plain
         assert f"{path}: invalid JSON" in notes and "a rerun" in notes
 
 
@@ -181,10 +183,8 @@ async def test_the_studies_tab_shows_the_chosen_setting_and_the_tuning_curve(
     _tuned_study(tmp_path, monkeypatch)
     app = make_app(tmp_path / "runs", config=lab_config())
     async with app.run_test(size=(120, 40)) as pilot:
-        await ready(app, pilot)
-        await pilot.press("6")
+        await _studies_tab(app)(pilot)
         view = app.query_one(StudiesView)
-        await until(pilot, lambda: view.table is not None)
         from rich.console import Console
 
         def text(renderable) -> str:
@@ -208,12 +208,4 @@ def test_tuned_study_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sna
     _tuned_study(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
-
-    async def show(pilot) -> None:
-        await ready(app, pilot)
-        await pilot.press("6")
-        view = app.query_one(StudiesView)
-        await until(pilot, lambda: view.table is not None)
-        await pilot.pause()
-
-    assert snap_compare(app, terminal_size=size, run_before=show)
+    assert snap_compare(app, terminal_size=size, run_before=_studies_tab(app))
