@@ -126,6 +126,7 @@ def test_a_tune_table_is_read_with_its_seeds_and_checked(tmp_path: Path) -> None
         ('[tune]\nselect = "bleu"\n', "no key to tune"),
         ('[tune]\n"train.lr" = []\nselect = "bleu"\n', "tune.train.lr: expected a non-empty"),
         ('[tune]\n"train.lrr" = [1e-3]\nselect = "bleu"\n', "tune: lrr=1e-3"),
+        ('[tune]\n"model.attention" = ["none"]\nselect = "bleu"\n', "also set by the cells"),
     ]
     for text, message in bad:
         with pytest.raises(AttnlabError, match=message):

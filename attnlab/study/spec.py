@@ -320,6 +320,18 @@ def parse_study(
             else {},
             lambda key, message: _fail(path, key, message),
         )
+    if tuned is not None:
+        # A tuned key that a cell also sets would be overwritten by the candidate, silently.
+        cell_keys = {key for key, _ in axes} | {
+            _override_key(o) for cell in named for o in cell.overrides
+        }
+        clash = sorted(set(tuned.keys) & cell_keys)
+        if clash:
+            raise _fail(
+                path,
+                f"tune.{clash[0]}",
+                "also set by the cells ([grid] or [[cells]]); a key is either the cells' or tuned",
+            )
     # Counted before any cell is built or checked: a huge grid is refused in one line.
     n_cells = grid_size + len(named)
     runs = n_cells * (len(study_seeds) + (tuned.runs_per_cell if tuned else 0))
