@@ -333,3 +333,14 @@ def test_three_seeds_in_range_give_no_note(study_dir: Path) -> None:
     table = load_table(study_dir)
     assert table.notes == []
     assert not any(m.out_of_range for row in table.rows for m in row.metrics.values())
+
+
+def test_a_run_interrupted_before_it_saved_is_not_listed_as_failed(study_dir: Path) -> None:
+    """Issue #43 item 10: killed by Ctrl+C while starting, its run reads as "error"."""
+    (study_dir / "outcomes.json").write_text(
+        json.dumps({"broken-s1": {"state": "interrupted", "error": "interrupted; rerun"}})
+    )
+    table = load_table(study_dir)
+    assert table.failures == []
+    broken = {row.name: row for row in table.rows}["broken"]
+    assert "broken-s1 (error)" in broken.missing

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -353,8 +354,7 @@ def parse_study(
     for cell in named:
         _refuse_seed(path, f"cell {cell.name}", [_override_key(o) for o in cell.overrides])
     names = [c.name for c in cells]
-    seen: set[str] = set()
-    twice = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
         raise _fail(path, "cells", f"two cells are named {twice[0]!r}; cell names are unique")
     metrics = raw.get("metrics", list(DEFAULT_METRICS))

@@ -429,7 +429,9 @@ def load_table(directory: Path, randomization: bool = False) -> StudyTable:
         rows.append(row)
         for run, why in missing:
             outcome = outcomes.get(run, {})
-            if why == "error" or outcome.get("state") == "failed":
+            state = outcome.get("state")
+            # A run killed by Ctrl+C before it saved reads as "error"; its outcome says better.
+            if state == "failed" or (why == "error" and state not in ("interrupted", "skipped")):
                 failures.append({"run": run, "status": why, "error": outcome.get("error", "")})
     for metric in metrics:
         _compare(metric, rows, scores, randomization=randomization)
