@@ -239,10 +239,7 @@ def _grid_cells(axes: list[tuple[str, list[Any]]], written: dict[str, list[str]]
     labels = [written.get(key) or [_toml_text(v) for v in values] for key, values in axes]
     cells = []
     for combo in itertools.product(*(range(len(values)) for _, values in axes)):
-        texts = [
-            (key, _toml_text(axes[a][1][i]))
-            for a, ((key, _), i) in enumerate(zip(axes, combo, strict=True))
-        ]
+        texts = [(key, _toml_text(values[i])) for (key, values), i in zip(axes, combo, strict=True)]
         overrides = tuple(f"{key}={text}" for key, text in texts)
         label = "_".join(labels[a][i] or "empty" for a, i in enumerate(combo))
         cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides, tuple(texts)))
@@ -337,7 +334,7 @@ def parse_study(
     n_cells = grid_size + len(named)
     runs = n_cells * (len(study_seeds) + (tuned.runs_per_cell if tuned else 0))
     if on_count is not None:
-        on_count(str(raw.get("name", safe_name(path.stem))), n_cells, len(study_seeds), runs)
+        on_count(name, n_cells, len(study_seeds), runs)
     if runs > max_runs:
         raise _fail(
             path,
