@@ -130,7 +130,7 @@ class StudiesView(Vertical):
     StudiesView #study-body { width: 1fr; height: 1fr; }
     StudiesView #study-table { height: auto; }
     StudiesView #study-notes { height: auto; }
-    StudiesView #study-tune { height: auto; }
+    StudiesView #study-tune { height: auto; display: none; }
     StudiesView #study-curves { height: 12; min-height: 8; }
     StudiesView #studies-empty { color: $text-muted; padding: 1; }
     """
