@@ -16,6 +16,7 @@ from _tiny import TINY_OVERRIDES
 from click.testing import CliRunner
 
 from attnlab.cli import cli
+from attnlab.errors import AttnlabError
 from attnlab.runs import summarize_run
 from attnlab.study.runner import read_outcomes, run_study
 from attnlab.study.score import read_score
@@ -222,3 +223,110 @@ def test_a_dask_worker_that_dies_mid_run_is_reported_and_leaves_a_resumable_run(
     )
     result, _ = run_study(again, tmp_path / "out", workers=1)
     assert [o.state for o in result.outcomes] == ["scored"]
+
+
+def _task(tmp_path: Path, name: str = "a-s1"):
+    from attnlab.study.task import RunTask
+
+    return RunTask(str(tmp_path / "study"), name, "a", 1, "reverse-bahdanau", (), "test", "best")
+
+
+def test_a_lock_race_is_skipped_never_failed(tmp_path: Path, monkeypatch) -> None:
+    """Issue #43 item 6: a child refused because another process trains the run."""
+    from attnlab.study import task as task_module
+
+    refusal = (
+        f"error: {tmp_path}/study/a-s1 is being trained by pid 4242; wait for it to end or "
+        "stop it (a run directory has one trainer at a time)"
+    )
+    monkeypatch.setattr(
+        task_module, "_run_child", lambda argv, env, children: (2, task_module.error_line(refusal))
+    )
+    outcome = task_module.execute(_task(tmp_path))
+    assert outcome.state == "skipped", outcome
+    assert "lock" in outcome.error
+
+
+def test_ctrl_c_reaching_a_child_that_is_still_starting_is_interrupted(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Issue #43 item 10: it was recorded as failed (training exited with code -9)."""
+    from attnlab.study import task as task_module
+
+    children = task_module.Children()
+
+    def starting_child(argv, env, kids):
+        kids.interrupt()  # Ctrl+C arrives while the child imports; a second one kills it
+        return -9, ""
+
+    monkeypatch.setattr(task_module, "_run_child", starting_child)
+    outcome = task_module.execute(_task(tmp_path), children)
+    assert outcome.state == "interrupted", outcome
+    assert "rerun" in outcome.error
+
+
+def test_a_second_runner_of_a_running_study_is_refused_naming_its_pid(tmp_path: Path) -> None:
+    path = _study_file(tmp_path, GRID, seeds=1)
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from attnlab.study.lock import lock_study\n"
+            "lock = lock_study(sys.argv[1])\nprint('locked', flush=True)\ntime.sleep(60)\n",
+            str(out / "tiny"),
+        ],
+        stdout=subprocess.PIPE,
+        env=_env(),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+        result = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"pid {holder.pid}" in errors[0], result.output
+        assert "already running" in errors[0]
+        with pytest.raises(AttnlabError, match=f"pid {holder.pid}"):
+            run_study(load_study(path), out)  # the engine refuses too, before any run
+        assert not (out / "tiny" / "bahdanau-s1").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_outcome_writes_from_many_threads_keep_every_run(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from attnlab.study.outcomes import record_outcome
+
+    names = [f"r{i}" for i in range(40)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: record_outcome(tmp_path, n, "scored", ""), names))
+    assert sorted(read_outcomes(tmp_path)) == sorted(names)
+
+
+def test_a_tiny_tuned_study_end_to_end(tmp_path: Path) -> None:
+    """2 candidates × 1 cell, one tune seed and one study seed: 3 real tiny runs."""
+    path = _study_file(
+        tmp_path,
+        '[grid]\n"model.attention" = ["bahdanau"]\n'
+        '[tune]\n"train.lr" = [1e-3, 3e-2]\nselect = "loss"\ntune_seeds = 1\n',
+        seeds=1,
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "study tiny: 1 cells × 1 seeds + 2 tuning runs = 3 runs"
+    directory = out / "tiny"
+    scores = [read_score(directory / "tune" / f"bahdanau-c{i}-s10001") for i in (1, 2)]
+    assert all(s is not None and s["split"] == "dev" for s in scores)
+    best = min((0, 1), key=lambda i: (scores[i]["loss"], i))  # loss: lower is better
+    data = json.loads(CliRunner().invoke(cli, ["study", "show", str(directory), "--json"]).output)
+    tune = data["rows"][0]["tune"]
+    assert tune["chosen"] == {"train.lr": [1e-3, 3e-2][best]} and tune["edge"] is True
+    main = read_score(directory / "bahdanau-s1")
+    assert main is not None and main["split"] == "test"
+    again = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert summarize_run(directory / "bahdanau-s1").status == "finished"

@@ -170,6 +170,12 @@ def test_every_shipped_study_parses_and_builds_every_cell(path: Path) -> None:
     study = load_study(path, extra=TINY_OVERRIDES[:0])
     assert len(study.seeds) >= 3
     assert study.baseline in [c.name for c in study.cells]
+    # Loading checks each grid value once; here every shipped cell (and candidate) is built.
+    candidates = study.tune.candidates() if study.tune else [()]
+    for cell in study.cells:
+        for combo in candidates:
+            chosen = study.tune.overrides(combo) if study.tune else ()
+            study.config_of(cell, study.seeds[0], chosen)
 
 
 def test_workers_default_to_cores_over_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,3 +237,115 @@ def test_a_rerun_with_other_settings_is_refused_before_anything_runs(tmp_path: P
     wider = load_study(path, extra=["train.max_steps=800", "model.hidden=32"])
     with pytest.raises(AttnlabError, match="none-s1: begun with model.hidden=.*model.hidden=32"):
         check_existing_runs(wider, directory)
+
+
+def test_a_huge_grid_is_counted_and_refused_in_one_line_before_any_cell_is_checked(
+    tmp_path: Path,
+) -> None:
+    """Issue #43 item 5: 2,999 × 1,000 cells ran past 60 s with no output."""
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    a = ", ".join(str(i) for i in range(1, 3000))
+    b = ", ".join(str(i) for i in range(1, 1001))
+    path = _write(tmp_path, BASE + f'[grid]\n"model.hidden" = [{a}]\n"model.emb" = [{b}]\n')
+    result = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "study s: 2999000 cells × 2 seeds = 5998000 runs"
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and "over the limit of 10000" in errors[0]
+    assert "--max-runs 5998000" in errors[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_max_runs_sets_the_limit(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[grid]\n"model.hidden" = [8, 16, 24]\n')  # 3 × 2 = 6 runs
+    with pytest.raises(AttnlabError, match=r"6 runs, over the limit of 5; .*--max-runs 6"):
+        load_study(path, max_runs=5)
+    counted: list[tuple] = []
+    study = load_study(path, max_runs=6, on_count=lambda *a: counted.append(a))
+    assert counted == [("s", 3, 2, 6)] and len(study.cells) == 3
+
+
+def test_the_count_comes_before_a_bad_cell_is_found(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[grid]\n"model.attention" = ["bahdanau", "nonsense"]\n')
+    counted: list[tuple] = []
+    with pytest.raises(AttnlabError, match="cell nonsense"):
+        load_study(path, on_count=lambda *a: counted.append(a))
+    assert counted == [("s", 2, 2, 4)]
+
+
+def test_checking_a_grid_builds_one_config_per_value_not_per_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 cells (10 × 10 × 10): the preset is read once and 1 + 3 × 9 cells are built (every
+    value of every axis once), so the check does not grow with the product of the axes."""
+    import attnlab.experiment as experiment
+
+    calls = {"apply": 0, "preset": 0}
+    apply, preset = experiment.apply_overrides, experiment.load_preset
+
+    def counting_apply(*args, **kwargs):
+        calls["apply"] += 1
+        return apply(*args, **kwargs)
+
+    def counting_preset(*args, **kwargs):
+        calls["preset"] += 1
+        return preset(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "apply_overrides", counting_apply)
+    monkeypatch.setattr(experiment, "load_preset", counting_preset)
+    values = ", ".join(str(8 * i) for i in range(1, 11))
+    path = _write(
+        tmp_path,
+        'preset = "reverse-bahdanau"\nseeds = 1\n[grid]\n'
+        f'"model.hidden" = [{values}]\n"model.emb" = [{values}]\n'
+        '"train.max_steps" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n',
+    )
+    study = load_study(path)
+    assert len(study.cells) == 1000
+    assert calls["preset"] == 1
+    assert calls["apply"] == 1 + (1 + 3 * 9)  # the study's set, then the star of the grid
+
+
+def test_a_value_off_the_first_row_of_the_other_axes_is_still_checked(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        BASE + '[grid]\n"model.hidden" = [8, 16]\n"model.attention" = ["bahdanau", "nonsense"]\n',
+    )
+    with pytest.raises(AttnlabError, match="cell 8_nonsense: "):
+        load_study(path)
+
+
+def test_grid_cells_are_named_by_their_values_as_written(tmp_path: Path) -> None:
+    """Issue #43 item 11: float cells were named 0.00030000000000000003."""
+    path = _write(
+        tmp_path,
+        BASE + "[grid]\n"
+        '"train.lr" = [  # learning rates\n  3e-4, 1.5E-3,\n  0.00030000000000000003,\n]\n'
+        '"model.attention" = ["bahdanau", \'none\']\n',
+    )
+    study = load_study(path)
+    assert [c.name for c in study.cells] == [
+        "3e-4_bahdanau",
+        "3e-4_none",
+        "1.5E-3_bahdanau",
+        "1.5E-3_none",
+        "0.00030000000000000003_bahdanau",
+        "0.00030000000000000003_none",
+    ]
+    # The override is the value itself (the config gets the same float either way).
+    assert study.cells[0].overrides == ("train.lr=0.0003", "model.attention=bahdanau")
+    assert study.config_of(study.cells[2], 1).train.lr == 1.5e-3
+
+
+def test_an_inline_grid_falls_back_to_the_values(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + 'grid = { "train.lr" = [3e-4] }\n')
+    assert [c.name for c in load_study(path).cells] == ["0.0003"]
+
+
+def test_named_cells_alone_make_no_grid_cell(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE + '[[cells]]\nname = "a"\nset = ["model.hidden=16"]\n')
+    assert [c.name for c in load_study(path).cells] == ["a"]

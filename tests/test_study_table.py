@@ -232,3 +232,115 @@ def test_show_prints_the_table_markdown_and_json(study_dir: Path) -> None:
     assert base["metrics"]["bleu"]["tests"] == []  # the baseline is not tested against itself
     bad = runner.invoke(cli, ["study", "show", str(study_dir / "nope")])
     assert bad.exit_code == 2 and "no such study directory" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda s: "{not json", "invalid JSON"),
+        (lambda s: json.dumps({**s, "bleu": float("nan")}), "bleu is nan"),
+        (lambda s: json.dumps({**s, "n": -3}), "n is -3"),
+    ],
+    ids=["corrupt", "nan", "negative-n"],
+)
+def test_an_unusable_score_file_is_named_with_its_reason(study_dir: Path, damage, reason) -> None:
+    """Issue #43 item 7: such a seed used to vanish from the table without a word."""
+    path = study_dir / "better-s2" / "study-score.json"
+    path.write_text(damage(json.loads(path.read_text())), encoding="utf-8")
+    runner = CliRunner()
+    text = runner.invoke(cli, ["study", "show", str(study_dir)], terminal_width=200)
+    assert text.exit_code == 0, text.output
+    notes = [line for line in text.output.splitlines() if str(path) in line]
+    assert len(notes) == 1 and reason in notes[0] and "a rerun" in notes[0], text.output
+    data = json.loads(runner.invoke(cli, ["study", "show", str(study_dir), "--json"]).output)
+    assert len(data["score_problems"]) == 1
+    problem = data["score_problems"][0]
+    assert problem["run"] == "better-s2" and problem["file"] == str(path)
+    assert reason in problem["reason"]
+    assert any(str(path) in note and "a rerun" in note for note in data["notes"])
+    better = next(row for row in data["rows"] if row["name"] == "better")
+    assert better["metrics"]["bleu"]["n"] == 2  # the damaged seed is not counted
+
+
+def test_a_rerun_scores_a_run_whose_score_file_is_unusable(tmp_path: Path, monkeypatch) -> None:
+    """The note's promise: execute scores such a run again (it never trusts the file)."""
+    from attnlab.study import task as task_module
+
+    run = tmp_path / "study" / "a-s1"
+    rng = random.Random(1)
+    _finished_run(run, _score(rng, 0.5))
+    (run / "study-score.json").write_text("{broken", encoding="utf-8")
+    calls = []
+
+    def fake_child(argv, env, children):
+        calls.append(argv)
+        (run / "study-score.json").write_text(json.dumps(_score(rng, 0.5)), encoding="utf-8")
+        return 0, ""
+
+    monkeypatch.setattr(task_module, "_run_child", fake_child)
+    spec = task_module.RunTask(str(tmp_path / "study"), "a-s1", "a", 1, "p", (), "test", "best")
+    outcome = task_module.execute(spec)
+    assert outcome.state == "scored" and not outcome.trained
+    assert len(calls) == 1 and "attnlab.study.score" in calls[0]
+
+
+def _two_seed_study(tmp_path: Path, bleus: dict[str, list[float]]) -> Path:
+    rng = random.Random(3)
+    directory = tmp_path / "few"
+    directory.mkdir()
+    seeds = [1, 2]
+    record = {
+        "name": "few",
+        "seeds": seeds,
+        "split": "test",
+        "checkpoint": "best",
+        "metrics": ["bleu", "exact_match"],
+        "baseline": "base",
+        "cells": [{"name": n, "set": [], "baseline": "base"} for n in bleus],
+    }
+    (directory / "study.json").write_text(json.dumps(record))
+    for name, values in bleus.items():
+        for seed, bleu in zip(seeds, values, strict=True):
+            _finished_run(directory / f"{name}-s{seed}", {**_score(rng, 0.5), "bleu": bleu})
+    return directory
+
+
+def test_few_seeds_are_noted_and_an_interval_outside_the_range_is_marked(tmp_path: Path) -> None:
+    """Issue #44 item 8: 2 seeds of 69.7 ± 71.8 BLEU spans [−2, 141]; equal seeds ± 0."""
+    directory = _two_seed_study(tmp_path, {"base": [50.0, 50.0], "wide": [18.9, 120.5 - 20]})
+    wide = [18.9, 100.5]
+    interval = scipy_stats.t.interval(
+        0.95, 1, loc=sum(wide) / 2, scale=scipy_stats.sem(wide)
+    )  # the reference: scipy's t interval over the two seeds
+    assert interval[0] < 0  # the interval leaves BLEU's [0, 100]
+    runner = CliRunner()
+    data = json.loads(runner.invoke(cli, ["study", "show", str(directory), "--json"]).output)
+    rows = {row["name"]: row for row in data["rows"]}
+    assert rows["wide"]["metrics"]["bleu"]["out_of_range"] is True
+    assert rows["wide"]["metrics"]["bleu"]["low"] == pytest.approx(interval[0])
+    assert rows["wide"]["metrics"]["bleu"]["range"] == [0.0, 100.0]
+    assert rows["base"]["metrics"]["bleu"]["out_of_range"] is False  # ± 0 stays in range
+    few = [note for note in data["notes"] if note.startswith("n < 3")]
+    assert len(few) == 1 and "base, wide" in few[0]
+    assert any("‡" in note and "wide BLEU [0, 100]" in note for note in data["notes"])
+    text = runner.invoke(cli, ["study", "show", str(directory)], terminal_width=200).output
+    assert "‡" in text and "note: n < 3" in text
+    md = runner.invoke(cli, ["study", "show", str(directory), "--markdown"]).output
+    assert "Note: n < 3" in md
+
+
+def test_three_seeds_in_range_give_no_note(study_dir: Path) -> None:
+    table = load_table(study_dir)
+    assert table.notes == []
+    assert not any(m.out_of_range for row in table.rows for m in row.metrics.values())
+
+
+def test_a_run_interrupted_before_it_saved_is_not_listed_as_failed(study_dir: Path) -> None:
+    """Issue #43 item 10: killed by Ctrl+C while starting, its run reads as "error"."""
+    (study_dir / "outcomes.json").write_text(
+        json.dumps({"broken-s1": {"state": "interrupted", "error": "interrupted; rerun"}})
+    )
+    table = load_table(study_dir)
+    assert table.failures == []
+    broken = {row.name: row for row in table.rows}["broken"]
+    assert "broken-s1 (error)" in broken.missing

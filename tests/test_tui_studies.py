@@ -107,11 +107,8 @@ async def test_setup_s_writes_a_study_file_and_starts_the_runner(
         assert app.query_one("#tabs").active == "studies"
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
-def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
-    monkeypatch.chdir(tmp_path)
-    _study(Path("runs"))
-    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+def _studies_tab(app):
+    """Pilot steps: the Studies tab with its first study's table loaded."""
 
     async def show(pilot) -> None:
         await ready(app, pilot)
@@ -120,4 +117,95 @@ def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_co
         await until(pilot, lambda: view.table is not None)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=size, run_before=show)
+    return show
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_studies_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
+    monkeypatch.chdir(tmp_path)
+    _study(Path("runs"))
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+    assert snap_compare(app, terminal_size=size, run_before=_studies_tab(app))
+
+
+async def test_a_broken_study_clears_the_previous_studys_table_and_plot(tmp_path: Path) -> None:
+    """Issue #43 item 9: the error showed above the previous study's plot."""
+    import os
+
+    good = _study(tmp_path / "runs")
+    broken = tmp_path / "runs" / "studies" / "broken"
+    broken.mkdir()
+    (broken / "study.json").write_text(json.dumps({"name": "broken", "cells": "none"}))
+    os.utime(broken / "study.json", (1, 1))  # older: the good study is shown first
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(StudiesView)
+        await until(pilot, lambda: view.table is not None and view.current == good)
+        plot = view.query_one("#study-curves")
+        assert plot.series
+        view.show_study(broken)
+        await until(pilot, lambda: view.table is None)
+        await pilot.pause()
+        assert plot.series == []
+        shown = str(view.query_one("#study-table").render())
+        assert "not a study record" in shown
+        assert str(view.query_one("#study-notes").render()) == ""
+
+
+async def test_the_studies_tab_notes_an_unusable_score_file(tmp_path: Path) -> None:
+    directory = _study(tmp_path / "runs")
+    path = directory / "better-s1" / "study-score.json"
+    path.write_text("{broken", encoding="utf-8")
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=SIZE) as pilot:
+        await _studies_tab(app)(pilot)
+        notes = app.query_one(StudiesView).shown[1].plain
+        assert f"{path}: invalid JSON" in notes and "a rerun" in notes
+
+
+def _tuned_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from test_study_tune import FakeChildren, _file
+
+    from attnlab.study import task as task_module
+    from attnlab.study.runner import run_study
+
+    monkeypatch.setattr(task_module, "_run_child", FakeChildren())
+    _, directory = run_study(load_study(_file(tmp_path)), tmp_path / "runs" / "studies", workers=1)
+    monkeypatch.undo()
+    return directory
+
+
+async def test_the_studies_tab_shows_the_chosen_setting_and_the_tuning_curve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tuned_study(tmp_path, monkeypatch)
+    app = make_app(tmp_path / "runs", config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _studies_tab(app)(pilot)
+        view = app.query_one(StudiesView)
+        from rich.console import Console
+
+        def text(renderable) -> str:
+            console = Console(width=100, record=True)
+            console.print(renderable)
+            return console.export_text()
+
+        shown = text(view.shown[0])
+        assert "lr=1e-3" in shown and "lr=1e-2 ◂" in shown  # the chosen setting per cell
+        assert view.query_one("#study-tune").display
+        first = text(view.tune_shown)
+        assert "bahdanau: tuning on dev" in first and "lr=1e-4" in first
+        await pilot.press("n", "n")
+        assert view.highlighted_cell == "none"
+        second = text(view.tune_shown)
+        assert "none: tuning on dev" in second and "widen the grid" in second
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_tuned_study_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare, size):
+    _tuned_study(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+    assert snap_compare(app, terminal_size=size, run_before=_studies_tab(app))

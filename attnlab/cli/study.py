@@ -52,6 +52,20 @@ def study() -> None:
 @click.option("--executor", type=EXECUTOR_CHOICE, default="local", show_default=True)
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="Dask scheduler address")
 @click.option("--device", default=None, help="every run's train.device (cpu, cuda, ...)")
+@click.option(
+    "--max-runs",
+    type=click.IntRange(1),
+    default=None,
+    help="refuse a study of more runs than this (default 10000)",
+)
+@click.option(
+    "--tune",
+    "tune_mode",
+    type=Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="off: ignore the file's [tune] and train every cell at the file's settings",
+)
 @click.pass_context
 def run_command(
     ctx: click.Context,
@@ -64,29 +78,48 @@ def run_command(
     executor: str,
     scheduler: str | None,
     device: str | None,
+    max_runs: int | None,
+    tune_mode: str,
 ) -> None:
     """Train and score every cell × seed of a study (a .toml file, or a name from studies/).
 
     A rerun skips scored runs and resumes interrupted ones; a failed run is recorded with its
     error and the study goes on; Ctrl+C stops every run, each resumable. Prints the table.
     """
-    from attnlab.study.runner import check_existing_runs, plan_workers, run_study, study_dir
-    from attnlab.study.spec import load_study
+    from attnlab.study.lock import check_study_free
+    from attnlab.study.runner import (
+        check_existing_runs,
+        plan_workers,
+        run_study,
+        study_dir,
+        total_runs,
+    )
+    from attnlab.study.spec import MAX_RUNS, load_study
 
-    spec = load_study(study_file, seeds=seeds, extra=overrides)
+    def counted(name: str, cells: int, seeds: int, runs: int) -> None:
+        # Printed before any cell is checked: a big grid says how big it is at once.
+        tuning = "" if runs == cells * seeds else f" + {runs - cells * seeds} tuning runs"
+        click.echo(f"study {name}: {cells} cells × {seeds} seeds{tuning} = {runs} runs")
+
+    spec = load_study(
+        study_file,
+        seeds=seeds,
+        extra=overrides,
+        max_runs=max_runs or MAX_RUNS,
+        on_count=counted,
+        tune=tune_mode == "on",
+    )
+    check_study_free(study_dir(spec, out))  # another runner of this study: one line, its pid
     check_existing_runs(spec, study_dir(spec, out))  # a refusal comes before the banner
     if executor == "local":
         workers, threads = plan_workers(workers, threads)
-    total = len(spec.cells) * len(spec.seeds)
+    total = total_runs(spec)
     where = (
         f"{workers} worker(s), {threads or 1} thread(s) each"
         if executor == "local"
         else (f"Dask scheduler {scheduler}")
     )
-    click.echo(
-        f"study {spec.name}: {len(spec.cells)} cells × {len(spec.seeds)} seeds = "
-        f"{total} runs in {out / spec.name} ({where})"
-    )
+    click.echo(f"  in {out / spec.name} ({where})")
     with _ProgressBar(total, workers or 1) as bar:
         result, directory = run_study(
             spec,
@@ -133,7 +166,7 @@ class _ProgressBar:
         return self
 
     def update(self, outcome: Any, progress: Any) -> None:
-        finished = progress.done + progress.failed + progress.interrupted
+        finished = progress.finished
         eta = progress.eta_s(self.workers)
         detail = f"failed {progress.failed}" + (f", ETA {_clock(eta)}" if eta is not None else "")
         if self._progress is not None:
@@ -182,6 +215,7 @@ def _print_table(directory: Path, kind: str, randomization: bool = False) -> Non
         p_value_columns,
         p_value_rows,
         stacked_rows,
+        tune_rows,
     )
     from attnlab.study.table import load_table
 
@@ -223,6 +257,16 @@ def _print_table(directory: Path, kind: str, randomization: bool = False) -> Non
         for cells in p_rows:
             tests.add_row(*cells)
         console.print(tests)
+    columns, body = tune_rows(table)
+    if body:
+        curve = Table(title=f"tuning on dev ({table.tune['select']}, mean ± 95 % t half-width)")
+        for i, column in enumerate(columns):
+            curve.add_column(column, justify="right" if i in (2, 3) else "left")
+        for cells in body:
+            curve.add_row(*cells)
+        console.print(curve)
+    for note in table.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for failure in table.failures:
         console.print(
             f"failed: {failure['run']}: {failure.get('error') or failure['status']}",

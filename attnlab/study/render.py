@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from attnlab.stats import format_p
-from attnlab.study.spec import METRICS
-from attnlab.study.table import ALPHA, MetricCell, StudyTable
+from attnlab.study.metrics import METRICS
+from attnlab.study.table import ALPHA, RANGE_MARK, MetricCell, StudyTable
+
+EDGE_MARK = "◂"  # a tuned choice on the edge of its grid
 
 
 def _digits(metric: str) -> int:
@@ -17,7 +19,8 @@ def interval_text(cell: MetricCell, digits: int) -> str:
         return "—"
     if cell.low is None or cell.high is None:
         return f"{cell.mean:.{digits}f}"
-    return f"{cell.mean:.{digits}f} ± {(cell.high - cell.low) / 2:.{digits}f}"
+    mark = RANGE_MARK if cell.out_of_range else ""
+    return f"{cell.mean:.{digits}f} ± {(cell.high - cell.low) / 2:.{digits}f}{mark}"
 
 
 def difference_text(cell: MetricCell, digits: int) -> str:
@@ -31,8 +34,18 @@ def difference_text(cell: MetricCell, digits: int) -> str:
     return f"{cell.difference:+.{digits}f}{marks}"
 
 
+def chosen_text(row: object) -> str:
+    """A tuned cell's chosen setting (``lr=3e-4 ◂`` on the grid's edge); ``…`` while tuning."""
+    tune = getattr(row, "tune", None)
+    if not tune:
+        return ""
+    if tune.get("chosen_label") is None:
+        return "tuning…"
+    return tune["chosen_label"] + (f" {EDGE_MARK}" if tune.get("edge") else "")
+
+
 def header(table: StudyTable) -> list[str]:
-    columns = ["cell", "n"]
+    columns = ["cell", "n"] + (["tuned"] if table.tune else [])
     for metric in table.metrics:
         label = METRICS[metric][0] if metric in METRICS else metric
         columns += [label, f"Δ {label}"]
@@ -46,7 +59,7 @@ def rows(table: StudyTable) -> list[list[str]]:
         cells = [
             row.name + (" (baseline)" if row.name == row.baseline else ""),
             f"{n}/{len(table.seeds)}",
-        ]
+        ] + ([chosen_text(row)] if table.tune else [])
         for metric in table.metrics:
             cell = row.metrics.get(metric)
             if cell is None:
@@ -143,6 +156,11 @@ def markdown(table: StudyTable) -> str:
             "",
             _markdown(p_value_columns(table), p_rows),
         ]
+    columns, body = tune_rows(table)
+    if body:
+        parts += ["", _markdown(columns, body)]
+    if table.notes:
+        parts += ["", *[f"Note: {note}" for note in table.notes]]
     if table.failures:
         parts += [
             "",
@@ -156,12 +174,46 @@ def markdown(table: StudyTable) -> str:
 def stacked_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
     """The main table for a terminal: each metric one column, the mean ± half-width over its
     Δ with marks (half the columns of ``rows``, so 80 columns hold three metrics)."""
-    columns = ["cell", "n"] + [METRICS[m][0] if m in METRICS else m for m in table.metrics]
+    lead = 3 if table.tune else 2
+    columns = header(table)[:lead] + [METRICS[m][0] if m in METRICS else m for m in table.metrics]
     out = []
     for cells in rows(table):
-        stacked = cells[:2]
+        stacked = cells[:lead]
         for i in range(len(table.metrics)):
-            value, delta = cells[2 + 2 * i], cells[3 + 2 * i]
+            value, delta = cells[lead + 2 * i], cells[lead + 1 + 2 * i]
             stacked.append(value + (f"\n{delta}" if delta else ""))
         out.append(stacked)
+    return columns, out
+
+
+def candidate_text(candidate: dict, digits: int) -> str:
+    """``0.912 ± 0.031`` over the tune seeds; ``—`` without a finite mean."""
+    mean, half = candidate.get("dev_mean"), candidate.get("dev_half_width")
+    if mean is None:
+        return "—"
+    return f"{mean:.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
+
+
+def tune_rows(table: StudyTable, cell: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """The tuning curve: per cell (or only ``cell``) each candidate's dev mean ± half-width
+    of the select metric over the tune seeds, the chosen one marked ✓ (◂ on the grid's
+    edge), failed tune runs counted."""
+    if not table.tune:
+        return [], []
+    select = str(table.tune.get("select", ""))
+    label = METRICS[select][0] if select in METRICS else select
+    digits = _digits(select)
+    columns = ["cell", "candidate", f"dev {label}", "n", "chosen"]
+    out = []
+    for row in table.rows:
+        if row.tune is None or (cell is not None and row.name != cell):
+            continue
+        for cand in row.tune["candidates"]:
+            mark = ""
+            if cand.get("chosen"):
+                mark = "✓" + (f" {EDGE_MARK} widen the grid" if row.tune.get("edge") else "")
+            n = str(cand.get("n", 0)) + (
+                f" ({len(cand['failed'])} failed)" if cand.get("failed") else ""
+            )
+            out.append([row.name, cand["label"], candidate_text(cand, digits), n, mark])
     return columns, out

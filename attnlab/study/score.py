@@ -81,29 +81,51 @@ def _inside(path: Path, parent: Path) -> bool:
 
 def read_score(run_dir: Path) -> dict[str, Any] | None:
     """A run's score file when it is complete and well-formed, else None (a damaged file is
-    scored again, never trusted)."""
+    scored again, never trusted; ``score_problem`` says why)."""
+    return _checked(run_dir)[0]
+
+
+def score_problem(run_dir: Path) -> str | None:
+    """Why a run's score file that exists cannot be used (corrupt, NaN, a negative n...), or
+    None when it is fine or absent."""
+    return _checked(run_dir)[1]
+
+
+def _checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     from attnlab.runs import read_json
 
     path = score_path(run_dir)
     if not path.is_file():
-        return None
+        return None, None
     try:
         score = read_json(path)
-    except AttnlabError:
-        return None
-    if not isinstance(score, dict) or score.get("version") != SCORE_VERSION:
-        return None
+    except AttnlabError as err:
+        return None, _reason(str(err), path)
+    if not isinstance(score, dict):
+        return None, "not a JSON object"
+    if score.get("version") != SCORE_VERSION:
+        return None, f"version {score.get('version')!r}, expected {SCORE_VERSION}"
     sentences = score.get("sentences")
     if not isinstance(sentences, dict):
-        return None
+        return None, "no sentences"
     lists = [sentences.get(key) for key in ("hyps", "refs", "exact", "src_len")]
     if not all(isinstance(v, list) for v in lists) or len({len(v) for v in lists}) != 1:
-        return None
+        return None, "the sentence lists are missing or of different lengths"
     for key in ("exact_match", "bleu", "chrf"):
         value = score.get(key)
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            return None
-    return score
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None, f"{key} is {value!r}, not a number"
+        if not math.isfinite(value):
+            return None, f"{key} is {value}"
+    n = score.get("n", len(lists[0]))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return None, f"n is {n!r}, not a count"
+    return score, None
+
+
+def _reason(message: str, path: Path) -> str:
+    """read_json's one line without the path it starts with (the note names the file)."""
+    return message.removeprefix(f"{path}: ").removeprefix(f"{path}:")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,26 +26,22 @@ one line naming the file, the cell and the key, before any run starts.
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from attnlab.config import PRESETS_DIR, ExperimentConfig, check_name, load_toml, safe_name
 from attnlab.errors import AttnlabError, did_you_mean
+from attnlab.study.literals import array_literals
+from attnlab.study.metrics import DEFAULT_METRICS, METRICS
+from attnlab.study.tune import Tune, parse_tune
 
 STUDIES_DIR = PRESETS_DIR.parent / "studies"
 SPLITS = ("dev", "test")
 CHECKPOINTS = ("best", "last")
-# Metrics a study can tabulate: (key in the score file, label, digits, higher is better).
-METRICS: dict[str, tuple[str, int]] = {
-    "exact_match": ("exact match", 3),
-    "bleu": ("BLEU", 1),
-    "chrf": ("chrF", 1),
-    "loss": ("loss", 3),
-    "alignment_accuracy": ("align. acc.", 3),
-    "aer": ("AER", 3),
-}
-DEFAULT_METRICS = ("exact_match", "bleu", "chrf")
 TOP_KEYS = (
     "name",
     "description",
@@ -58,9 +54,13 @@ TOP_KEYS = (
     "baseline",
     "grid",
     "cells",
+    "tune",
 )
 SEED_MAX = 2**31 - 1
 CELL_NAME_MAX = 60  # leaves room for "-s<seed>" inside a run name
+# A study of more runs than this is refused unless --max-runs raises it: a grid of 2,999 ×
+# 1,000 values is a typo far more often than a plan.
+MAX_RUNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class Study:
     baselines: dict[str, str] = field(default_factory=dict)  # cell -> its baseline cell
     source: str = ""  # the file it was read from
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    tune: Tune | None = None  # the [tune] table (None: every cell at the file's settings)
 
     def cell(self, name: str) -> Cell:
         for cell in self.cells:
@@ -94,14 +95,15 @@ class Study:
                 return cell
         raise AttnlabError(f"study {self.name}: no cell {name!r}")
 
-    def run_overrides(self, cell: Cell, seed: int) -> list[str]:
-        """Every override of one run, in the order they apply (the seed last)."""
-        return [*self.overrides, *cell.overrides, f"train.seed={seed}"]
+    def run_overrides(self, cell: Cell, seed: int, chosen: tuple[str, ...] = ()) -> list[str]:
+        """Every override of one run, in the order they apply (a tuned setting after the
+        cell's, the seed last)."""
+        return [*self.overrides, *cell.overrides, *chosen, f"train.seed={seed}"]
 
-    def config_of(self, cell: Cell, seed: int) -> ExperimentConfig:
+    def config_of(self, cell: Cell, seed: int, chosen: tuple[str, ...] = ()) -> ExperimentConfig:
         from attnlab.experiment import apply_overrides, load_preset
 
-        return apply_overrides(load_preset(self.preset), self.run_overrides(cell, seed))
+        return apply_overrides(load_preset(self.preset), self.run_overrides(cell, seed, chosen))
 
 
 def run_name(cell: Cell, seed: int) -> str:
@@ -125,16 +127,35 @@ def resolve_study_file(name_or_file: str) -> Path:
     return shipped
 
 
+CountCallback = Callable[[str, int, int, int], None]  # (name, cells, seeds, runs)
+
+
 def load_study(
     name_or_file: str | Path,
     seeds: int | None = None,
     extra: tuple[str, ...] | list[str] = (),
+    max_runs: int = MAX_RUNS,
+    on_count: CountCallback | None = None,
+    tune: bool = True,
 ) -> Study:
     """Read and check a study file. ``seeds`` replaces the file's seeds by 1..N; ``extra``
-    overrides go after the file's own ``set`` (a short budget for a smoke run)."""
+    overrides go after the file's own ``set`` (a short budget for a smoke run). The runs are
+    counted (``on_count``) before any cell is checked; more than ``max_runs`` is refused.
+    ``tune=False`` ignores the file's ``[tune]`` (the plain study at the file's settings)."""
     path = resolve_study_file(str(name_or_file))
     raw = load_toml(path)
-    return parse_study(raw, path, seeds=seeds, extra=tuple(extra))
+    # The file passed load_toml's bounded read; its text names cells by their values.
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return parse_study(
+        raw,
+        path,
+        seeds=seeds,
+        extra=tuple(extra),
+        text=text,
+        max_runs=max_runs,
+        on_count=on_count,
+        tune=tune,
+    )
 
 
 def _fail(path: Path, key: str, message: str) -> AttnlabError:
@@ -197,7 +218,7 @@ def _choice(path: Path, key: str, value: Any, valid: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _grid_cells(path: Path, grid: Any) -> list[Cell]:
+def _grid_axes(path: Path, grid: Any) -> list[tuple[str, list[Any]]]:
     if not isinstance(grid, dict) or not grid:
         raise _fail(path, "grid", 'expected a table of "SECTION.KEY" = [values, ...]')
     axes: list[tuple[str, list[Any]]] = []
@@ -207,13 +228,21 @@ def _grid_cells(path: Path, grid: Any) -> list[Cell]:
         if not isinstance(values, list) or not values:
             raise _fail(path, f"grid.{key}", "expected a non-empty list of values")
         axes.append((key, values))
+    return axes
+
+
+def _grid_cells(axes: list[tuple[str, list[Any]]], written: dict[str, list[str]]) -> list[Cell]:
+    """The cartesian product, each cell named by its values as written in the file (``3e-4``),
+    joined by "_" across axes (alibi, reverse_alibi)."""
+    if not axes:
+        return []
+    labels = [written.get(key) or [_toml_text(v) for v in values] for key, values in axes]
     cells = []
-    for combo in itertools.product(*(values for _, values in axes)):
-        overrides = tuple(f"{key}={_toml_text(v)}" for (key, _), v in zip(axes, combo, strict=True))
-        # Named by the values, joined by "_" across axes (alibi, reverse_alibi).
-        label = "_".join(_toml_text(v) or "empty" for v in combo)
-        values = tuple((key, _toml_text(v)) for (key, _), v in zip(axes, combo, strict=True))
-        cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides, values))
+    for combo in itertools.product(*(range(len(values)) for _, values in axes)):
+        texts = [(key, _toml_text(values[i])) for (key, values), i in zip(axes, combo, strict=True)]
+        overrides = tuple(f"{key}={text}" for key, text in texts)
+        label = "_".join(labels[a][i] or "empty" for a, i in enumerate(combo))
+        cells.append(Cell(safe_name(label)[:CELL_NAME_MAX], overrides, tuple(texts)))
     return cells
 
 
@@ -249,6 +278,10 @@ def parse_study(
     path: Path,
     seeds: int | None = None,
     extra: tuple[str, ...] = (),
+    text: str | None = None,
+    max_runs: int = MAX_RUNS,
+    on_count: CountCallback | None = None,
+    tune: bool = True,
 ) -> Study:
     for key in raw:
         if key not in TOP_KEYS:
@@ -269,18 +302,56 @@ def parse_study(
     beside = (path.parent / preset).resolve()
     if (preset.endswith(".toml") or "/" in preset) and beside.is_file():
         preset = str(beside)  # a file next to the study file
-    cells: list[Cell] = []
-    if "grid" in raw:
-        cells += _grid_cells(path, raw["grid"])
-    if "cells" in raw:
-        cells += _named_cells(path, raw["cells"])
-    if not cells:
+    study_seeds = tuple(range(1, seeds + 1)) if seeds else _seeds(path, raw.get("seeds", 3))
+    axes = _grid_axes(path, raw["grid"]) if "grid" in raw else []
+    named = _named_cells(path, raw["cells"]) if "cells" in raw else []
+    grid_size = math.prod(len(values) for _, values in axes) if axes else 0
+    if not grid_size + len(named):
         raise _fail(path, "grid", "a study needs a [grid] or [[cells]] (at least one cell)")
-    for cell in cells:
-        where = f"grid.{SEED_KEY}" if cell.values else f"cell {cell.name}"
-        _refuse_seed(path, where, [_override_key(o) for o in cell.overrides])
+    tuned = None
+    if tune and "tune" in raw:
+        tuned = parse_tune(
+            raw["tune"],
+            study_seeds,
+            array_literals(text, "tune", raw["tune"])
+            if text and isinstance(raw["tune"], dict)
+            else {},
+            lambda key, message: _fail(path, key, message),
+        )
+    if tuned is not None:
+        # A tuned key that a cell also sets would be overwritten by the candidate, silently.
+        cell_keys = {key for key, _ in axes} | {
+            _override_key(o) for cell in named for o in cell.overrides
+        }
+        clash = sorted(set(tuned.keys) & cell_keys)
+        if clash:
+            raise _fail(
+                path,
+                f"tune.{clash[0]}",
+                "also set by the cells ([grid] or [[cells]]); a key is either the cells' or tuned",
+            )
+    # Counted before any cell is built or checked: a huge grid is refused in one line.
+    n_cells = grid_size + len(named)
+    runs = n_cells * (len(study_seeds) + (tuned.runs_per_cell if tuned else 0))
+    if on_count is not None:
+        on_count(name, n_cells, len(study_seeds), runs)
+    if runs > max_runs:
+        raise _fail(
+            path,
+            "grid",
+            f"{n_cells} cells × {len(study_seeds)} seeds"
+            + (f" + {tuned.runs_per_cell} tuning runs per cell" if tuned else "")
+            + f" = {runs} runs, over the limit of {max_runs}; shrink the grid, or raise the "
+            f"limit with --max-runs {runs}",
+        )
+    written = array_literals(text, "grid", raw["grid"]) if text and axes else {}
+    cells = _grid_cells(axes, written) + named
+    for key, _ in axes:
+        _refuse_seed(path, f"grid.{SEED_KEY}", [key])
+    for cell in named:
+        _refuse_seed(path, f"cell {cell.name}", [_override_key(o) for o in cell.overrides])
     names = [c.name for c in cells]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
         raise _fail(path, "cells", f"two cells are named {twice[0]!r}; cell names are unique")
     metrics = raw.get("metrics", list(DEFAULT_METRICS))
@@ -299,7 +370,7 @@ def parse_study(
         description=description,
         preset=preset,
         overrides=_strings(path, "set", raw.get("set", [])) + tuple(extra),
-        seeds=tuple(range(1, seeds + 1)) if seeds else _seeds(path, raw.get("seeds", 3)),
+        seeds=study_seeds,
         split=_choice(path, "split", raw.get("split", "test"), SPLITS),
         checkpoint=_choice(path, "checkpoint", raw.get("checkpoint", "best"), CHECKPOINTS),
         metrics=tuple(metrics),
@@ -308,8 +379,9 @@ def parse_study(
         baselines=baselines,
         source=str(path),
         raw=raw,
+        tune=tuned,
     )
-    check_cells(study)
+    check_cells(study, axes)
     return study
 
 
@@ -362,21 +434,53 @@ def _baselines(path: Path, baseline: Any, cells: list[Cell]) -> dict[str, str]:
     return result
 
 
-def check_cells(study: Study) -> None:
-    """Every cell's config is built once (with the first seed): a bad key or value is refused
-    before any run starts, in one line naming the cell. An unknown preset is named as the
-    file's ``preset`` (not as the first cell's mistake)."""
-    from attnlab.experiment import load_preset
+def check_cells(study: Study, axes: list[tuple[str, list[Any]]] | None = None) -> None:
+    """Refuse a bad key or value before any run starts, in one line naming the cell. The
+    preset is read once; each named cell's config is built whole, and of the grid every value
+    of every axis once, with the first value of the other axes (so the time grows with the
+    number of values, not with the product of the axes; an interaction of two axes beyond
+    those shows when the run starts, as its recorded one-line error). Each tuning candidate
+    is built once, on the first cell. An unknown preset is named as the file's ``preset``."""
+    from attnlab.experiment import apply_overrides, load_preset
 
     try:
-        load_preset(study.preset)
+        preset = load_preset(study.preset)
     except AttnlabError as err:
         raise AttnlabError(f"{study.source}: preset: {err}") from None
-    for cell in study.cells:
+    try:
+        base = apply_overrides(preset, list(study.overrides))
+    except AttnlabError as err:
+        raise AttnlabError(f"{study.source}: set: {err}") from None
+    seed = f"{SEED_KEY}={study.seeds[0]}"
+    by_overrides = {cell.overrides: cell for cell in study.cells}
+    checked: list[Cell] = [c for c in study.cells if not c.values]
+    axes = axes or []
+    if axes:
+        first = [0] * len(axes)
+        combos = {tuple(first)}
+        for a, (_, values) in enumerate(axes):
+            for i in range(1, len(values)):
+                combos.add(tuple(i if b == a else 0 for b in range(len(axes))))
+        for combo in sorted(combos):
+            overrides = tuple(
+                f"{key}={_toml_text(values[i])}"
+                for (key, values), i in zip(axes, combo, strict=True)
+            )
+            checked.append(by_overrides[overrides])
+    for cell in checked:
         try:
-            study.config_of(cell, study.seeds[0])
+            apply_overrides(base, [*cell.overrides, seed])
         except AttnlabError as err:
             raise AttnlabError(f"{study.source}: cell {cell.name}: {err}") from None
+    if study.tune is not None:
+        cell = study.cells[0]
+        for combo in study.tune.candidates():
+            try:
+                apply_overrides(base, [*cell.overrides, *study.tune.overrides(combo), seed])
+            except AttnlabError as err:
+                raise AttnlabError(
+                    f"{study.source}: tune: {study.tune.label(combo)} (cell {cell.name}): {err}"
+                ) from None
 
 
 def with_seeds(study: Study, seeds: tuple[int, ...]) -> Study:

@@ -18,13 +18,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.study.runner import load_record, read_outcomes
-from attnlab.study.score import read_score
-from attnlab.study.spec import METRICS
+from attnlab.study.metrics import METRICS, leaves_range, range_text
+from attnlab.study.metrics import metric as metric_info
+from attnlab.study.outcomes import read_outcomes
+from attnlab.study.runner import load_record
+from attnlab.study.score import read_score, score_path, score_problem
 from attnlab.study.task import run_status
+from attnlab.study.tune import CellTuning, Tune, load_tuning, tune_from_dict
 
 TEXT_METRICS = ("bleu", "chrf")  # tested over sentences with sacrebleu's paired bootstrap
 ALPHA = 0.05
+FEW_SEEDS = 3  # an interval over fewer seeds is noted as too few to read
+RANGE_MARK = "‡"  # an interval that leaves the metric's range
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345
 RANDOMIZATION_TRIALS = 10000  # sacrebleu --paired-ar's default
@@ -49,6 +54,8 @@ class MetricCell:
     # about 2 s per comparison on 1500 sentences)
     randomization_p_value: float | None = None
     randomization_p_raw: float | None = None
+    out_of_range: bool = False  # the interval reaches outside the values the metric can take
+    range: list[float | None] = field(default_factory=list)  # [low, high]; None: unbounded
 
     @property
     def significant(self) -> bool:
@@ -64,6 +71,7 @@ class CellRow:
     missing: list[str]  # not scored: (run, status or why)
     metrics: dict[str, MetricCell] = field(default_factory=dict)
     buckets: dict[str, MetricCell] = field(default_factory=dict)  # BLEU by source length
+    tune: dict[str, Any] | None = None  # a tuned study: chosen, candidates, edge, failed
 
 
 @dataclass
@@ -78,6 +86,11 @@ class StudyTable:
     rows: list[CellRow]
     methods: dict[str, str]
     failures: list[dict[str, str]]
+    # score files that exist but cannot be used: {"run", "file", "reason"}; the note says a
+    # rerun scores them again
+    score_problems: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings under the table (few seeds...)
+    tune: dict[str, Any] | None = None  # the tuning protocol (grid, tune seeds, select, budget)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -148,20 +161,26 @@ def _finite(value: Any) -> float | None:
     return None
 
 
-def _interval(values: Sequence[float]) -> MetricCell:
+def _interval(values: Sequence[float], metric: str = "bleu") -> MetricCell:
     if not values:
         return MetricCell(None, None, None, 0, [])
     interval = _stats().seed_interval(values)
+    low, high = _finite(interval.low), _finite(interval.high)
+    bounds = metric_info(metric)
     return MetricCell(
         interval.mean,
-        _finite(interval.low),
-        _finite(interval.high),
+        low,
+        high,
         interval.n,
         list(values),
+        out_of_range=leaves_range(metric, low, high),
+        range=[_finite(bounds.low), _finite(bounds.high)],
     )
 
 
-def _scores_of(directory: Path, cell: str, seeds: Sequence[int]) -> tuple[dict[int, dict], list]:
+def _scores_of(
+    directory: Path, cell: str, seeds: Sequence[int], problems: list[dict[str, str]]
+) -> tuple[dict[int, dict], list]:
     scores: dict[int, dict[str, Any]] = {}
     missing = []
     for seed in seeds:
@@ -170,9 +189,48 @@ def _scores_of(directory: Path, cell: str, seeds: Sequence[int]) -> tuple[dict[i
         status = run_status(run) if run.exists() else None
         if score is not None and status == "finished":
             scores[seed] = score
+            continue
+        problem = score_problem(run) if score is None else None
+        if problem is not None:
+            problems.append({"run": run.name, "file": str(score_path(run)), "reason": problem})
+            missing.append((run.name, f"score file unusable: {problem}"))
         else:
             missing.append((run.name, status or "not started"))
     return scores, missing
+
+
+def _notes(rows: list[CellRow], metrics: list[str], problems: list[dict[str, str]]) -> list[str]:
+    """The warnings under the table: unusable score files, too few seeds, intervals that
+    leave the metric's range."""
+    notes = [
+        f"{p['file']}: {p['reason']}; this seed is not counted (a rerun of the study scores "
+        "the run again)"
+        for p in problems
+    ]
+    few = [row.name for row in rows if 0 < row_n(row) < FEW_SEEDS]
+    if few:
+        notes.append(
+            f"n < {FEW_SEEDS} seeds ({', '.join(few)}): too few to read; with 2 seeds the t "
+            "interval is about 6 standard deviations wide, and equal seeds give ± 0 — run "
+            "more seeds (--seeds 5)"
+        )
+    outside = [
+        f"{row.name} {METRICS[m].label if m in METRICS else m} {range_text(m)}"
+        for row in rows
+        for m in metrics
+        if m in row.metrics and row.metrics[m].out_of_range
+    ]
+    if outside:
+        notes.append(
+            f"{RANGE_MARK} the interval leaves the metric's range ({'; '.join(outside)}): "
+            "too few seeds or too much spread for the normal approximation"
+        )
+    return notes
+
+
+def row_n(row: CellRow) -> int:
+    """The seeds a cell's figures stand on (the most of any metric)."""
+    return max((m.n for m in row.metrics.values()), default=0)
 
 
 def _pooled(
@@ -332,10 +390,17 @@ def load_table(directory: Path, randomization: bool = False) -> StudyTable:
     rows: list[CellRow] = []
     scores: dict[str, dict[int, dict]] = {}
     failures: list[dict[str, str]] = []
+    problems: list[dict[str, str]] = []
     outcomes = read_outcomes(directory)
+    tune = _tune_of(record)
+    tuning = (
+        load_tuning(directory, tune, [str(c.get("name")) for c in record["cells"]])
+        if tune is not None
+        else {}
+    )
     for cell in record["cells"]:
         name = str(cell.get("name"))
-        cell_scores, missing = _scores_of(directory, name, seeds)
+        cell_scores, missing = _scores_of(directory, name, seeds, problems)
         scores[name] = cell_scores
         row = CellRow(
             name=name,
@@ -350,19 +415,31 @@ def load_table(directory: Path, randomization: bool = False) -> StudyTable:
                 for s in sorted(cell_scores)
                 if (v := _finite(cell_scores[s].get(metric))) is not None
             ]
-            row.metrics[metric] = _interval(values)
+            row.metrics[metric] = _interval(values, metric)
         buckets = _bucket_values(cell_scores)
         for bucket in sorted(buckets, key=_bucket_order):
-            row.buckets[bucket] = _interval(buckets[bucket])
+            row.buckets[bucket] = _interval(buckets[bucket], "bleu")
+        if tune is not None and name in tuning:
+            row.tune = tuning_record(tuning[name])
+            for run in row.tune["failed"]:
+                outcome = outcomes.get(f"tune/{run}", {})
+                failures.append(
+                    {"run": f"tune/{run}", "status": "failed", "error": outcome.get("error", "")}
+                )
         rows.append(row)
         for run, why in missing:
             outcome = outcomes.get(run, {})
-            if why == "error" or outcome.get("state") == "failed":
+            state = outcome.get("state")
+            # A run killed by Ctrl+C before it saved reads as "error"; its outcome says better.
+            if state == "failed" or (why == "error" and state not in ("interrupted", "skipped")):
                 failures.append({"run": run, "status": why, "error": outcome.get("error", "")})
     for metric in metrics:
         _compare(metric, rows, scores, randomization=randomization)
     for bucket in {b for r in rows for b in r.buckets}:
         _compare(bucket, rows, scores, bucket=True)
+    methods = method_notes(randomization)
+    if tune is not None:
+        methods["tuning"] = tuning_note(record["tune"], len(record["cells"]))
     return StudyTable(
         name=str(record.get("name", directory.name)),
         directory=str(directory),
@@ -372,6 +449,68 @@ def load_table(directory: Path, randomization: bool = False) -> StudyTable:
         metrics=metrics,
         baseline=baseline,
         rows=rows,
-        methods=method_notes(randomization),
+        methods=methods,
         failures=failures,
+        score_problems=problems,
+        notes=_notes(rows, metrics, problems),
+        tune=record.get("tune") if tune is not None else None,
+    )
+
+
+def _tune_of(record: dict[str, Any]) -> Tune | None:
+    data = record.get("tune")
+    if not isinstance(data, dict):
+        return None
+    try:
+        return tune_from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return None  # an unreadable tune record: the table as an untuned study's
+
+
+def tuning_record(tuning: CellTuning) -> dict[str, Any]:
+    """A cell's ``tune`` object in ``study show --json``."""
+    chosen = tuning.chosen
+    return {
+        "chosen": dict(chosen.values) if chosen is not None else None,
+        "chosen_label": chosen.label if chosen is not None else None,
+        "edge": tuning.edge,
+        "candidates": [
+            {
+                "values": dict(c.values),
+                "label": c.label,
+                "dev_mean": c.mean,
+                "dev_half_width": c.half_width,
+                "n": c.n,
+                "failed": list(c.failed),
+                "pending": list(c.pending),
+                "chosen": chosen is not None and c.combo == chosen.combo,
+            }
+            for c in tuning.candidates
+        ],
+        "failed": [run for c in tuning.candidates for run in c.failed],
+        "pending": sum(len(c.pending) for c in tuning.candidates),
+    }
+
+
+def tuning_note(tune: dict[str, Any], cells: int) -> str:
+    """The protocol in one legend line: the grid, the tune seeds, dev selection, the budget
+    per run, and that every cell gets the same number of tuning runs."""
+    texts = tune.get("texts", {})
+    grid = "; ".join(
+        f"{key} ∈ {{{', '.join(map(str, texts.get(key, [])))}}}" for key in tune["keys"]
+    )
+    candidates = 1
+    for key in tune["keys"]:
+        candidates *= max(1, len(texts.get(key, [])))
+    seeds = tune.get("seeds", [])
+    budget = tune.get("budget", {})
+    steps = f"{budget.get('max_steps')} steps" if budget.get("max_steps") else "the study's budget"
+    return (
+        f"tuned per cell on dev (the test split is never read to choose): {grid}; "
+        f"{candidates} candidate(s) × {len(seeds)} tune seed(s) "
+        f"({', '.join(map(str, seeds))}) = {candidates * len(seeds)} tuning runs for each of "
+        f"the {cells} cells, every run {steps}; the best mean dev {tune.get('select')} "
+        f"({tune.get('direction', 'higher')} is better; ties to the first listed; a failed "
+        "run counts as the worst value) is the cell's setting, then the study's seeds train "
+        "at it; ◂ marks a choice on the edge of its grid (widen the grid)"
     )

@@ -165,6 +165,14 @@ def _has_last(run_dir: Path) -> bool:
     return (run_dir / "checkpoints" / "last" / "meta.json").is_file()
 
 
+def _lost_lock_race(run_dir: Path, line: str) -> bool:
+    """The child was refused because another process trains the run (rundir's one-line
+    refusal, or the lock still held): not this study's failure."""
+    from attnlab.runs.rundir import run_dir_locked
+
+    return "is being trained by pid" in line or run_dir_locked(run_dir) is True
+
+
 def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
     """Train (new or resumed, as the run directory says) and score one run."""
     from attnlab.study.score import read_score
@@ -222,9 +230,16 @@ def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
         outcome.trained = True
         code, line = _run_child(argv, env, children)
         status = run_status(run_dir)
-        if code == 130 or (code == 0 and status in ("interrupted", "stopped")):
+        stopped = children is not None and children.stopping and status != "finished"
+        if code == 130 or (code == 0 and status in ("interrupted", "stopped")) or stopped:
+            # Ctrl+C reached the child (even one still starting, killed by a second Ctrl+C
+            # before it could save): interrupted, and the rerun retries it.
             outcome.state = INTERRUPTED
             outcome.error = "interrupted; rerun the study to resume it"
+            return outcome
+        if code != 0 and _lost_lock_race(run_dir, line):
+            outcome.state = SKIPPED
+            outcome.error = "running in another process (its lock is held)"
             return outcome
         if code != 0 or status != "finished":
             outcome.state = FAILED

@@ -86,12 +86,35 @@ def notes_text(table: Any) -> Text:
     for failure in table.failures:
         text.append("failed ", style="bold red")
         text.append(f"{failure['run']}: {failure.get('error') or failure['status']}\n")
-    missing = [m for row in table.rows for m in row.missing if "error" not in m]
+    for note in getattr(table, "notes", []):
+        text.append("note ", style="bold yellow")
+        text.append(f"{note}\n")
+    missing = [
+        m for row in table.rows for m in row.missing if "error" not in m and "unusable" not in m
+    ]
     if missing:
         text.append(f"not scored yet: {len(missing)} run(s)\n", style="dim")
     for line in table.methods.values():
         text.append(f"· {line}\n", style="dim")
     return text
+
+
+def tune_renderable(table: Any, highlighted: str | None) -> Table | None:
+    """The tuning curve of the highlighted cell (the first when none): each candidate's dev
+    mean ± half-width, the chosen one marked."""
+    from attnlab.study.render import tune_rows
+
+    if not getattr(table, "tune", None) or not table.rows:
+        return None
+    names = [row.name for row in table.rows]
+    cell = highlighted if highlighted in names else names[0]
+    columns, body = tune_rows(table, cell)
+    out = Table(title=f"{cell}: tuning on dev", expand=True)
+    for i, column in enumerate(columns[1:]):
+        out.add_column(column, justify="right" if i in (1, 2) else "left", no_wrap=True)
+    for cells in body:
+        out.add_row(*cells[1:])
+    return out
 
 
 class StudiesView(Vertical):
@@ -107,6 +130,7 @@ class StudiesView(Vertical):
     StudiesView #study-body { width: 1fr; height: 1fr; }
     StudiesView #study-table { height: auto; }
     StudiesView #study-notes { height: auto; }
+    StudiesView #study-tune { height: auto; display: none; }
     StudiesView #study-curves { height: 12; min-height: 8; }
     StudiesView #studies-empty { color: $text-muted; padding: 1; }
     """
@@ -123,6 +147,7 @@ class StudiesView(Vertical):
         self.curves: list[Any] = []
         self.highlighted_cell: str | None = None
         self.shown: tuple[Any, Any] = (None, None)  # (table, notes) as last drawn
+        self.tune_shown: Table | None = None  # the highlighted cell's tuning curve
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -134,6 +159,7 @@ class StudiesView(Vertical):
                     id="studies-empty",
                 )
                 yield Static("", id="study-table")
+                yield Static("", id="study-tune")
                 yield MetricPlot("dev BLEU: mean over seeds", id="study-curves")
                 yield Static("", id="study-notes")
 
@@ -197,13 +223,27 @@ class StudiesView(Vertical):
             return
         table_widget = self.query_one("#study-table", Static)
         if message.table is None:
+            # Nothing of the previous study stays beside this one's error.
+            self.table, self.curves = None, []
+            self.shown = (None, None)
             table_widget.update(Text(f"{message.directory}: {message.error}", style="red"))
+            self.query_one("#study-notes", Static).update("")
+            self._show_tune()
+            self._plot()
             return
         self.table, self.curves = message.table, message.curves
         self.shown = (table_renderable(self.table, self.highlighted_cell), notes_text(self.table))
         table_widget.update(self.shown[0])
         self.query_one("#study-notes", Static).update(self.shown[1])
+        self._show_tune()
         self._plot()
+
+    def _show_tune(self) -> None:
+        widget = self.query_one("#study-tune", Static)
+        tune = tune_renderable(self.table, self.highlighted_cell) if self.table else None
+        self.tune_shown = tune
+        widget.display = tune is not None
+        widget.update(tune if tune is not None else "")
 
     def _plot(self) -> None:
         series: list[tuple[str, list[float], list[float]]] = []
@@ -230,4 +270,5 @@ class StudiesView(Vertical):
         self.highlighted_cell = names[(index + step) % len(names)]
         self.shown = (table_renderable(self.table, self.highlighted_cell), self.shown[1])
         self.query_one("#study-table", Static).update(self.shown[0])
+        self._show_tune()
         self._plot()
