@@ -41,6 +41,12 @@ class DataConfig:
     test_min_len: int = 0  # length generalisation: 0 = same as min_len
     test_max_len: int = 0  # 0 = same as max_len
     seed: int = 1234
+    # Generated long-sequence tasks (attnlab.data.recall, attnlab.data.listops; docs/data.md)
+    kv_pairs: int = 8  # mqar: key-value pairs per sequence
+    power_a: float = 0.01  # mqar: Zoology's power law over the query positions (1 = uniform)
+    copy_tokens: int = 16  # selective-copy: data tokens among the noise
+    max_depth: int = 10  # listops: deepest operator nesting (LRA's max_depth)
+    max_args: int = 10  # listops: most arguments of one operator (LRA's max_args)
     # Real corpora (see attnlab.data.corpus)
     path: str = ""  # folder with train/dev/test files, or a .tsv file
     src_file: str = ""
@@ -251,6 +257,11 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.min_len": (1, None),
     "data.max_len": (1, None),
     "data.vocab_size": (2, 10000),
+    "data.kv_pairs": (1, 4096),
+    "data.power_a": (0.0001, 10.0),
+    "data.copy_tokens": (1, 4096),
+    "data.max_depth": (1, 64),
+    "data.max_args": (2, 64),
     "data.subword_vocab": (50, 1_000_000),
     "data.min_freq": (1, None),
     "data.dev_fraction": (0.0, 0.5),

@@ -54,7 +54,7 @@ def _make_example(
     return Example(src, tgt, " ".join(src), " ".join(tgt), alignment)
 
 
-def _generate(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
+def generate(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
     """Draw train, then dev and test avoiding sources already used by earlier splits."""
     if cfg.min_len > cfg.max_len:
         raise AttnlabError(f"data.min_len={cfg.min_len} is greater than data.max_len={cfg.max_len}")
@@ -107,7 +107,7 @@ def copy_task(cfg: DataConfig) -> Splits:
         src = _random_sequence(rng, symbols, low, high)
         return src, src, tuple(range(len(src)))
 
-    return _generate(cfg, "copy", draw)
+    return generate(cfg, "copy", draw)
 
 
 def reverse_task(cfg: DataConfig) -> Splits:
@@ -118,7 +118,7 @@ def reverse_task(cfg: DataConfig) -> Splits:
         n = len(src)
         return src, src[::-1], tuple(n - 1 - t for t in range(n))
 
-    return _generate(cfg, "reverse", draw)
+    return generate(cfg, "reverse", draw)
 
 
 def sort_alignment(src: tuple[str, ...]) -> tuple[int, ...]:
@@ -138,7 +138,7 @@ def sort_task(cfg: DataConfig) -> Splits:
         alignment = sort_alignment(src)
         return src, tuple(src[i] for i in alignment), alignment
 
-    return _generate(cfg, "sort", draw)
+    return generate(cfg, "sort", draw)
 
 
 # --- addition ----------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def addition_task(cfg: DataConfig) -> Splits:
         src = (*str(a), "+", *str(b))
         return tuple(src), tuple(str(a + b)), None
 
-    return _generate(cfg, "addition", draw)
+    return generate(cfg, "addition", draw)
 
 
 # --- dates -------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def dates_task(cfg: DataConfig) -> Splits:
         src = tuple(rng.choice(formats)(day))
         return src, iso_tokens(day), None
 
-    return _generate(cfg, "dates", draw)
+    return generate(cfg, "dates", draw)
 
 
 TASKS.add("copy", copy_task, TaskSpec("copy the source symbols", True, "5 9 2 7 -> 5 9 2 7"))
