@@ -223,3 +223,25 @@ def test_the_task_presets_train(tmp_path, preset):
         config = replace(config, data=replace(config.data, max_len=60))
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     assert summary["reason"] == "finished" and summary["step"] == 2
+
+
+@pytest.mark.parametrize("task", ["mqar", "listops"])
+def test_data_export_round_trips_through_the_tsv_corpus_reader(tmp_path, task):
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+    from attnlab.data.dataset import load_dataset
+
+    out = tmp_path / "dev.tsv"
+    fields = {**TASK_FIELDS[task], "train_size": 400, "dev_size": 50, "test_size": 50}
+    sets = [f"data.{k}={v}" for k, v in fields.items()]
+    args = ["data", "export", task, "--split", "dev", "--out", str(out)]
+    result = CliRunner().invoke(cli, [*args, *(a for s in sets for a in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    assert not out.read_text().startswith("source")  # no header
+    expected = TASKS.get(task).factory(DataConfig(task=task, **fields)).dev
+    back = load_dataset(DataConfig(task="corpus", path=str(out))).splits
+    pairs = sorted((e.src_tokens, e.tgt_tokens) for e in back.train + back.dev + back.test)
+    assert pairs == sorted((e.src_tokens, e.tgt_tokens) for e in expected)
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 2 and "exists; add --force" in again.output

@@ -125,4 +125,41 @@ def show_command(
     Console().print(table)
 
 
+@data.command("export")
+@click.argument("path", required=False)
+@click.option("--preset", help="take data settings from this preset (name or file)")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="override a config key"
+)
+@click.option("--split", type=Choice(["train", "dev", "test"]), required=True)
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="FILE.tsv")
+@click.option("--force", is_flag=True, help="replace an existing file")
+@_user_errors
+def export_command(
+    path: str | None,
+    preset: str | None,
+    overrides: tuple[str, ...],
+    split: str,
+    out: Path,
+    force: bool,
+) -> None:
+    """Write a split as ``source<TAB>target`` lines (no header), the tokens space-separated,
+    which the TSV corpus reader (``data.task=corpus``, ``data.path=FILE.tsv``) reads back to
+    the same pairs."""
+    from attnlab.data.dataset import load_dataset
+    from attnlab.runs import atomic_write_text
+
+    if out.is_dir():
+        raise AttnlabError(f"--out {out}: is a folder; give a file name such as {out}/train.tsv")
+    if out.exists() and not force:
+        raise AttnlabError(f"--out {out}: the file exists; add --force to replace it")
+    if not out.parent.is_dir():
+        raise AttnlabError(f"--out {out}: no such folder {out.parent}")
+    config = _data_config(path, preset, overrides)
+    examples = load_dataset(config.data).splits.split(split)
+    lines = [f"{' '.join(e.src_tokens)}\t{' '.join(e.tgt_tokens)}\n" for e in examples]
+    atomic_write_text(out, "".join(lines))
+    click.echo(f"wrote {len(lines):,} {split} pairs to {out}", err=True)
+
+
 COMMANDS = (data,)
