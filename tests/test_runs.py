@@ -214,9 +214,22 @@ def test_list_runs_summarises_status_and_best_metrics(tmp_path):
         [start, ("error", 5, {"message": "nan", "kind": "nan"}), ("done", 5, {"reason": "error"})],
     )
     _write_run(tmp_path, "live", [start, *evals])
+    # a config and no start event, or only malformed lines, and no live lock: not "running"
+    _write_run(tmp_path, "never-started", [])
+    _write_run(tmp_path, "garbage", [])
+    (tmp_path / "garbage" / "events.jsonl").write_text("{not json\n", encoding="utf-8")
     (tmp_path / "not-a-run").mkdir()
     runs = {r.path.name: r for r in list_runs(tmp_path)}
-    assert set(runs) == {"done", "early", "ctrl-c", "stopped", "nan", "live"}
+    assert set(runs) == {
+        "done",
+        "early",
+        "ctrl-c",
+        "stopped",
+        "nan",
+        "live",
+        "never-started",
+        "garbage",
+    }
     assert {name: r.status for name, r in runs.items()} == {
         "done": "finished",
         "early": "finished",
@@ -224,6 +237,8 @@ def test_list_runs_summarises_status_and_best_metrics(tmp_path):
         "stopped": "stopped",
         "nan": "error",
         "live": "running",  # no done event and its process (this one) is alive
+        "never-started": "incomplete",
+        "garbage": "incomplete",
     }
     done = runs["done"]
     assert (done.task, done.arch, done.attention, done.params, done.steps) == (

@@ -349,3 +349,18 @@ def test_an_inline_grid_falls_back_to_the_values(tmp_path: Path) -> None:
 def test_named_cells_alone_make_no_grid_cell(tmp_path: Path) -> None:
     path = _write(tmp_path, BASE + '[[cells]]\nname = "a"\nset = ["model.hidden=16"]\n')
     assert [c.name for c in load_study(path).cells] == ["a"]
+
+
+def test_a_study_path_that_is_not_a_regular_file_is_said_to_be_so(tmp_path):
+    import os
+
+    from attnlab.errors import AttnlabError
+    from attnlab.study.spec import resolve_study_file
+
+    fifo = tmp_path / "s.toml"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO"), (tmp_path, "a folder"), ("/dev/zero", "device")):
+        with pytest.raises(AttnlabError, match=f"{kind}.*not a regular file"):
+            resolve_study_file(str(path))
+    with pytest.raises(AttnlabError, match="no such study file"):
+        resolve_study_file(str(tmp_path / "missing.toml"))

@@ -74,11 +74,13 @@ class DoneReason(_Word):
 class RunStatus(_Word):
     """A run's status in ``attnlab runs`` and the lab."""
 
-    RUNNING = "running"
+    RUNNING = "running"  # a live process holds the run's lock (or, without one, its pid lives)
     FINISHED = "finished"
     STOPPED = "stopped"
     INTERRUPTED = "interrupted"
     ERROR = "error"
+    # No end event and no live trainer to show for it: no start event, or only malformed ones
+    INCOMPLETE = "incomplete"
 
 
 # The one mapping from a done reason to the run's status (and the CLI's exit code).

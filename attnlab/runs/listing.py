@@ -39,7 +39,7 @@ class RunSummary:
     best_exact_match: float | None
     tokens_per_s: float | None
     wall_s: float | None
-    status: str  # running | finished | interrupted | stopped | error
+    status: str  # running | finished | interrupted | stopped | error | incomplete
     skipped_lines: int = 0  # malformed lines of events.jsonl that were skipped
     warnings: list[str] = field(default_factory=list)  # one line each, for the user
 
@@ -68,7 +68,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
     )
     if config_warning:
         summary.warnings.append(config_warning)
-    done_reason, errored, pid, host = None, False, None, ""
+    done_reason, errored, pid, host, started = None, False, None, "", False
     events, reader = read_typed_log(run_dir)
     for event in events:  # well-shaped; a mistyped field has its default
         summary.steps = max(summary.steps, event.step)
@@ -76,7 +76,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
             summary.params = event.params
             if event.roles:  # the variants as built (dec-self resolved)
                 summary.attention = _attention_text(arch, model, event.roles)
-            pid, host = event.pid, event.host
+            pid, host, started = event.pid, event.host, True
             done_reason, errored = None, False  # a resumed run starts over
         elif isinstance(event, Step):
             summary.tokens_per_s = _given(event.tokens_per_s, summary.tokens_per_s)
@@ -102,6 +102,9 @@ def summarize_run(run_dir: Path) -> RunSummary:
         summary.status = (RunStatus.RUNNING if locked else RunStatus.ERROR).value
     elif pid is not None and host == _hostname() and not pid_alive(pid):
         summary.status = RunStatus.ERROR.value  # the process died without "done" (killed)
+    elif not started:
+        # No lock file and no start event: nothing shows a trainer at work here.
+        summary.status = RunStatus.INCOMPLETE.value
     # A last line without its newline is being written while the run runs; after, it is lost.
     truncated = bool(reader.pending) and summary.status != "running"
     warning = reader.warning(include_pending=truncated)

@@ -35,6 +35,7 @@ from typing import Any
 
 from attnlab.config import PRESETS_DIR, ExperimentConfig, check_name, load_toml, safe_name
 from attnlab.errors import AttnlabError, did_you_mean
+from attnlab.regular_files import check_regular
 from attnlab.study.literals import array_literals
 from attnlab.study.metrics import DEFAULT_METRICS, METRICS
 from attnlab.study.tune import Tune, parse_tune
@@ -114,8 +115,9 @@ def resolve_study_file(name_or_file: str) -> Path:
     """A study file, or the name of one shipped in ``studies/`` (``length-generalisation``)."""
     path = Path(name_or_file)
     if path.suffix == ".toml" or "/" in name_or_file or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise AttnlabError(f"{name_or_file}: no such study file")
+        check_regular(path)  # a FIFO, a device or a folder: said as such, never read
         return path
     shipped = STUDIES_DIR / f"{name_or_file}.toml"
     if not shipped.is_file():
