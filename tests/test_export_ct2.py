@@ -505,3 +505,38 @@ def test_decode_speed_benchmark_reports_parity_differences_and_attention(
     )
     (gap,) = re.findall(r"first 12 sentences, \d+ non-empty\): largest .* weight (\S+)", out)
     assert float(gap) <= ATTENTION_TOL
+
+
+@needs_ct2
+def test_force_replaces_only_a_model_attnlab_wrote(saved_transformer_run, tmp_path, monkeypatch):
+    run, _ = saved_transformer_run
+    work = tmp_path / "work"
+    (work / "keep").mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+
+    def export(out: str):
+        return _cli("export", str(run), "--format", "ctranslate2", "--out", out, "--force")
+
+    # the working folder, an ancestor of it, the run, inside it, a folder holding the run
+    for out in (".", "keep/..", str(tmp_path), str(run), str(run / "checkpoints")):
+        result = export(out)
+        assert result.exit_code == 2 and result.output.count("\n") == 1, (out, result.output)
+    assert (work / "notes.txt").read_text() == "mine" and (work / "keep").is_dir()
+    assert (run / "checkpoints" / "best").is_dir()
+    users = work / "users"
+    users.mkdir()
+    (users / "thesis.tex").write_text("x")
+    result = export("users")
+    assert result.exit_code == 2 and "replaces only a CTranslate2 model attnlab wrote" in (
+        result.output
+    )
+    assert (users / "thesis.tex").read_text() == "x"
+    # a model attnlab wrote is replaced whole, and nothing is left beside it
+    assert export("model").exit_code == 0
+    first = (work / "model" / "attnlab.json").stat().st_mtime_ns
+    assert export("model").exit_code == 0
+    assert (work / "model" / "attnlab.json").stat().st_mtime_ns >= first
+    assert sorted(p.name for p in work.iterdir()) == ["keep", "model", "notes.txt", "users"]
+    (work / "model" / "mine.txt").write_text("added by the user")
+    assert export("model").exit_code == 2 and (work / "model" / "mine.txt").exists()

@@ -100,13 +100,77 @@ def _attnlab_meta(config: ExperimentConfig, dataset: Any, source: dict[str, Any]
     }
 
 
-def _out_dir_free(out_dir: Path, force: bool) -> None:
-    if out_dir.is_file():
+# What a CTranslate2 model directory holds (CTranslate2's files and attnlab's marker): with
+# --force, a directory holding attnlab's marker and nothing else is replaced; nothing else is.
+CT2_FILES = frozenset(
+    {
+        "model.bin",
+        "config.json",
+        ATTNLAB_FILE,
+        *(
+            f"{side}vocabulary.{ext}"
+            for side in ("", "shared_", "source_", "target_")
+            for ext in ("json", "txt")
+        ),
+    }
+)
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _out_dir_free(out_dir: Path, force: bool, protected: Sequence[Path] = ()) -> None:
+    """Refuse an --out that would replace what attnlab did not write: a file, the working
+    folder or one of its ancestors, a run being exported (itself, inside it or around it),
+    and, even with ``force``, a folder holding anything but an attnlab CTranslate2 model."""
+    target = out_dir.resolve()
+    if _is_within(Path.cwd().resolve(), target):
+        raise AttnlabError(
+            f"{out_dir}: is the working folder or one of its ancestors; give a new folder "
+            "for the CTranslate2 model, e.g. ct2-model"
+        )
+    for source in protected:
+        source = Path(source).resolve()
+        if _is_within(target, source) or _is_within(source, target):
+            raise AttnlabError(
+                f"{out_dir}: is, lies inside or contains the run being exported ({source}); "
+                "give a folder outside it"
+            )
+    if out_dir.is_file() or (out_dir.exists() and not out_dir.is_dir()):
         raise AttnlabError(f"{out_dir}: is a file; give a directory for the CTranslate2 model")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not force:
         raise AttnlabError(
             f"{out_dir}: already exists and is not empty; pass --force to replace it"
         )
+    entries = {entry.name: entry for entry in out_dir.iterdir()}
+    foreign = sorted(
+        name for name, entry in entries.items() if name not in CT2_FILES or not entry.is_file()
+    )
+    if ATTNLAB_FILE not in entries or foreign:
+        what = f"holds {', '.join(foreign[:3])}" if foreign else f"has no {ATTNLAB_FILE}"
+        raise AttnlabError(
+            f"{out_dir}: --force replaces only a CTranslate2 model attnlab wrote, and this "
+            f"folder {what}; remove it yourself or give another --out"
+        )
+
+
+def _swap_into_place(scratch: Path, out_dir: Path) -> None:
+    """``scratch`` renamed to ``out_dir``; an existing ``out_dir`` is moved aside first and
+    removed only once the new one is in place (restored if the rename fails)."""
+    if not out_dir.exists():
+        scratch.rename(out_dir)
+        return
+    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+    out_dir.rename(old)
+    try:
+        scratch.rename(out_dir)
+    except OSError:
+        old.rename(out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def save_ctranslate2(
@@ -119,6 +183,7 @@ def save_ctranslate2(
     force: bool = False,
     alignment_heads: int = 0,
     source: dict[str, Any] | None = None,
+    protected: Sequence[Path] = (),
 ) -> Path:
     """Write ``model`` (a TransformerSeq2Seq, with ``dataset``'s vocabularies and tokenizers)
     as a CTranslate2 model directory. The directory appears whole: it is written beside
@@ -126,7 +191,8 @@ def save_ctranslate2(
     check_exportable(config)
     check_quantization(quantization)
     out_dir = Path(out_dir)
-    _out_dir_free(out_dir, force)
+    _out_dir_free(out_dir, force, protected)
+    out_dir = out_dir.resolve()  # "some/.." names its folder: the scratch goes beside that
     require_ctranslate2()
     from attnlab.exporters.ct2_spec import build_spec
 
@@ -146,9 +212,8 @@ def save_ctranslate2(
         meta = _attnlab_meta(config, dataset, source or {})
         meta["quantization"] = quantization or "float32"
         (scratch / ATTNLAB_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        scratch.rename(out_dir)
+        _out_dir_free(out_dir, force, protected)  # again: it may have changed meanwhile
+        _swap_into_place(scratch, out_dir)
     except OSError as err:
         shutil.rmtree(scratch, ignore_errors=True)
         raise AttnlabError(f"{out_dir}: cannot write the CTranslate2 model ({err})") from None
@@ -168,9 +233,11 @@ def export_ctranslate2(
     from attnlab.runs import export_source, load_checkpoint
 
     check_quantization(quantization)
-    _out_dir_free(Path(out_dir), force)
-    require_ctranslate2()
     path = Path(run_or_checkpoint)
+    # the run, checkpoint directory or exported file is never replaced, nor what holds it
+    protected = [path]
+    _out_dir_free(Path(out_dir), force, protected)
+    require_ctranslate2()
     loaded = load_checkpoint(path if path.is_file() else export_source(path, which)[0])
     check_exportable(loaded.config)
     source = {"checkpoint": str(loaded.path), "step": loaded.step, "metrics": loaded.metrics}
@@ -182,6 +249,7 @@ def export_ctranslate2(
         quantization,
         force=force,
         source=source,
+        protected=protected,
     )
 
 
