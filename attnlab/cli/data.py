@@ -147,7 +147,7 @@ def export_command(
     which the TSV corpus reader (``data.task=corpus``, ``data.path=FILE.tsv``) reads back to
     the same pairs."""
     from attnlab.data.dataset import load_dataset
-    from attnlab.runs import atomic_write_text
+    from attnlab.runs import write_output_text
 
     if out.is_dir():
         raise AttnlabError(f"--out {out}: is a folder; give a file name such as {out}/train.tsv")
@@ -158,7 +158,7 @@ def export_command(
     config = _data_config(path, preset, overrides)
     examples = load_dataset(config.data).splits.split(split)
     lines = [f"{' '.join(e.src_tokens)}\t{' '.join(e.tgt_tokens)}\n" for e in examples]
-    atomic_write_text(out, "".join(lines))
+    write_output_text(out, "".join(lines))
     click.echo(f"wrote {len(lines):,} {split} pairs to {out}", err=True)
 
 

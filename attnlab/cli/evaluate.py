@@ -103,12 +103,12 @@ def eval_command(
     result.pop("samples", None)
     sentences = result.pop("sentences", None)
     if sentences is not None:
-        from attnlab.runs import atomic_write_text
+        from attnlab.runs import write_output_text
 
         for path, key in ((hyps_path, "hyps"), (refs_path, "refs")):
             if path is not None:  # one line each: a line break inside would shift the pairs
                 lines = [" ".join(line.split()) for line in sentences[key]]
-                atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+                write_output_text(path, "".join(f"{line}\n" for line in lines), f"--{key}")
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
     if gold_path is not None:

@@ -185,7 +185,7 @@ def _print_steps(console: Any, history: Any) -> None:
 def export_history(run: Path, out: Path, sentence: int, force: bool) -> None:
     """Write the cross-attention RUN stored at each evaluation (train.attention_history) for
     one dev sentence as an animated SVG or an HTML page with a slider."""
-    from attnlab.runs import atomic_write_text
+    from attnlab.runs import write_output_text
     from attnlab.viz.history_animation import Frame, animated_svg, slider_html
 
     suffix = out.suffix.lower()
@@ -205,7 +205,7 @@ def export_history(run: Path, out: Path, sentence: int, force: bool) -> None:
         f"{layer_text(history.layer, history.head)}, {len(frames)} stored steps"
     )
     render = animated_svg if suffix == ".svg" else slider_html
-    atomic_write_text(out, render(frames, source, title))
+    write_output_text(out, render(frames, source, title))
     click.echo(f"wrote {out} ({len(frames)} frames, steps {history.steps[0]}..{history.steps[-1]})")
 
 

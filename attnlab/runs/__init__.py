@@ -50,6 +50,8 @@ from attnlab.runs.atomic import (
     read_tensors,
     remove_stale_temps,
     save_tensors,
+    write_output,
+    write_output_text,
 )
 from attnlab.runs.checkpoints import (
     CHECKPOINT_TAGS,
@@ -134,6 +136,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "write_output",
+    "write_output_text",
     "check_new_run_dir",
     "check_optimizer_state",
     "check_resume_weights",

@@ -214,3 +214,63 @@ def pid_alive(pid: int) -> bool:
     except (PermissionError, OSError, OverflowError):
         return True
     return True
+
+
+# Files whose presence marks a run or study directory: an output is never written over a file
+# inside one (``eval --refs RUN/events.jsonl`` would destroy the run's log).
+RUN_MARKERS = ("events.jsonl", "study.json", "outcomes.json")
+_SPECIAL_WRITE_LIMIT = 1 << 30  # what one write-through to a device or pipe may send
+
+
+def _run_dir_holding(path: Path) -> Path | None:
+    for folder in path.parents:
+        if any((folder / marker).exists() for marker in RUN_MARKERS):
+            return folder
+        if (folder / "config.toml").is_file() and (folder / "checkpoints").is_dir():
+            return folder
+    return None
+
+
+def write_output(path: Path, data: bytes, flag: str = "--out") -> None:
+    """Write a user-named output file, as coreutils would: a regular file or a new path is
+    replaced atomically; a device, FIFO or socket is written through (no rename: the node
+    stays); a symlink writes its target; a folder, and a file inside a run or study
+    directory, are refused in one line. A failed write (ENOSPC, EPIPE) is a WriteError."""
+    import stat
+
+    given = Path(path)
+    target = given.resolve() if given.is_symlink() else given
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        raise _write_error(given, err) from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise WriteError(f"{flag} {given}: is a folder; give a file name")
+    if info is None or stat.S_ISREG(info.st_mode):
+        holder = _run_dir_holding(target.absolute()) if info is not None else None
+        if holder is not None:
+            raise WriteError(
+                f"{flag} {given}: is a file of the run or study directory {holder}; "
+                "attnlab never writes an output over it — give another path"
+            )
+        atomic_write_bytes(target, data)
+        return
+    if len(data) > _SPECIAL_WRITE_LIMIT:
+        raise WriteError(f"{flag} {given}: more than {_SPECIAL_WRITE_LIMIT:,} bytes to a device")
+    try:  # a FIFO without a reader: ENXIO at once, never a hang
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+    except OSError as err:
+        raise _write_error(given, err) from None
+    try:
+        os.set_blocking(fd, True)
+        _write_fd(fd, data)
+    except OSError as err:
+        raise _write_error(given, err) from None
+    finally:
+        os.close(fd)
+
+
+def write_output_text(path: Path, text: str, flag: str = "--out") -> None:
+    write_output(path, text.encode("utf-8"), flag)

@@ -29,12 +29,12 @@ def recording_console(width: int) -> Console:
 
 def save_recording(console: Console, path: Path, title: str) -> Path:
     """What ``console`` recorded, as SVG (``.svg``) or HTML (anything else), written whole."""
-    from attnlab.runs import atomic_write_text
+    from attnlab.runs import write_output_text
 
     path = Path(path)
     svg = path.suffix.lower() == ".svg"
     text = console.export_svg(title=title, clear=False) if svg else console.export_html(clear=False)
-    atomic_write_text(path, text)
+    write_output_text(path, text)
     return path
 
 
