@@ -431,6 +431,7 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
             loss=1.25,
             lr=0.002,
             tokens_per_s=900.5,
+            mean_tokens_per_s=850.25,
             tf_ratio=0.5,
             grad_norm=None,
             elapsed_s=3.0,
@@ -445,6 +446,7 @@ TYPED_CASES: list[tuple[ev.Event, dict]] = [
             "loss": 1.25,
             "lr": 0.002,
             "tokens_per_s": 900.5,
+            "mean_tokens_per_s": 850.25,
             "tf_ratio": 0.5,
             "grad_norm": None,
             "elapsed_s": 3.0,
@@ -766,7 +768,8 @@ def test_an_old_event_log_reads_the_same(tmp_path: Path) -> None:
     summary = summarize_run(run_dir)  # `attnlab runs` / the Runs view
     assert (summary.params, summary.steps, summary.status) == (4321, 20, "stopped")
     assert (summary.best_bleu, summary.best_chrf, summary.best_exact_match) == (20.5, 41.0, 0.5)
-    assert (summary.tokens_per_s, summary.wall_s) == (1600.0, 3.25)
+    # #44: the done event's mean over training time, not the last window's 1600
+    assert (summary.tokens_per_s, summary.wall_s) == (1550.0, 3.25)
     assert summary.attention == "luong-dot" and summary.warnings == []
 
     follower = RunFollower(run_dir)  # the lab's Train view

@@ -532,3 +532,23 @@ async def test_hyper_parameters_are_grouped_by_variant_with_range_and_default(
                     else f"default {hp.default}"
                 )
         assert [h.split(" · ")[1] for h in hints] == expected
+
+
+def test_progress_bar_and_follower_show_the_run_mean_not_the_window(tmp_path) -> None:
+    """#44: one speed per run. A step event's mean (all tokens / all stepping seconds) is what
+    the CLI bar and the lab's follower show; a log from before the field shows the window's."""
+    from attnlab.cli.train import TrainProgress
+    from attnlab.tui.follow import RunFollower
+
+    progress = TrainProgress(1000, 0, quiet=False, clock=lambda: 100.0)
+    step = {"type": "step", "step": 5, "tokens_per_s": 5115.0, "mean_tokens_per_s": 673.0}
+    progress.on_event(step)
+    assert progress.progress.tasks[0].fields["tps"] == "673"
+    progress.on_event({"type": "step", "step": 6, "tokens_per_s": 900.0})  # an old log
+    assert progress.progress.tasks[0].fields["tps"] == "900"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "events.jsonl").write_text(json.dumps(step) + "\n")
+    follower = RunFollower(run_dir)
+    follower.poll()
+    assert follower.tokens_per_s == 673.0

@@ -261,3 +261,25 @@ def test_a_run_whose_process_died_without_done_is_an_error(tmp_path):
         [("start", 0, {"params": 1, "pid": dead_pid, "host": os.uname().nodename})],
     )
     assert summarize_run(run_dir).status == "error"
+
+
+def test_runs_show_the_mean_throughput_not_the_last_window(tmp_path):
+    """#44: `attnlab runs` showed the last step's window figure; the mean over training time
+    (total tokens / total stepping seconds) is the one speed of a run."""
+    start = ("start", 0, {"params": 10, "pid": os.getpid(), "host": os.uname().nodename})
+    # Two windows: 1000 tokens in 2 s, then 3000 tokens in 1 s -> mean 4000 / 3 s.
+    steps = [
+        ("step", 5, {"tokens_per_s": 500.0, "mean_tokens_per_s": 500.0, "tokens": 1000}),
+        ("step", 10, {"tokens_per_s": 3000.0, "mean_tokens_per_s": 1333.3, "tokens": 4000}),
+    ]
+    live = _write_run(tmp_path, "live", [start, *steps])
+    done = _write_run(
+        tmp_path,
+        "done",
+        [start, *steps, ("done", 10, {"reason": "finished", "tokens_per_s": 1333.3})],
+    )
+    old = _write_run(tmp_path, "old", [start, ("step", 5, {"tokens_per_s": 700.0})])
+    runs = {r.path: r for r in list_runs(tmp_path)}
+    assert runs[live].tokens_per_s == pytest.approx(4000 / 3, abs=0.05)
+    assert runs[done].tokens_per_s == pytest.approx(4000 / 3, abs=0.05)
+    assert runs[old].tokens_per_s == 700.0  # logs from before the mean: the window's figure

@@ -35,6 +35,13 @@ def test_a_tiny_run_writes_the_documented_events_and_checkpoints(tmp_path, tiny_
     assert all(e["tokens_per_s"] > 0 and e["tf_ratio"] == 1.0 and e["loss"] > 0 for e in steps)
     # padding: the batch's padded share of source+target cells, a fraction in [0, 1)
     assert all(0.0 <= e["padding"] < 1.0 for e in steps)
+    # #44: mean throughput = all tokens / all stepping seconds, the seconds being each window's
+    # tokens over its own rate; the done event carries the same mean.
+    before = [0] + [e["tokens"] for e in steps[:-1]]
+    windows = [e["tokens"] - a for a, e in zip(before, steps, strict=True)]
+    seconds = sum(n / e["tokens_per_s"] for n, e in zip(windows, steps, strict=True))
+    assert steps[-1]["mean_tokens_per_s"] == pytest.approx(steps[-1]["tokens"] / seconds, rel=1e-2)
+    assert events[-1]["tokens_per_s"] == pytest.approx(steps[-1]["mean_tokens_per_s"], abs=0.1)
     evals = [e for e in events if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [3, 6]
     keys = {

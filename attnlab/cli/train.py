@@ -41,7 +41,7 @@ class TrainProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
-            TextColumn("{task.fields[tps]} tok/s"),
+            TextColumn("mean {task.fields[tps]} tok/s"),
             TextColumn("ETA {task.fields[eta]}"),
             TextColumn("dev BLEU {task.fields[bleu]}"),
             console=rich_console(stderr=True),
@@ -96,7 +96,7 @@ class TrainProgress:
                 self.task,
                 completed=typed.step,
                 loss=fmt(typed.loss, 4),
-                tps=fmt(typed.tokens_per_s, 0),
+                tps=fmt(_mean_tps(typed), 0),
                 eta=_duration(self.eta_s(typed.step)),
             )
         elif isinstance(typed, Eval):
@@ -136,7 +136,7 @@ def _summary_table(summary: dict[str, Any]) -> Any:
         ("params", f"{summary['params']:,}"),
         ("device", _device_text(summary)),
         ("wall time", f"{summary['wall_s']:.1f} s"),
-        ("tokens/s", fmt(summary.get("tokens_per_s"), 0)),
+        ("mean tokens/s", fmt(summary.get("tokens_per_s"), 0)),
         ("best step", fmt(best.get("step"))),
         ("best chosen by", fmt(best.get("chosen_by"))),
         ("dev BLEU", fmt(best.get("bleu"))),
@@ -259,3 +259,8 @@ def _say_run_dir(run_dir: Path, processes: int) -> None:
 
 
 COMMANDS = (train,)
+
+
+def _mean_tps(step: Step) -> float | None:
+    """The run's mean throughput so far (#44: one speed per run), the window's for old logs."""
+    return step.tokens_per_s if step.mean_tokens_per_s is None else step.mean_tokens_per_s

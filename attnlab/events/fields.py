@@ -67,6 +67,7 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
                 "loss",
                 "lr",
                 "tokens_per_s",
+                "mean_tokens_per_s",
                 "tf_ratio",
                 "grad_norm",
                 "elapsed_s",

@@ -141,7 +141,9 @@ class Step(Event):
 
     loss: float | None = None  # per target token; None = not finite
     lr: float | None = None
-    tokens_per_s: float | None = None  # global under DDP
+    tokens_per_s: float | None = None  # global under DDP; this window's figure
+    # Total tokens over total training time so far: the one throughput shown to users (#44).
+    mean_tokens_per_s: float | None = field(default=None, metadata=OPTIONAL)
     tf_ratio: float | None = None
     grad_norm: float | None = None
     elapsed_s: float | None = None

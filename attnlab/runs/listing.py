@@ -37,7 +37,7 @@ class RunSummary:
     best_bleu: float | None
     best_chrf: float | None
     best_exact_match: float | None
-    tokens_per_s: float | None
+    tokens_per_s: float | None  # mean over the run's training time (older runs: last step's)
     wall_s: float | None
     status: str  # running | finished | interrupted | stopped | error | incomplete
     skipped_lines: int = 0  # malformed lines of events.jsonl that were skipped
@@ -79,7 +79,10 @@ def summarize_run(run_dir: Path) -> RunSummary:
             pid, host, started = event.pid, event.host, True
             done_reason, errored = None, False  # a resumed run starts over
         elif isinstance(event, Step):
-            summary.tokens_per_s = _given(event.tokens_per_s, summary.tokens_per_s)
+            # The mean over training time; runs from before it was logged: the window's figure.
+            summary.tokens_per_s = _given(
+                event.mean_tokens_per_s, _given(event.tokens_per_s, summary.tokens_per_s)
+            )
             summary.wall_s = _given(event.elapsed_s, summary.wall_s)
         elif isinstance(event, Eval):
             summary.wall_s = _given(event.elapsed_s, summary.wall_s)
@@ -90,6 +93,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
             errored = True
         elif isinstance(event, Done):
             done_reason = event.reason
+            summary.tokens_per_s = _given(event.tokens_per_s, summary.tokens_per_s)  # the mean
             summary.wall_s = _given(event.elapsed_s, summary.wall_s)
     locked = run_dir_locked(run_dir) if done_reason is None and not errored else None
     if done_reason is not None:

@@ -549,6 +549,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                     loss=round(loss_value, 6),
                     lr=last_lr,
                     tokens_per_s=round(window_tokens / seconds, 1),
+                    mean_tokens_per_s=round(self.total_tokens / self.train_time, 1),
                     tf_ratio=round(last_ratio, 6),
                     grad_norm=None if grad_norm is None else _finite_or_none(float(grad_norm)),
                     elapsed_s=round(self.elapsed(), 3),

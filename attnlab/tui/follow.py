@@ -337,7 +337,10 @@ class RunFollower:
             self._timed_to = (e.step, elapsed)
         self.loss = _num(e.loss)
         self.lr = _num(e.lr)
-        self.tokens_per_s = _num(e.tokens_per_s)
+        # The run's mean over its training time (#44), the window's figure in older logs.
+        self.tokens_per_s = _num(
+            e.tokens_per_s if e.mean_tokens_per_s is None else e.mean_tokens_per_s
+        )
         self.elapsed_s = _num(e.elapsed_s, self.elapsed_s)
         self._set_anchor(e, self.elapsed_s)
         if self.state == STARTING:
