@@ -509,3 +509,30 @@ def test_compare_names_the_last_layer_it_shows_and_matches_translate_there(runs)
 def test_eval_table_names_the_layer_of_its_alignment_accuracy(runs):
     out = invoke("eval", str(runs / "tr"), "--max-sentences", "4").output
     assert "alignment_accuracy (last layer, head average)" in out
+
+
+def test_translate_from_an_endless_line_on_stdin_is_one_error_line(runs):
+    """``translate RUN < /dev/zero`` once grew to 11 GB: stdin lines have the corpus limit."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run(
+            [sys.executable, "-m", "attnlab", "translate", str(runs / "rnn")],
+            stdin=zero,
+            capture_output=True,
+            timeout=120,
+            env=env,
+        )
+    assert done.returncode == 2
+    assert done.stderr.decode().strip().splitlines() == [
+        "error: standard input: line 1 is longer than 1,048,576 bytes (the most one sentence "
+        "may be)"
+    ]
+
+
+def test_translate_reads_ordinary_stdin_lines(runs):
+    result = CliRunner().invoke(cli, ["translate", str(runs / "rnn")], input="5 9 2 7\n3 4\n")
+    assert result.exit_code == 0 and len(result.output.strip().splitlines()) >= 2

@@ -191,3 +191,24 @@ def load_run(run: Path, device: str | None) -> tuple[Any, Any]:
 
     torch_device = resolve_device(device or "auto")
     return load_checkpoint(run, device=torch_device), torch_device
+
+
+def stdin_lines() -> list[str]:
+    """Standard input's lines without their endings, each at most the corpus reader's limit
+    (``MAX_LINE_BYTES``, 1 MiB): ``< /dev/zero`` is one error line, never unbounded memory."""
+    import sys
+
+    from attnlab.data.corpus import MAX_LINE_BYTES
+    from attnlab.errors import AttnlabError
+    from attnlab.regular_files import LineTooLong, bounded_lines
+
+    lines = []
+    try:
+        for number, raw in enumerate(bounded_lines(sys.stdin.buffer, MAX_LINE_BYTES), 1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError:
+                raise AttnlabError(f"standard input: line {number} is not UTF-8 text") from None
+    except LineTooLong as err:
+        raise AttnlabError(f"standard input: {err} (the most one sentence may be)") from None
+    return lines

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from attnlab.cli.common import stdin_lines
 from attnlab.errors import AttnlabError
 
 # The decoding flags CTranslate2's search reads; every other one is attnlab's own search.
@@ -75,7 +75,7 @@ def translate_ct2(
     if beam < 1:
         raise AttnlabError(f"--beam {beam}: must be at least 1")
     model = load_ct2_model(model_dir, device=_ct2_device(device))
-    lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
+    lines = list(text) if text else stdin_lines()
     sources = model.src_tokenizer.encode_batch(lines)
     found = translate_tokens(
         model,

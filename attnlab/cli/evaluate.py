@@ -4,7 +4,6 @@ the attention map ``attnlab.interpret.maps`` picks (heatmap, alignment table, --
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from attnlab.cli.common import (
     pop_decode,
     rich_console,
     say,
+    stdin_lines,
 )
 from attnlab.cli.map_printing import print_maps
 from attnlab.errors import AttnlabError
@@ -282,7 +282,7 @@ def translate(
             f"--role {role}: a {loaded.config.model.arch} model has only "
             "cross-attention; valid: --role cross"
         )
-    lines = list(text) if text else [line.rstrip("\n") for line in sys.stdin]
+    lines = list(text) if text else stdin_lines()
     need_maps = show_attention or show_alignment
     results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
     choice = MapChoice(role, layer, head, method)
