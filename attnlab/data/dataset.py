@@ -8,10 +8,11 @@ rebuilds vocabularies and tokenizers with no data files, so ``translate`` needs 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.config import DataConfig
-from attnlab.data.example import Example
+from attnlab.data.example import Example, Splits
 from attnlab.data.indexed import (  # the value type, one floor down (corpus.py builds it too)
     META_VERSION,
     Dataset,
@@ -19,6 +20,8 @@ from attnlab.data.indexed import (  # the value type, one floor down (corpus.py 
     vocab_and_tokenizers_from_meta,
 )
 from attnlab.data.tokenizers import WhitespaceTokenizer
+from attnlab.data.vocab import Vocab
+from attnlab.errors import AttnlabError
 
 __all__ = [
     "META_VERSION",
@@ -34,19 +37,45 @@ def _toy_dataset(cfg: DataConfig) -> Dataset:
 
     entry = TASKS.get(cfg.task)
     splits = entry.factory(cfg)
-    # A toy task's symbol set is closed and known, so every split contributes symbols
-    # (a length-generalisation test split must not turn into <unk>s); frequency is irrelevant.
-    everything: list[Example] = [*splits.train, *splits.dev, *splits.test]
-    src_vocab, tgt_vocab = build_vocabs(
-        [e.src_tokens for e in everything],
-        [e.tgt_tokens for e in everything],
-        DataConfig(shared_vocab=cfg.shared_vocab),
-    )
+    alphabet = getattr(entry.meta, "alphabet", None)
+    if alphabet is not None:
+        src_vocab, tgt_vocab = alphabet_vocabs(alphabet(cfg), splits, cfg.shared_vocab)
+    else:
+        # A plug-in without an alphabet: every split contributes symbols (a length-
+        # generalisation test split must not turn into <unk>s); frequency is irrelevant.
+        everything: list[Example] = [*splits.train, *splits.dev, *splits.test]
+        src_vocab, tgt_vocab = build_vocabs(
+            [e.src_tokens for e in everything],
+            [e.tgt_tokens for e in everything],
+            DataConfig(shared_vocab=cfg.shared_vocab),
+        )
     tokenizer = WhitespaceTokenizer()
     splits.stats.setdefault("tokenizer", "whitespace")
     return Dataset(
         splits, src_vocab, tgt_vocab, tokenizer, tokenizer, entry.meta.has_alignment, cfg.task
     )
+
+
+def alphabet_vocabs(
+    alphabet: tuple[Sequence[str], Sequence[str]], splits: Splits, shared: bool
+) -> tuple[Vocab, Vocab]:
+    """The vocabularies of a task's alphabet, in its order: the same for every sample of the
+    task (data.train_size, data.seed), so two runs of one task always compare. A drawn symbol
+    outside the alphabet is a bug in the task, refused rather than read as <unk>."""
+    src = list(dict.fromkeys(alphabet[0]))
+    tgt = list(dict.fromkeys(alphabet[1]))
+    everything = [*splits.train, *splits.dev, *splits.test]
+    for side, symbols, attr in (("source", src, "src_tokens"), ("target", tgt, "tgt_tokens")):
+        stray = set().union(*(getattr(e, attr) for e in everything)) - set(symbols)
+        if stray:
+            raise AttnlabError(
+                f"task {splits.stats.get('task')!r} drew {side} symbol {min(stray)!r} "
+                "outside its alphabet (a bug in the task's generator)"
+            )
+    if shared:
+        vocab = Vocab(list(dict.fromkeys([*src, *tgt])))
+        return vocab, vocab
+    return Vocab(src), Vocab(tgt)
 
 
 def load_dataset(data_cfg: DataConfig, cache_dir: Path | None = None) -> Dataset:

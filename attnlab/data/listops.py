@@ -85,6 +85,11 @@ def listops_task(cfg: DataConfig) -> Splits:
     return generate(cfg, "listops", draw)
 
 
+def listops_alphabet(cfg: DataConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    digits = tuple(str(d) for d in range(10))
+    return (*OPERATORS, END, *digits), digits
+
+
 TASKS.add(
     "listops",
     listops_task,
@@ -104,5 +109,6 @@ TASKS.add(
             "data.max_args",
             "data.seed",
         ),
+        alphabet=listops_alphabet,
     ),
 )

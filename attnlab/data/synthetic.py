@@ -192,6 +192,25 @@ def induction_task(cfg: DataConfig) -> Splits:
     return generate_splits(cfg, "induction", draw)
 
 
+# --- alphabets (TaskSpec.alphabet): what each task can write, from its definition ----------
+
+
+def _range(low: int, high: int) -> list[str]:
+    return [str(i) for i in range(low, high)]
+
+
+def mqar_alphabet(cfg: DataConfig) -> tuple[list[str], list[str]]:
+    return _range(0, cfg.vocab_size), _range(cfg.vocab_size // 2, cfg.vocab_size)  # values
+
+
+def selective_copy_alphabet(cfg: DataConfig) -> tuple[list[str], list[str]]:
+    return _range(0, cfg.vocab_size), _range(1, cfg.vocab_size)  # noise 0 is never copied
+
+
+def induction_alphabet(cfg: DataConfig) -> tuple[list[str], list[str]]:
+    return _range(1, cfg.vocab_size), _range(2, cfg.vocab_size)  # X is never the special 1
+
+
 TASKS.add(
     "mqar",
     mqar_task,
@@ -200,6 +219,7 @@ TASKS.add(
         True,
         "1 130 7 141 7 0 1 0 -> 141 130",
         reads=(*SYNTHETIC_FIELDS, "data.kv_pairs", "data.power_a"),
+        alphabet=mqar_alphabet,
     ),
 )
 TASKS.add(
@@ -210,6 +230,7 @@ TASKS.add(
         True,
         "0 5 0 0 9 0 2 0 -> 5 9 2",
         reads=(*SYNTHETIC_FIELDS, "data.copy_tokens"),
+        alphabet=selective_copy_alphabet,
     ),
 )
 TASKS.add(
@@ -220,5 +241,6 @@ TASKS.add(
         True,
         "4 1 7 9 5 1 -> 7",
         reads=SYNTHETIC_FIELDS,
+        alphabet=induction_alphabet,
     ),
 )

@@ -6,7 +6,7 @@ them back. ``attnlab.data.tasks`` is the public face that also loads the built-i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from attnlab.config import DataConfig
@@ -46,12 +46,20 @@ CORPUS_FIELDS: tuple[str, ...] = (
 )
 
 
+# data config -> (source symbols, target symbols): a task's whole alphabet, from its definition.
+Alphabet = Callable[[DataConfig], tuple[Sequence[str], Sequence[str]]]
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     description: str  # one line for menus
     has_alignment: bool  # exposes gold alignments (alignment accuracy)
     example: str = ""  # e.g. "5 9 2 7 -> 7 2 9 5"
     reads: tuple[str, ...] = TOY_FIELDS  # the data.* fields its generator reads
+    # The vocabulary, from the task's definition rather than the sample: runs of one task
+    # with other data.train_size then share it (compare, --significance). None: a plug-in
+    # without one gets the symbols its sample uses.
+    alphabet: Alphabet | None = None
 
 
 def fields_read(task: str) -> tuple[str, ...]:

@@ -227,17 +227,51 @@ def dates_task(cfg: DataConfig) -> Splits:
     return generate(cfg, "dates", draw)
 
 
-TASKS.add("copy", copy_task, TaskSpec("copy the source symbols", True, "5 9 2 7 -> 5 9 2 7"))
+# --- alphabets: each task's vocabulary, from its definition (see TaskSpec.alphabet) ---------
+
+DIGITS = tuple("0123456789")
+
+
+def symbols_alphabet(cfg: DataConfig) -> tuple[list[str], list[str]]:
+    return _symbols(cfg), _symbols(cfg)
+
+
+def addition_alphabet(cfg: DataConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return (*DIGITS, "+"), DIGITS
+
+
+def dates_alphabet(cfg: DataConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # Every token any DATE_FORMATS entry writes ("may" is a month and its abbreviation).
+    words = (*MONTHS, *MONTHS_ABBR, *WEEKDAYS, "st", "nd", "rd", "th", ",", "/", ".")
+    return (*DIGITS, *words), (*DIGITS, "-")
+
+
 TASKS.add(
-    "reverse", reverse_task, TaskSpec("reverse the source symbols", True, "5 9 2 7 -> 7 2 9 5")
+    "copy",
+    copy_task,
+    TaskSpec("copy the source symbols", True, "5 9 2 7 -> 5 9 2 7", alphabet=symbols_alphabet),
 )
 TASKS.add(
-    "sort", sort_task, TaskSpec("sort the symbols by value (stable)", True, "5 9 2 7 -> 2 5 7 9")
+    "reverse",
+    reverse_task,
+    TaskSpec("reverse the source symbols", True, "5 9 2 7 -> 7 2 9 5", alphabet=symbols_alphabet),
+)
+TASKS.add(
+    "sort",
+    sort_task,
+    TaskSpec(
+        "sort the symbols by value (stable)", True, "5 9 2 7 -> 2 5 7 9", alphabet=symbols_alphabet
+    ),
 )
 TASKS.add(
     "addition",
     addition_task,
-    TaskSpec("add two decimal numbers digit by digit", False, "4 7 + 1 5 -> 6 2"),
+    TaskSpec(
+        "add two decimal numbers digit by digit",
+        False,
+        "4 7 + 1 5 -> 6 2",
+        alphabet=addition_alphabet,
+    ),
 )
 TASKS.add(
     "dates",
@@ -246,5 +280,6 @@ TASKS.add(
         "normalise dates in several formats to ISO",
         False,
         "march 5 , 2 0 1 9 -> 2 0 1 9 - 0 3 - 0 5",
+        alphabet=dates_alphabet,
     ),
 )

@@ -255,3 +255,24 @@ def check_resume_weights(
         f"cannot resume {run_dir}: the architecture changed since its checkpoint: "
         + "; ".join(changed)
     )
+
+
+def keep_checkpoint_vocabularies(run_dir: Path, dataset: Any) -> Any:
+    """``dataset`` with the vocabularies of ``run_dir``'s last checkpoint, when it has one:
+    a resumed run keeps the ids its weights were trained with. A toy task's vocabulary is now
+    its alphabet; a run trained before that has its sample's, often of the same size in
+    another order, which rebuilt here would resume silently wrong."""
+    import dataclasses
+
+    from attnlab.data.indexed import vocab_and_tokenizers_from_meta
+
+    directory = resolve_or_none(checkpoint_dir(run_dir, "last"))
+    if directory is None or not (directory / META_FILE).is_file():
+        return dataset
+    meta = read_meta(directory).get("dataset")
+    if not isinstance(meta, dict) or "src_vocab" not in meta:
+        return dataset
+    src_vocab, tgt_vocab, _src_tok, _tgt_tok = vocab_and_tokenizers_from_meta(meta)
+    if src_vocab.itos == dataset.src_vocab.itos and tgt_vocab.itos == dataset.tgt_vocab.itos:
+        return dataset
+    return dataclasses.replace(dataset, src_vocab=src_vocab, tgt_vocab=tgt_vocab)

@@ -63,6 +63,7 @@ from attnlab.runs import (
     checkpoint_dir,
     has_resumable_checkpoint,
     jsonable,
+    keep_checkpoint_vocabularies,
     lock_run_dir,
     optimizer_from_tensors,
     prepare_checkpoints,
@@ -184,6 +185,8 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         self.padding = bucket_padding(cfg, self.device, self.graphs_on)  # None: own shapes
         if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
             self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
+        if self.resume:  # the ids its weights were trained with (older toy vocabularies)
+            self.dataset = keep_checkpoint_vocabularies(self.run_dir, self.dataset)
         self.dataset_meta = self.dataset.meta()
         self.model = build_model(
             self.config, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab)
