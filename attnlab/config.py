@@ -73,7 +73,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = "rnn"  # rnn | transformer (architecture registry)
+    arch: str = "rnn"  # rnn | transformer | decoder-only (architecture registry)
     # RNN encoder-decoder
     cell: str = "gru"
     attention: str = "bahdanau"
@@ -97,6 +97,8 @@ class ModelConfig:
     cross_attention: str = "scaled-dot"
     share_embeddings: bool = False
     tie_embeddings: bool = False
+    # Decoder-only: how the source (the prefix) is read, causal (GPT) | bidirectional (prefix LM)
+    prefix: str = "causal"
     # Attention hyper-parameters set explicitly (names from the attention registry), as
     # written: "variant.name" (qualified, that variant only) or "name" (older flat form:
     # every chosen variant that declares it).
@@ -229,6 +231,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.norm": ("pre", "post"),
     "model.activation": ("relu", "gelu"),
     "model.positions": ("sinusoidal", "learned", "none", "rotary"),
+    "model.prefix": ("causal", "bidirectional"),
     "train.schedule": ("constant", "warmup-inverse-sqrt", "cosine", "plateau"),
     "train.tf_schedule": ("constant", "linear", "exponential", "inverse-sigmoid"),
     "train.metric": ("bleu", "chrf", "exact_match", "loss"),

@@ -280,5 +280,33 @@ TRANSFORMER = ArchSpec(
     long=_transformer_long,
 )
 
+
+def _decoder_only_long(m: ModelConfig, resolved: Mapping[str, str]) -> str:
+    return (
+        f"Decoder-only Transformer d_model={m.d_model}, {m.heads} heads, {m.dec_layers} layers, "
+        f"{m.prefix} prefix; self-attention {resolved['model.self_attention']}"
+    )
+
+
+DECODER_ONLY = ArchSpec(
+    "Decoder-only (GPT-style) Transformer: one causal stack; sequence tasks as prefix LMs",
+    _lazy("attnlab.nn.decoder_only:check_decoder_only"),
+    slots=(
+        AttentionSlot("model.self_attention", ROLE_CAUSAL_SELF, "dec_self", "self-attn", "self"),
+    ),
+    fields=(
+        ("model.d_model", "d_model"),
+        ("model.heads", "heads"),
+        ("model.ff", "feed-forward"),
+        ("model.dec_layers", "layers"),
+        ("model.norm", "norm"),
+        ("model.positions", "positions"),
+        ("model.prefix", "prefix"),
+    ),
+    short=lambda m, resolved: f"gpt+{resolved['model.self_attention']}",
+    long=_decoder_only_long,
+)
+
 ARCHITECTURES.add("rnn", _lazy("attnlab.nn.rnn:build_rnn"), RNN)
 ARCHITECTURES.add("transformer", _lazy("attnlab.nn.transformer:build_transformer"), TRANSFORMER)
+ARCHITECTURES.add("decoder-only", _lazy("attnlab.nn.decoder_only:build_decoder_only"), DECODER_ONLY)

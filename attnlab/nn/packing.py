@@ -116,6 +116,22 @@ class Padded:
 PADDED = Padded()
 
 
+class Dense(Padded):
+    """The padded layout of a batch with no padding at all (every key real): plain softmax
+    attention needs no mask tensor, so the fused kernel runs with ``is_causal`` (a language
+    model's windows). The caller vouches that every key mask it passes is all true."""
+
+    def sdpa_shortcut(
+        self, key_mask: Tensor, causal: bool, tq: int, tk: int, dtype: torch.dtype
+    ) -> tuple[bool, Tensor | None] | None:
+        if causal:
+            return (True, None) if tq == tk else None
+        return False, None
+
+
+DENSE = Dense()
+
+
 class Packing:
     """The packed layout of a [B, T] bool mask (True = real token): activations are the [N, ...]
     real rows. Built on the host once per batch (cheap on CPU, a sync on an accelerator)."""

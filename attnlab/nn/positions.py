@@ -72,10 +72,19 @@ class Rotary(nn.Module):
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
+    # Per row [B]: the index of each row's first real token (a decoder-only model's batch is
+    # left-padded; attnlab.nn.decoder_only sets it around a pass). None: every row starts at 0.
+    # Rotating by the position in the row rather than the index keeps a variant whose scores
+    # are not a plain dot product (additive, Shaw, kernels) independent of the padding.
+    origin: Tensor | None = None
+
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x [B,H,T,dh] at absolute positions start..start+T-1 -> rotated x."""
         positions = torch.arange(start, start + x.shape[-2], device=x.device, dtype=torch.float32)
-        angles = positions[:, None] * self.inv_freq[None, :]  # [T, dh/2]
+        if self.origin is not None:  # [B,(1,)T]: per row, broadcast over heads if x has them
+            per_row = positions[None, :] - self.origin[:, None].to(positions.dtype)
+            positions = per_row.view(per_row.shape[0], *(1,) * (x.dim() - 3), -1)
+        angles = positions[..., None] * self.inv_freq  # [(B,(1,))T, dh/2]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)

@@ -165,19 +165,36 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, m: ModelConfig, hparams: dict[str, Any]):
+    """Causal self-attention, cross-attention (optional) and feed-forward. Without
+    cross-attention (``cross=False``) it is the GPT block of the decoder-only stack
+    (attnlab.nn.decoder_only), which calls its parts directly."""
+
+    def __init__(
+        self,
+        m: ModelConfig,
+        hparams: dict[str, Any],
+        *,
+        cross: bool = True,
+        self_attention: str | None = None,
+    ):
         super().__init__()
         pre = m.norm == "pre"
+        name = decoder_self_attention_name(m) if self_attention is None else self_attention
         self.self_attn = AttentionBlock(
-            decoder_self_attention_name(m), ROLE_CAUSAL_SELF, m.d_model, m.heads, m.dropout, hparams
+            name, ROLE_CAUSAL_SELF, m.d_model, m.heads, m.dropout, hparams
         )
-        self.cross_attn = AttentionBlock(
-            m.cross_attention, ROLE_CROSS, m.d_model, m.heads, m.dropout, hparams
-        )
+        self.cross_attn: AttentionBlock | None = None
+        if cross:
+            self.cross_attn = AttentionBlock(
+                m.cross_attention, ROLE_CROSS, m.d_model, m.heads, m.dropout, hparams
+            )
+            self.sub_cross = Sublayer(m.d_model, m.dropout, pre)
         self.ff = FeedForward(m.d_model, m.ff, m.activation, m.dropout)
         self.sub_self = Sublayer(m.d_model, m.dropout, pre)
-        self.sub_cross = Sublayer(m.d_model, m.dropout, pre)
         self.sub_ff = Sublayer(m.d_model, m.dropout, pre)
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        return self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
 
     def forward(
         self,
@@ -208,6 +225,7 @@ class DecoderLayer(nn.Module):
             h, layout, keys, layout, self_mask, True, need_weights, precomputed=self_cache
         )
         x = self.sub_self.out(x, y)
+        assert self.cross_attn is not None  # the encoder-decoder's layers always have it
         y, cross_weights, cross_selected = self.cross_attn(
             self.sub_cross.inp(x),
             layout,
@@ -219,7 +237,7 @@ class DecoderLayer(nn.Module):
             precomputed=cross_cache,
         )
         x = self.sub_cross.out(x, y)
-        x = self.sub_ff.out(x, self.ff(self.sub_ff.inp(x)))
+        x = self.feed_forward(x)
         selected = {"dec_self": self_selected, "cross": cross_selected}
         return x, self_weights, cross_weights, {k: v for k, v in selected.items() if v is not None}
 
@@ -497,7 +515,7 @@ def check_transformer(config: ExperimentConfig) -> None:
 
     One-line AttnlabError on a bad combination.
     """
-    m, d = config.model, config.data
+    m = config.model
     if m.d_model % m.heads:
         raise AttnlabError(f"model.d_model={m.d_model} must be divisible by model.heads={m.heads}")
     resolved = TRANSFORMER.resolve(m)  # each slot asks its variant's spec for the role
@@ -508,7 +526,18 @@ def check_transformer(config: ExperimentConfig) -> None:
             _check_role(slot.key, resolved[slot.key], slot.role)
     dec_name = resolved["model.decoder_self_attention"]
     used = [m.self_attention] * (m.enc_layers > 0) + [dec_name, m.cross_attention]
-    rotated = {m.self_attention, dec_name} if m.positions == "rotary" else set()
+    check_variant_fits(config, used, rotated={m.self_attention, dec_name})
+
+
+def check_variant_fits(
+    config: ExperimentConfig, used: list[str], rotated: set[str], longest: int | None = None
+) -> None:
+    """The checks every Transformer stack shares for the variants ``used``: hyper-parameters
+    that must fit model.heads, rotary positions (applied to the self-attention variants
+    ``rotated``) and a length-limited variant's longest sequence (``longest``, by default the
+    data's longest sentence)."""
+    m, d = config.model, config.data
+    rotated = rotated if m.positions == "rotary" else set()
     for name in dict.fromkeys(used):  # hyper-parameters that must fit model.heads
         entry = ATTENTION.get(name)
         if issubclass(entry.factory, MultiHeadBase):
@@ -521,14 +550,14 @@ def check_transformer(config: ExperimentConfig) -> None:
                 "model.positions=rotary needs an even head size; "
                 f"model.d_model/model.heads = {m.d_model // m.heads}"
             )
-        for name in {m.self_attention, dec_name}:
+        for name in rotated:
             cls = ATTENTION.get(name).factory
             if not getattr(cls, "supports_rotary", False):
                 raise AttnlabError(
                     f"model.positions=rotary is not supported by the {name} attention"
                 )
     if d.task != "corpus":  # a length-limited variant says so in its spec
-        longest = max(d.max_len, d.test_max_len)
+        longest = max(d.max_len, d.test_max_len) if longest is None else longest
         for name in dict.fromkeys(used):
             ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
 

@@ -241,6 +241,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
 _SHAPE_KEYS = {
     "rnn": ("hidden", "emb", "layers", "bidirectional", "input_feeding", "cell"),
     "transformer": ("d_model", "ff", "enc_layers", "dec_layers", "positions", "share_embeddings"),
+    "decoder-only": ("d_model", "ff", "dec_layers", "positions", "share_embeddings"),
 }
 
 
