@@ -137,6 +137,9 @@ class TrainConfig:
     plateau_patience: int = 2
     clip: float = 1.0
     label_smoothing: float = 0.0
+    # Decoder-only prefix LMs: also train on predicting each source token from those before
+    # it (GPT's plain LM loss over the whole sequence); off: the loss is over the target only.
+    prefix_loss: bool = False
     teacher_forcing: float = 1.0  # ratio at step 0 (and throughout for "constant")
     tf_schedule: str = "constant"  # constant | linear | exponential | inverse-sigmoid
     tf_min: float = 0.0  # floor for linear decay

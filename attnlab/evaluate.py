@@ -393,6 +393,8 @@ def attention_statistics(
         if kind == NORM_SIGNED:
             continue  # entropy is undefined for signed weights
         rows = batch.src_mask if role == "enc_self" else target_rows
+        if maps.shape[-2] == batch.src.shape[1] + target_rows.shape[1]:
+            rows = torch.cat([batch.src_mask, target_rows], dim=1)  # a decoder-only's whole map
         total, count = entropy_sums(maps.float(), rows, kind)
         out["attention_entropy"][role] = [
             [round(float(x), 5) for x in layer] for layer in (total / max(count, 1)).tolist()

@@ -134,7 +134,7 @@ def test_rnn_has_only_cross_attention(tmp_path, tiny_sets):
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert lines == [
-        "error: --role enc-self: a rnn model has only cross-attention; valid: --role cross"
+        "error: --role enc-self: a rnn model has no enc-self attention; valid: --role cross"
     ]
     ok = invoke("translate", str(run), "1 2 3", "--show-attention")
     assert "cross-attention (target × source), layer 0/1, head average" in ok.output
@@ -190,3 +190,40 @@ def test_translate_names_unknown_source_tokens_and_labels_them_unk(tmp_path, tin
     assert header == ["1", "<unk>", "3", "<unk>", "<unk>"]
     clean = invoke("translate", str(run), "1 2 3")
     assert "warning" not in clean.stderr
+
+
+def test_decoder_only_maps_cover_prompt_and_target(tmp_path, tiny_sets):
+    """A decoder-only model's dec-self map is one causal map over prompt ⊕ <s> ⊕ target (the
+    model's own weights); its cross map is the target-over-prompt block, rows sum to <= 100."""
+    sets = ["--set", "model.d_model=16", "--set", "model.heads=2", "--set", "model.ff=32"]
+    run = _train(tmp_path, [*tiny_sets, *sets], "reverse-decoder-only", "gpt")
+    src = "5 9 2 7"
+    cross = invoke("translate", str(run), src, "--show-attention")
+    assert cross.exit_code == 0, cross.output
+    hyp = cross.output.splitlines()[0].split()
+    assert cross.output.rstrip().endswith("rows sum to <= 100; ∅ = unattended mass (1 − row sum))")
+    whole = invoke("translate", str(run), src, "--show-attention", "--role", "dec-self")
+    assert whole.exit_code == 0, whole.output
+    loaded = load_checkpoint(run, device=torch.device("cpu"))
+    n_layers = loaded.config.model.dec_layers
+    title = f"decoder self-attention (target × target), layer {n_layers - 1}/{n_layers}"
+    header, rows = _table(whole.output, f"{title}, head average")
+    assert header == [*src.split(), "<s>", *hyp]
+    ids = loaded.src_vocab.encode(src.split())
+    tgt = [2, *loaded.tgt_vocab.encode(hyp)]
+    with torch.no_grad():
+        out = loaded.model(
+            torch.tensor([ids]), torch.tensor([ids]) != 0, torch.tensor([tgt]), need_weights=True
+        )
+    expected = out.attentions["dec_self"][0, -1].mean(0)  # [S+T, S+T]
+    assert [values for _, values in rows] == [
+        [round(100 * float(v)) for v in row] for row in expected
+    ]
+    for k, (_, values) in enumerate(rows):  # causal prefix (the preset's): nothing later
+        assert all(v == 0 for v in values[k + 1 :])
+    bad = invoke("translate", str(run), src, "--show-attention", "--role", "enc-self")
+    assert bad.exit_code == 2
+    assert bad.output.splitlines() == [
+        "error: --role enc-self: a decoder-only model has no enc-self attention; "
+        "valid: --role dec-self, --role cross"
+    ]

@@ -315,7 +315,7 @@ def test_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     assert device_module.resolve_device("auto").type == "cuda"
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("arch", ["rnn", "transformer", "decoder-only"])
 def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_step(tmp_path, arch):
     """The trainer's real optimizer (fused AdamW on CPU) between evals; each eval event must be
     what a fresh ``attnlab eval`` of the checkpoint written at that step reports, exactly."""
@@ -344,6 +344,8 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     ]
     if arch == "transformer":
         overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
+    if arch == "decoder-only":
+        overrides += ["model.dec_layers=2", "model.d_model=32", "model.heads=2", "model.ff=32"]
     config = apply_overrides(ExperimentConfig(name="evalcheck"), overrides)
     run_dir = tmp_path / "run"
     snapshots: dict[int, object] = {}

@@ -277,10 +277,13 @@ def translate(
 
     loaded, torch_device = load_run(run, device)
     config = apply_overrides(loaded.config, pop_decode(flags))
-    if role != "cross" and loaded.config.model.arch != "transformer":
+    from attnlab.nn.archs import normalisations_of
+
+    roles = [key.replace("_", "-") for key in normalisations_of(loaded.config)]
+    if role not in roles:
         raise AttnlabError(
-            f"--role {role}: a {loaded.config.model.arch} model has only "
-            "cross-attention; valid: --role cross"
+            f"--role {role}: a {loaded.config.model.arch} model has no {role} attention; "
+            f"valid: {', '.join(f'--role {r}' for r in roles)}"
         )
     lines = list(text) if text else stdin_lines()
     need_maps = show_attention or show_alignment

@@ -40,7 +40,7 @@ def check_exportable(config: ExperimentConfig) -> None:
     if m.arch != "transformer":
         raise AttnlabError(
             f"model.arch={m.arch}: CTranslate2 export takes Transformer encoder–decoders only "
-            "(model.arch=transformer); RNN models have no CTranslate2 equivalent"
+            "(model.arch=transformer); the RNN and the decoder-only model are not exported there"
         )
     if m.enc_layers < 1:
         raise AttnlabError(

@@ -97,6 +97,8 @@ def attention_modules(model: nn.Module) -> dict[tuple[str, int], nn.Module]:
         elif parts[0] == "decoder_layers":
             role = "dec_self" if parts[2] == "self_attn" else "cross"
             found[(role, int(parts[1]))] = module
+        elif parts[0] == "layers":  # the decoder-only stack: one self-attention per block
+            found[("dec_self", int(parts[1]))] = module
         elif ("cross", 0) not in found:
             found[("cross", 0)] = module
     return found
@@ -251,10 +253,15 @@ def explain(
     Methods a model cannot give (no gradient path through its weights, no value vectors)
     are absent. ``layer`` picks the cross-attention layer of raw / gradient / norm, ``head``
     one head of them (None: raw and gradient average the heads, norm sums them inside ‖·‖)."""
+    from attnlab.nn.decoder_only import DecoderOnlyTransformer
     from attnlab.nn.seq2seq import BOS_ID, EOS_ID
 
     device = next(model.parameters()).device
     out_ids = [*tgt_ids, EOS_ID] if eos else list(tgt_ids)
+    if isinstance(model, DecoderOnlyTransformer):
+        # Rollout, relevancy, gradient and norm compose an encoder's and a decoder's maps;
+        # one stack over prompt ⊕ target needs its own composition (not written yet): raw only.
+        return _raw_of_decoder_only(model, src_ids, [BOS_ID, *tgt_ids][: len(out_ids)], layer, head)
     rows = len(out_ids)
     src = torch.tensor([src_ids] * rows, device=device)
     tgt_in = torch.tensor([[BOS_ID, *tgt_ids][:rows]] * rows, device=device)
@@ -266,6 +273,30 @@ def explain(
     finally:
         model.train(was_training)
     return methods_from_trace(traced, layer, head)
+
+
+def _raw_of_decoder_only(
+    model: nn.Module, src_ids: list[int], tgt_in: list[int], layer: int, head: int | None
+) -> dict[str, Tensor]:
+    """{"raw": [T, S]}: the target-over-prompt block of one layer's self-attention."""
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids], device=device)
+    with torch.no_grad():
+        was_training = model.training
+        model.eval()
+        try:
+            out = model(src, src != 0, torch.tensor([tgt_in], device=device), need_weights=True)
+        finally:
+            model.train(was_training)
+    cross = out.attentions.get("cross")
+    if cross is None:
+        raise AttnlabError("this model returns no attention weights to explain")
+    n_layers, heads = cross.shape[1], cross.shape[2]
+    index = layer if -n_layers <= layer < n_layers else -1
+    if head is not None and not 0 <= head < heads:
+        raise AttnlabError(f"head {head}: this model has {heads} heads; valid: 0..{heads - 1}")
+    pick = slice(None) if head is None else slice(head, head + 1)
+    return {"raw": cross[0, index, pick].mean(dim=0)}
 
 
 def methods_from_trace(

@@ -164,6 +164,8 @@ def map_of(
         )
     else:  # dec-self: the decoder's inputs attend to each other
         inputs = [BOS_LABEL, *tokens]
+        if maps.shape[-1] > len(inputs):  # a decoder-only model: one map over prompt ⊕ target
+            inputs = [*source_tokens, *inputs]
         labelled = AttentionMap(maps, inputs, inputs, role, "none", normalisation, selected)
     return labelled.select(layer, head).fitted()
 

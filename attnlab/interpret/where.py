@@ -20,4 +20,4 @@ def map_where(
 
 def cross_layers(config: Any) -> int:
     """How many cross-attention layers a model has (an RNN decoder has one attention)."""
-    return int(config.model.dec_layers) if config.model.arch == "transformer" else 1
+    return int(config.model.dec_layers) if config.model.arch != "rnn" else 1

@@ -69,6 +69,9 @@ class ArchSpec:
     # (model config, slot key -> resolved variant) -> the model part of summaries.
     short: Callable[[ModelConfig, Mapping[str, str]], str] | None = None
     long: Callable[[ModelConfig, Mapping[str, str]], str] | None = None
+    # Maps that are a block of a slot's map, as (model key, slot name): the decoder-only
+    # model's "cross" is the target-over-prompt block of its one self-attention "dec_self".
+    blocks: tuple[tuple[str, str], ...] = ()
 
     def slot(self, key: str) -> AttentionSlot:
         return next(s for s in self.slots if s.key == key)
@@ -171,6 +174,7 @@ def variant_of(config: Any, role: str) -> str | None:
     if spec is None:
         return None
     key = MODEL_KEYS[role_of(role)]
+    key = dict(spec.blocks).get(key, key)
     slot = next((s for s in spec.slots if s.name == key), None)
     return None if slot is None else spec.resolve(model)[slot.key]
 
@@ -179,13 +183,25 @@ def normalisation_of(config: Any, role: str) -> str:
     """THE lookup of how the weights of map ``role`` are normalised: the registered variant's
     ``AttentionSpec.normalisation`` (softmax / sparse / sub-stochastic / signed). A role the
     architecture lacks, or a variant the registry does not know, reads as softmax."""
-    from attnlab.attention_map import NORM_SOFTMAX
+    from attnlab.attention_map import (
+        MODEL_KEYS,
+        NORM_SOFTMAX,
+        NORM_SPARSE,
+        NORM_SUB_STOCHASTIC,
+        role_of,
+    )
     from attnlab.nn.attention import ATTENTION  # imports torch and registers the variants
 
     name = variant_of(config, role)
     if not name or name not in ATTENTION:
         return NORM_SOFTMAX
-    return str(ATTENTION.get(name).meta.normalisation)
+    kind = str(ATTENTION.get(name).meta.normalisation)
+    spec = arch_spec(_model_of(config).arch)
+    is_block = spec is not None and MODEL_KEYS[role_of(role)] in dict(spec.blocks)
+    # A block of a row-stochastic map: its rows hold part of the mass (the rest is elsewhere).
+    if is_block and kind in (NORM_SOFTMAX, NORM_SPARSE):
+        return NORM_SUB_STOCHASTIC
+    return kind
 
 
 def normalisations_of(config: Any) -> dict[str, str]:
@@ -193,7 +209,8 @@ def normalisations_of(config: Any) -> dict[str, str]:
     normalisation, for every attention slot of the config's architecture."""
     spec = arch_spec(_model_of(config).arch)
     slots = spec.slots if spec is not None else ()
-    return {s.name: normalisation_of(config, s.name) for s in slots}
+    names = [s.name for s in slots] + [key for key, _ in (spec.blocks if spec else ())]
+    return {name: normalisation_of(config, name) for name in names}
 
 
 def _lazy(target: str) -> Callable[..., Any]:
@@ -305,6 +322,7 @@ DECODER_ONLY = ArchSpec(
     ),
     short=lambda m, resolved: f"gpt+{resolved['model.self_attention']}",
     long=_decoder_only_long,
+    blocks=(("cross", "dec_self"),),
 )
 
 ARCHITECTURES.add("rnn", _lazy("attnlab.nn.rnn:build_rnn"), RNN)

@@ -108,8 +108,11 @@ class DecoderOnlyTransformer(Seq2Seq):
         *,
         max_positions: int,
         share_source_table: bool,
+        prefix_loss: bool = False,
     ):
         super().__init__()
+        # train.prefix_loss: forward also returns extras["prefix_logits"] (see forward).
+        self.prefix_loss = prefix_loss
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model = m.d_model
         self.bidirectional = m.prefix == "bidirectional"
@@ -229,8 +232,15 @@ class DecoderOnlyTransformer(Seq2Seq):
             tgt_in = TransformerSeq2Seq._mix_predictions(tgt_in, predictions, teacher_forcing)
         states, shift, weights, selected = self._run(src, src_mask, tgt_in, need_weights)
         logits = self.output(states[:, src.shape[1] :])
+        extras = {}
+        if self.prefix_loss and src.shape[1] > 1:
+            # [B,S-1,V] in the caller's layout: source position i predicts src[:, i + 1]
+            # (train.prefix_loss; the positions past a row's end predict padding, ignored).
+            index = caller_index(shift, src.shape[1], src.shape[1])[:, :-1]
+            rows = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))
+            extras["prefix_logits"] = self.output(rows)
         if not need_weights:
-            return ModelOutput(logits=logits)
+            return ModelOutput(logits=logits, extras=extras)
         attentions, cells = {}, {}
         index = caller_index(shift, src.shape[1], states.shape[1])
         for per_layer, out in ((weights, attentions), (selected, cells)):
@@ -238,7 +248,7 @@ class DecoderOnlyTransformer(Seq2Seq):
                 full = _to_caller(torch.stack(per_layer, dim=1), index, rows=True)  # type: ignore[arg-type]
                 out["dec_self"] = full
                 out["cross"] = full[..., src.shape[1] :, : src.shape[1]]
-        return ModelOutput(logits=logits, attentions=attentions, selected=cells)
+        return ModelOutput(logits=logits, attentions=attentions, extras=extras, selected=cells)
 
     # -- incremental decoding -------------------------------------------------------------------
 
@@ -331,6 +341,13 @@ def check_decoder_only(config: ExperimentConfig) -> None:
             f"use model.prefix=causal or one of: {', '.join(sorted(BIDIRECTIONAL_PREFIX))}"
         )
     check_variant_fits(config, [name], rotated={name}, longest=max_positions_for(config, 0))
+    if config.train.prefix_loss and not (
+        m.share_embeddings or config.data.shared_vocab or config.data.task == "lm"
+    ):
+        raise AttnlabError(
+            "train.prefix_loss=true predicts source tokens with the target's output layer: "
+            "set data.shared_vocab=true (one vocabulary for both sides)"
+        )
 
 
 # Variants whose causal attention of T queries over S + T keys (bottom-right aligned) and whose
@@ -391,6 +408,7 @@ def build_decoder_only(
         tgt_vocab_size,
         max_positions=max_positions_for(config),
         share_source_table=shared,
+        prefix_loss=config.train.prefix_loss,
     )
 
 

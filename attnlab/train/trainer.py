@@ -361,6 +361,9 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         cfg = self.config.train
         out = self._forward(batch, ratio)
         loss_sum = self._loss_sum(out.logits, batch.tgt_out)
+        prefix_logits = out.extras.get("prefix_logits") if out.extras else None
+        if prefix_logits is not None:  # train.prefix_loss: the source's next tokens too
+            loss_sum = loss_sum + self._loss_sum(prefix_logits, batch.src[:, 1:])
         self.optimizer.zero_grad(set_to_none=True)
         # Normalised by the global token count; DDP averages gradients over the N ranks,
         # hence × N: the update equals one process's on the merged batches.
@@ -398,6 +401,13 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         if self.dist.is_primary:
             print(f"note: {message}", file=sys.stderr, flush=True)
         self.events.emit(Note(self.step, message=message))
+
+    def _loss_tokens(self, batch: Batch) -> int:
+        """The tokens the loss is summed over: the targets, plus with train.prefix_loss each
+        source token after a row's first (what the loss is normalised by and tokens/s counts)."""
+        if not self.config.train.prefix_loss:
+            return batch.n_tokens
+        return batch.n_tokens + int(batch.src_mask[:, 1:].sum())
 
     def _loss_sum(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self._call("train_loss", logits, targets, self.config.train.label_smoothing)
@@ -582,7 +592,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             if self.device.type == "cuda":
                 cpu_batch = cpu_batch.pin_memory()  # the copy below is then asynchronous
             # Counted on the CPU copy (no device sync); summed over ranks with the control word.
-            command, n_tokens = self._sync_control(cpu_batch.n_tokens)
+            command, n_tokens = self._sync_control(self._loss_tokens(cpu_batch))
             if command == ControlCommand.PAUSE:
                 window_busy_s += time.perf_counter() - window_start
                 command = self._paused()

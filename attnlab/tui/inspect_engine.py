@@ -189,6 +189,9 @@ def analyse(request: InspectRequest) -> InspectResult:
                 "enc_self": (columns, columns),
                 "dec_self": (inputs, inputs),
             }
+            if maps.get("dec_self") is not None and maps["dec_self"].shape[-1] > len(inputs):
+                whole = columns + inputs  # a decoder-only model: one map over prompt ⊕ target
+                labels["dec_self"] = (whole, whole)
             explained = method_maps(model, src[0].tolist(), list(hyp.tokens), hyp.finished)
             for method, matrix in explained.items():
                 maps[method] = matrix
