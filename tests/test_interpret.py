@@ -332,3 +332,52 @@ def test_average_of_two_state_dicts_is_the_elementwise_mean():
     assert out["w"].tolist() == [2.0, 4.0] and out["n"].tolist() == [2]
     with pytest.raises(al.AttnlabError, match="different tensors"):
         average_state_dicts([a, {"w": a["w"]}])
+
+
+@pytest.mark.parametrize("prefix", ["causal", "bidirectional"])
+def test_decoder_only_methods_are_blocks_of_its_one_stack(prefix):
+    """A decoder-only model's maps come from its one self-attention over prompt ⊕ target: raw is
+    the chosen layer's target × prompt block, rollout Chefer's eq. 6 over the stack (explicit
+    loops here, from the model's own forward maps), norm and gradient the same block."""
+    from attnlab.interpret.attribution import explain
+    from attnlab.nn.seq2seq import BOS_ID, EOS_ID
+
+    cfg = apply_overrides(
+        ExperimentConfig(),
+        [
+            "model.arch=decoder-only",
+            "model.d_model=16",
+            "model.heads=2",
+            "model.ff=32",
+            "model.dec_layers=2",
+            "model.dropout=0",
+            f"model.prefix={prefix}",
+        ],
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg, 12, 12).double().eval()
+    src, tgt = [5, 7, 9, 4], [6, 8, 10]
+    maps = explain(model, src, tgt, eos=True)
+    with torch.no_grad():
+        out = model(
+            torch.tensor([src]),
+            torch.ones(1, 4, dtype=torch.bool),
+            torch.tensor([[BOS_ID, *tgt]]),
+            need_weights=True,
+        )
+    full = out.attentions["dec_self"][0]  # [L, H, N, N], N = 4 + 4
+    s, n = len(src), full.shape[-1]
+    assert torch.allclose(maps["raw"], full[-1].mean(0)[s:, :s], atol=1e-12)
+    relevancy = [[float(i == j) for j in range(n)] for i in range(n)]
+    for layer in range(full.shape[0]):
+        a = full[layer].mean(0).tolist()
+        product = [
+            [sum(a[i][k] * relevancy[k][j] for k in range(n)) for j in range(n)] for i in range(n)
+        ]
+        relevancy = [[relevancy[i][j] + product[i][j] for j in range(n)] for i in range(n)]
+    expected = torch.tensor(relevancy, dtype=torch.float64)[s:, :s]
+    assert torch.allclose(maps["rollout"], expected, atol=1e-10)
+    for method in ("relevancy", "gradient", "norm"):
+        assert maps[method].shape == (len(tgt) + 1, s)
+        assert bool((maps[method] >= 0).all())
+    assert EOS_ID not in src

@@ -30,7 +30,11 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
-from attnlab.interpret.rollout import attention_rollout, encoder_decoder_relevancy
+from attnlab.interpret.rollout import (
+    attention_rollout,
+    encoder_decoder_relevancy,
+    self_attention_relevancy,
+)
 
 ROLES = ("enc_self", "dec_self", "cross")
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")
@@ -148,7 +152,10 @@ def recording(model: nn.Module, retain: bool) -> Iterator[dict[tuple[str, int], 
             if retain and weights.requires_grad:
                 weights.retain_grad()
             record.weights.append(weights)
-            if record.values is None and values is not None:
+            # The widest key set (a bidirectional prefix's first call reads the source only).
+            if values is not None and (
+                record.values is None or values.shape[-2] > record.values.shape[-2]
+            ):
                 record.values = values
 
         handles.append(module.register_forward_hook(hook))
@@ -169,6 +176,10 @@ def _join(parts: list[Tensor], grad: bool) -> Tensor | None:
     if any(t is None for t in tensors):
         return None
     tensors = [t if t.dim() == 4 else t.unsqueeze(1) for t in tensors]  # [B,H,Tq,Tk]
+    # A bidirectional prefix's two calls: the source rows over the source, the target rows
+    # over everything; the source rows read no target (zeros there).
+    keys = max(t.shape[-1] for t in tensors)
+    tensors = [torch.nn.functional.pad(t, (0, keys - t.shape[-1])) for t in tensors]
     return torch.cat(tensors, dim=-2)
 
 
@@ -258,10 +269,6 @@ def explain(
 
     device = next(model.parameters()).device
     out_ids = [*tgt_ids, EOS_ID] if eos else list(tgt_ids)
-    if isinstance(model, DecoderOnlyTransformer):
-        # Rollout, relevancy, gradient and norm compose an encoder's and a decoder's maps;
-        # one stack over prompt ⊕ target needs its own composition (not written yet): raw only.
-        return _raw_of_decoder_only(model, src_ids, [BOS_ID, *tgt_ids][: len(out_ids)], layer, head)
     rows = len(out_ids)
     src = torch.tensor([src_ids] * rows, device=device)
     tgt_in = torch.tensor([[BOS_ID, *tgt_ids][:rows]] * rows, device=device)
@@ -272,31 +279,40 @@ def explain(
         traced = trace(model, src, src != 0, tgt_in, tgt_out, torch.arange(rows, device=device))
     finally:
         model.train(was_training)
+    if isinstance(model, DecoderOnlyTransformer):
+        return methods_of_one_stack(traced, len(src_ids), layer, head)
     return methods_from_trace(traced, layer, head)
 
 
-def _raw_of_decoder_only(
-    model: nn.Module, src_ids: list[int], tgt_in: list[int], layer: int, head: int | None
+def methods_of_one_stack(
+    traced: Traced, prompt: int, layer: int = -1, head: int | None = None
 ) -> dict[str, Tensor]:
-    """{"raw": [T, S]}: the target-over-prompt block of one layer's self-attention."""
-    device = next(model.parameters()).device
-    src = torch.tensor([src_ids], device=device)
-    with torch.no_grad():
-        was_training = model.training
-        model.eval()
-        try:
-            out = model(src, src != 0, torch.tensor([tgt_in], device=device), need_weights=True)
-        finally:
-            model.train(was_training)
-    cross = out.attentions.get("cross")
-    if cross is None:
+    """methods_from_trace for a decoder-only model: its one self-attention ``dec_self``
+    [B, L, H, S+T, S+T] over prompt ⊕ target, each method's target × prompt block (rows S..,
+    columns ..S). Rollout and relevancy are Chefer et al.'s eq. 6 over the stack, without and
+    with gradients; gradient and norm the chosen layer's block."""
+    full = traced.maps.get("dec_self")
+    if full is None:
         raise AttnlabError("this model returns no attention weights to explain")
-    n_layers, heads = cross.shape[1], cross.shape[2]
+    rows = torch.arange(full.shape[0], device=full.device)
+    n_layers, heads = full.shape[1], full.shape[2]
     index = layer if -n_layers <= layer < n_layers else -1
     if head is not None and not 0 <= head < heads:
         raise AttnlabError(f"head {head}: this model has {heads} heads; valid: 0..{heads - 1}")
     pick = slice(None) if head is None else slice(head, head + 1)
-    return {"raw": cross[0, index, pick].mean(dim=0)}
+    block = (..., slice(prompt, None), slice(None, prompt))  # target rows × prompt columns
+    out: dict[str, Tensor] = {"raw": full[0, index, pick][block].mean(dim=0)}
+    out["rollout"] = self_attention_relevancy(full[0])[block]
+    grads = traced.grads.get("dec_self")
+    if grads is not None:
+        out["relevancy"] = self_attention_relevancy(full, grads)[block][rows, rows]
+        weighted = gradient_weighted(full[:, index, pick][block], grads[:, index, pick][block])
+        out["gradient"] = weighted[rows, rows]
+    vectors = traced.vectors.get("dec_self")
+    if vectors is not None:
+        combined, per_head = value_norm_weighted(full[0, index], vectors[index][0])
+        out["norm"] = (combined if head is None else per_head[head])[block]
+    return out
 
 
 def methods_from_trace(

@@ -18,7 +18,9 @@ R^{tt} = I (target), R^{ts} = 0 (target × source). With Ā the layer's aggregat
 where R̄ = row-normalise(R − I) + I (eqs. 8-9; a row of R − I that sums to 0 stays 0), the
 decoder layers taken in their order (self, then cross, per layer), after the whole encoder.
 Eq. 11's R^{tt} += Ā · R^{st} adds nothing here: the encoder never attends to the target
-(R^{st} = 0). Ā is E_h[(∇A ⊙ A)⁺] when gradients are given (the paper's rule, gradients of
+(R^{st} = 0). A decoder-only model is one self-attention stack over prompt ⊕ target: eq. 6
+alone, R += Ā · R per layer from R = I, and its target × prompt block is the relevancy.
+Ā is E_h[(∇A ⊙ A)⁺] when gradients are given (the paper's rule, gradients of
 the inspected target token's log-probability) and E_h[A] without them (the paper's
 attention-only ablation, "raw attention" relevancy).
 """
@@ -94,3 +96,13 @@ def encoder_decoder_relevancy(
 
 def _layer(grads: Tensor | None, layer: int) -> Tensor | None:
     return None if grads is None else grads[..., layer, :, :, :]
+
+
+def self_attention_relevancy(maps: Tensor, grads: Tensor | None = None) -> Tensor:
+    """Chefer et al. 2021 eq. 6 over one stack: [..., L, H, N, N] (and gradients) -> R [..., N, N],
+    R = I, then R += Ā_l · R for each layer in order."""
+    n = maps.shape[-1]
+    r = torch.eye(n, dtype=maps.dtype, device=maps.device).expand(maps.shape[:-4] + (n, n))
+    for layer in range(maps.shape[-4]):
+        r = r + aggregate_heads(maps[..., layer, :, :, :], _layer(grads, layer)) @ r
+    return r
