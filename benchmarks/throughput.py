@@ -250,6 +250,33 @@ def run_attnlab(model: str, updates: int) -> dict[str, float]:
         return {"train": float(done["tokens_per_s"]), **decode_speed(Path(tmp, "bench"))}
 
 
+def print_machine() -> None:
+    """What the ratio may depend on, first: the CPU features torch uses and its threads."""
+    import os
+
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(
+        f"machine: torch {torch.__version__}, CPU capability {capability}, "
+        f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs visible",
+        flush=True,
+    )
+
+
+def round_ratios(ours: list[dict[str, float]], peer: list[dict[str, float]]) -> str:
+    """Each round's attnlab/peer ratio per figure (the two ran back to back in that round):
+    'train 2.31x (2.20-2.45), ...' -- the spread a single sitting's median hides."""
+    parts = []
+    for key in ("train", "greedy", "beam5"):
+        ratios = [a[key] / b[key] for a, b in zip(ours, peer, strict=False) if b[key] > 0]
+        if ratios:
+            parts.append(
+                f"{key} {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+    return ", ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
@@ -293,6 +320,7 @@ def main() -> None:
         print(f"no JoeyNMT venv at {VENV}: run bash {BENCH}/setup-joey.sh first", file=sys.stderr)
         sys.exit(2)
 
+    print_machine()
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for round_ in range(args.rounds):
         for model in args.models.split(","):
@@ -328,6 +356,11 @@ def main() -> None:
                 f"{model:12s} {name:8s} {med['train']:11,.0f} {med['greedy']:14,.1f} "
                 f"{med['beam5']:13,.1f}   {ratio}"
             )
+            if name != "attnlab":
+                print(
+                    f"{'':21s} per-round ratios, median (min-max): "
+                    + round_ratios(results[(model, "attnlab")], runs)
+                )
     if args.peak:
         print_fraction_of_peak(fraction_of_peak(args.peak_steps))
 
