@@ -35,6 +35,7 @@ from attnlab.interpret.rollout import (
     encoder_decoder_relevancy,
     self_attention_relevancy,
 )
+from attnlab.nn.archs import ROLE_CAUSAL_SELF, ROLE_CROSS, ROLE_SELF
 
 ROLES = ("enc_self", "dec_self", "cross")
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")
@@ -86,25 +87,28 @@ def value_norm_weighted(maps: Tensor, vectors: Tensor) -> tuple[Tensor, Tensor]:
 # -- hooks ----------------------------------------------------------------------------------
 
 
+# The role an AttentionBlock plays -> the model's map key (one self-attention of a decoder-only
+# stack is causal like the encoder-decoder's decoder self-attention: both are "dec_self").
+_MAP_KEY_OF_ROLE = {ROLE_SELF: "enc_self", ROLE_CAUSAL_SELF: "dec_self", ROLE_CROSS: "cross"}
+
+
 def attention_modules(model: nn.Module) -> dict[tuple[str, int], nn.Module]:
-    """(role, layer) -> attention module: Transformer roles by position, an RNN's one module
-    as ("cross", 0)."""
+    """(map key, layer) -> attention module, from the role each Transformer block declares
+    (``AttentionBlock.role``), layers counted in module order; a model without blocks (the RNN)
+    has its one attention module as ("cross", 0)."""
     from attnlab.nn.attention import Attention
+    from attnlab.nn.transformer import AttentionBlock
 
     found: dict[tuple[str, int], nn.Module] = {}
-    for name, module in model.named_modules():
-        if not isinstance(module, Attention):
-            continue
-        parts = name.split(".")
-        if parts[0] == "encoder_layers":
-            found[("enc_self", int(parts[1]))] = module
-        elif parts[0] == "decoder_layers":
-            role = "dec_self" if parts[2] == "self_attn" else "cross"
-            found[(role, int(parts[1]))] = module
-        elif parts[0] == "layers":  # the decoder-only stack: one self-attention per block
-            found[("dec_self", int(parts[1]))] = module
-        elif ("cross", 0) not in found:
-            found[("cross", 0)] = module
+    blocks = [m for m in model.modules() if isinstance(m, AttentionBlock)]
+    for block in blocks:
+        key = _MAP_KEY_OF_ROLE[block.role]
+        layer = sum(1 for k, _ in found if k == key)
+        found[(key, layer)] = block.attn
+    if not blocks:
+        first = next((m for m in model.modules() if isinstance(m, Attention)), None)
+        if first is not None:
+            found[("cross", 0)] = first
     return found
 
 
