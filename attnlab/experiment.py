@@ -211,7 +211,7 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
     spec = ARCHITECTURES.get(m.arch).meta
     _check_flat_params(m, spec.variants(m))
     spec.check(config)  # arch-specific: roles, sizes
-    if config.train.prefix_loss and m.arch != "decoder-only":
+    if config.train.prefix_loss and not spec.reads_source_causally:
         raise AttnlabError(
             f"train.prefix_loss=true needs model.arch=decoder-only (model.arch={m.arch} "
             "reads its source with an encoder, which predicts nothing)"

@@ -153,7 +153,7 @@ def test_train_eval_translate_export_runs_round_trip(tmp_path, tiny_sets):
     assert result.exit_code == 0
     assert len(result.output.splitlines()) > 3  # the heatmap follows the translation
     # Not a terminal (no colours): every row prints its weights in percent, summing to ~100.
-    rows = [line.split() for line in result.output.splitlines()]
+    rows = [line.split() for line in result.output.splitlines()[1:]]  # after the translation
     hyp = result.output.splitlines()[0].split()
     weight_rows = [
         r

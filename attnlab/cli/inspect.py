@@ -45,9 +45,12 @@ def gold_alignment_result(
     examples = list(dataset.splits.split(split))
     if max_sentences > 0:
         examples, golds = examples[:max_sentences], golds[:max_sentences]
-    transformer = loaded.config.model.arch == "transformer"
+    from attnlab.nn.archs import arch_spec
+
+    spec = arch_spec(loaded.config.model.arch)
+    layered = spec is not None and bool(spec.cross_layers)  # a decoder: shift-att applies
     report = gold_alignment_report(
-        loaded.model, dataset, examples, golds, device, transformer, str(path), order
+        loaded.model, dataset, examples, golds, device, layered, str(path), order
     )
     return {"file": str(path), "order": order, **report}
 

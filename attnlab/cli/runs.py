@@ -32,7 +32,7 @@ def runs(directory: Path) -> None:
         {
             "run": r.path.name,
             "task": str(r.task),
-            "model": f"{'tfm' if r.arch == 'transformer' else r.arch}/{r.attention}",
+            "model": f"{_abbrev(r.arch)}/{r.attention}",
             "params": compact(r.params),
             "steps": _cell(r.steps),
             "BLEU": _cell(r.best_bleu, 1),
@@ -190,3 +190,11 @@ def export(
 
 
 COMMANDS = (runs, export)
+
+
+def _abbrev(arch: str) -> str:
+    """The architecture's short name in the run list (its registry entry's ``abbrev``)."""
+    from attnlab.nn.archs import arch_spec
+
+    spec = arch_spec(arch)
+    return spec.abbrev if spec is not None and spec.abbrev else arch

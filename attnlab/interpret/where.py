@@ -20,4 +20,6 @@ def map_where(
 
 def cross_layers(config: Any) -> int:
     """How many cross-attention layers a model has (an RNN decoder has one attention)."""
-    return int(config.model.dec_layers) if config.model.arch != "rnn" else 1
+    from attnlab.nn.archs import cross_layer_count
+
+    return cross_layer_count(config)

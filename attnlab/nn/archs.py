@@ -72,6 +72,12 @@ class ArchSpec:
     # Maps that are a block of a slot's map, as (model key, slot name): the decoder-only
     # model's "cross" is the target-over-prompt block of its one self-attention "dec_self".
     blocks: tuple[tuple[str, str], ...] = ()
+    # The model.* key counting the layers of its cross map ("" = one: the RNN's attention).
+    cross_layers: str = ""
+    # Why a training step cannot be one CUDA graph ("" = it can).
+    graph_refusal: str = ""
+    abbrev: str = ""  # the run list's short name ("" = the registered name)
+    reads_source_causally: bool = False  # its source positions predict (train.prefix_loss)
 
     def slot(self, key: str) -> AttentionSlot:
         return next(s for s in self.slots if s.key == key)
@@ -179,6 +185,15 @@ def variant_of(config: Any, role: str) -> str | None:
     return None if slot is None else spec.resolve(model)[slot.key]
 
 
+def cross_layer_count(config: Any) -> int:
+    """How many layers the config's cross map has (the architecture's ``cross_layers`` key)."""
+    model = _model_of(config)
+    spec = arch_spec(model.arch)
+    if spec is None or not spec.cross_layers:
+        return 1
+    return int(getattr(model, spec.cross_layers.split(".", 1)[1]))
+
+
 def normalisation_of(config: Any, role: str) -> str:
     """THE lookup of how the weights of map ``role`` are normalised: the registered variant's
     ``AttentionSpec.normalisation`` (softmax / sparse / sub-stochastic / signed). A role the
@@ -265,6 +280,7 @@ RNN = ArchSpec(
     ),
     short=_rnn_short,
     long=_rnn_long,
+    graph_refusal="the RNN encoder packs its sequences with lengths read on the host",
 )
 
 TRANSFORMER = ArchSpec(
@@ -295,6 +311,8 @@ TRANSFORMER = ArchSpec(
     ),
     sweep="model.cross_attention",
     long=_transformer_long,
+    cross_layers="model.dec_layers",
+    abbrev="tfm",
 )
 
 
@@ -323,6 +341,9 @@ DECODER_ONLY = ArchSpec(
     short=lambda m, resolved: f"gpt+{resolved['model.self_attention']}",
     long=_decoder_only_long,
     blocks=(("cross", "dec_self"),),
+    cross_layers="model.dec_layers",
+    abbrev="gpt",
+    reads_source_causally=True,
 )
 
 ARCHITECTURES.add("rnn", _lazy("attnlab.nn.rnn:build_rnn"), RNN)

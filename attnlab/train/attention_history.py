@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.evaluate import attention_snapshot
+from attnlab.nn.archs import arch_spec, cross_layer_count
 from attnlab.runs.history import HEAD_MEAN, write_history_frame
 
 # The scalar dev scores of an ``eval`` event a snapshot is labelled with (when finite).
@@ -69,7 +70,8 @@ def record_attention_history(
         model.train(was_training)
     if any(weights is None for _, weights in snapshot):
         return
-    n_layers = config.model.dec_layers
+    spec = arch_spec(config.model.arch)
+    layered = spec is not None and bool(spec.cross_layers)  # the RNN's one attention: no layer
     write_history_frame(
         run_dir,
         step=step,
@@ -77,7 +79,7 @@ def record_attention_history(
         sources=[list(e.src_tokens) for e in examples],
         hyps=[tokens for tokens, _ in snapshot],
         maps=[weights.numpy() for _, weights in snapshot],
-        layer=None if config.model.arch == "rnn" else n_layers - 1,
+        layer=cross_layer_count(config) - 1 if layered else None,
         keep=config.train.attention_history_keep,
         head=HEAD_MEAN,
     )

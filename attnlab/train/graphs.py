@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from attnlab.data.batching import Batch
+from attnlab.nn.archs import arch_spec
 
 # A step that can be captured: (device batch, target-token count) -> (summed loss, norm | None).
 StepFn = Callable[[Batch, Tensor], tuple[Tensor, Tensor | None]]
@@ -48,9 +49,8 @@ def refusal(config: Any, device: torch.device, world_size: int) -> str | None:
         return "DDP (--nproc > 1) all-reduces outside a graph"
     if cfg.tf_schedule != "constant":
         return f"train.tf_schedule={cfg.tf_schedule} changes the step on the host every step"
-    if config.model.arch == "rnn":
-        return "the RNN encoder packs its sequences with lengths read on the host"
-    return None
+    spec = arch_spec(config.model.arch)
+    return spec.graph_refusal if spec is not None and spec.graph_refusal else None
 
 
 def decide(config: Any, device: torch.device, world_size: int) -> tuple[bool, str | None]:
