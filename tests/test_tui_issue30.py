@@ -405,7 +405,10 @@ async def test_missing_corpus_error_is_rechecked_on_focus_and_on_t(
         app.query_one(f"#{field_id('data.task')}").focus()
         await pilot.pause()
         path.focus()
-        await until(pilot, lambda: not preview.pending and preview.error is None)
+        # Setup re-checks when the preview's result bubbles up to it, a message later
+        await until(
+            pilot, lambda: not preview.pending and preview.error is None and setup.error is None
+        )
         assert preview.summary.splits["train"].pairs == 4 and setup.error is None
         assert not app.query_one("#train-button").disabled
         # missing again, then back: `t` re-reads and trains once it reads
