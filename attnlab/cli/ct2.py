@@ -23,10 +23,21 @@ def export_ct2(run: Path, out_dir: Path | None, which: str, quantization: str | 
         raise AttnlabError("--format ctranslate2 needs --out DIR, the model directory to write")
     path = export_ctranslate2(run, out_dir, quantization, which=which, force=force)
     kind = quantization or "float32"
+    engine = "Generator" if load_meta_kind(path) == "generator" else "Translator"
     click.echo(
-        f"exported {path} (CTranslate2, {kind} weights); use it with: "
+        f"exported {path} (a CTranslate2 {engine}, {kind} weights); use it with: "
         f'attnlab translate --engine ctranslate2 {path} "..."'
     )
+
+
+def load_meta_kind(model_dir: Path) -> str:
+    """ "generator" or "translator": what attnlab.json says the directory holds."""
+    import json
+
+    from attnlab.exporters.ctranslate2 import ATTNLAB_FILE
+
+    meta = json.loads((model_dir / ATTNLAB_FILE).read_text(encoding="utf-8"))
+    return str(meta.get("model_type", "translator"))
 
 
 def _refuse_attnlab_only(flags: dict[str, Any], options: dict[str, bool]) -> None:

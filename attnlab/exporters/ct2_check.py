@@ -3,7 +3,8 @@
 CTranslate2 runs one computation graph: embeddings · √d_model + a position table, then
 pre- or post-norm layers of softmax dot-product attention (optionally Shaw relative positions
 or rotary queries/keys in self-attention, fewer key/value heads than query heads) and a
-ReLU/GELU feed-forward block; at least one encoder layer. Anything else is refused here, in
+ReLU/GELU feed-forward block; at least one encoder layer. A decoder-only model is one causal
+stack of the same layers (a Generator, which also has ALiBi). Anything else is refused here, in
 one line that names the setting and what CTranslate2 supports.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from attnlab.config import ExperimentConfig
 from attnlab.errors import AttnlabError
-from attnlab.nn.archs import TRANSFORMER
+from attnlab.nn.archs import DECODER_ONLY, TRANSFORMER
 
 # Variants with CTranslate2's exact computation, per role (self = encoder or decoder self).
 SELF_VARIANTS = ("scaled-dot", "gqa", "relative")
@@ -24,25 +25,40 @@ RELATIVE = "relative"
 # attnlab.exporters.ctranslate2 accepts them all.
 OFFERED_QUANTIZATIONS = ("int8", "int8_float32", "float16", "bfloat16")
 
+# Variants of a decoder-only stack's one self-attention that a Generator computes exactly.
+GENERATOR_VARIANTS = ("scaled-dot", "gqa", "relative", "alibi")
+
 _WHY_NOT = {
-    "alibi": "CTranslate2 has ALiBi only in decoder-only models, not in an encoder–decoder",
+    "alibi": "CTranslate2 has ALiBi only in decoder-only models (model.arch=decoder-only), "
+    "not in an encoder–decoder",
 }
+
+
+# CTranslate2's decoder-only models (its Generator) have a causal stack only.
+GENERATOR_PREFIXES = ("causal",)
 
 
 def _slots(config: ExperimentConfig) -> dict[str, str]:
     """Config key -> the variant built there (the empty decoder self-attention resolved)."""
-    return TRANSFORMER.resolve(config.model)
+    spec = DECODER_ONLY if config.model.arch == "decoder-only" else TRANSFORMER
+    return spec.resolve(config.model)
 
 
 def check_exportable(config: ExperimentConfig) -> None:
     """Refuse a model CTranslate2 cannot compute exactly: one AttnlabError line."""
     m = config.model
-    if m.arch != "transformer":
+    if m.arch not in ("transformer", "decoder-only"):
         raise AttnlabError(
-            f"model.arch={m.arch}: CTranslate2 export takes Transformer encoder–decoders only "
-            "(model.arch=transformer); the RNN and the decoder-only model are not exported there"
+            f"model.arch={m.arch}: CTranslate2 export takes Transformers only "
+            "(model.arch=transformer as a Translator, decoder-only as a Generator)"
         )
-    if m.enc_layers < 1:
+    if m.arch == "decoder-only":
+        if m.prefix not in GENERATOR_PREFIXES:
+            raise AttnlabError(
+                f"model.prefix={m.prefix}: a CTranslate2 Generator reads its prompt causally; "
+                "export needs model.prefix=causal"
+            )
+    elif m.enc_layers < 1:
         raise AttnlabError(
             f"model.enc_layers={m.enc_layers}: a CTranslate2 Transformer needs at least one "
             "encoder layer"
@@ -60,6 +76,8 @@ def check_exportable(config: ExperimentConfig) -> None:
     for key, name in slots.items():
         cross = key == "model.cross_attention"
         valid = CROSS_VARIANTS if cross else SELF_VARIANTS
+        if m.arch == "decoder-only":
+            valid = GENERATOR_VARIANTS
         if name not in valid:
             why = _WHY_NOT.get(
                 name,

@@ -33,7 +33,7 @@ from torch import nn
 from attnlab.config import ExperimentConfig
 from attnlab.data.vocab import BOS, BOS_ID, EOS, PAD_ID, UNK
 from attnlab.exporters.ct2_check import RELATIVE, check_exportable
-from attnlab.nn.archs import TRANSFORMER
+from attnlab.nn.archs import DECODER_ONLY, TRANSFORMER
 from attnlab.nn.transformer import TransformerSeq2Seq
 
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which attnlab's norms use
@@ -174,4 +174,95 @@ def build_spec(
     return spec
 
 
-__all__ = ["LAYER_NORM_EPSILON", "build_spec"]
+# -- decoder-only -> a CTranslate2 Generator ----------------------------------------------------
+
+# A prefix LM with two vocabularies (a seq2seq task) has two embedding tables; a Generator has
+# one. Its vocabulary is the target's followed by the source's tokens, each behind this mark
+# (a private-use character no tokenizer emits), with the two tables stacked: the prompt's
+# tokens are looked up in the source table and the target's in the target table, as in
+# attnlab. The source entries get a -inf output bias, as attnlab never predicts them.
+SOURCE_MARK = "\ue000"
+
+
+def generator_vocabulary(
+    src_tokens: Sequence[str], tgt_tokens: Sequence[str], shared_table: bool
+) -> list[str]:
+    """The Generator's vocabulary: the target's, then (two tables) the marked source's."""
+    if shared_table:
+        return list(tgt_tokens)
+    return [*tgt_tokens, *(SOURCE_MARK + token for token in src_tokens)]
+
+
+def build_generator_spec(
+    model: nn.Module,
+    config: ExperimentConfig,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+) -> Any:
+    """A validated ``ctranslate2.specs.TransformerDecoderModelSpec`` computing a
+    ``DecoderOnlyTransformer`` (causal prefix) exactly: the prompt ``source ⊕ <s>`` then the
+    target, one causal stack, embeddings · √d_model + the position table (or rotary / ALiBi)."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    check_exportable(config)
+    m = config.model
+    variant = DECODER_ONLY.resolve(m)["model.self_attention"]
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    extra: dict[str, Any] = {}
+    if m.positions == "rotary":
+        extra.update(rotary_dim=0, rotary_interleave=True, rotary_base=10000.0)
+    if variant == "alibi":
+        extra.update(alibi=True, alibi_use_positive_positions=False, scale_alibi=False)
+    pre_norm = m.norm == "pre"
+    decoder = transformer_spec.TransformerDecoderSpec(
+        m.dec_layers,
+        m.heads,
+        pre_norm=pre_norm,
+        activation=activation[m.activation],
+        with_encoder_attention=False,
+        no_final_norm=not pre_norm,
+        relative_position=variant == RELATIVE,
+        num_heads_kv=m.heads,  # set per attention below
+        **extra,
+    )
+    shared_table = model.src_embed is model.tgt_embed
+    tables = [model.tgt_embed.weight]
+    if not shared_table:
+        tables.append(model.src_embed.weight)
+    decoder.embeddings.weight = np.concatenate([_array(t) for t in tables], axis=0)
+    decoder.scale_embeddings = True
+    if hasattr(decoder, "position_encodings"):
+        if m.positions == "rotary":  # the rotation is the position signal
+            del decoder.position_encodings
+        else:
+            decoder.position_encodings.encodings = _position_table(model)
+    for spec, layer in zip(decoder.layer, model.layers, strict=True):
+        _set_attention(spec.self_attention, layer.self_attn.attn, layer.sub_self.norm, True)
+        _set_ffn(spec.ffn, layer)
+    if pre_norm:
+        _set_norm(decoder.layer_norm, model.norm)
+    vocabulary = generator_vocabulary(src_tokens, tgt_tokens, shared_table)
+    weight = _array(model.output.weight)
+    bias = _output_bias(model)
+    extra_rows = len(vocabulary) - weight.shape[0]  # the source entries: never predicted
+    if extra_rows:
+        weight = np.concatenate([weight, np.zeros((extra_rows, weight.shape[1]), np.float32)])
+        bias = np.concatenate([bias, np.full(extra_rows, -np.inf, np.float32)])
+    decoder.projection.weight = weight
+    decoder.projection.bias = bias
+
+    spec = transformer_spec.TransformerDecoderModelSpec(decoder)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
+    spec.register_vocabulary(vocabulary)
+    spec.validate()
+    return spec
+
+
+__all__ = [
+    "LAYER_NORM_EPSILON",
+    "SOURCE_MARK",
+    "build_generator_spec",
+    "build_spec",
+    "generator_vocabulary",
+]

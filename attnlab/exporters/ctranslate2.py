@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +48,9 @@ __all__ = [
 ATTNLAB_FILE = "attnlab.json"  # tokenizers and the step budget, beside CTranslate2's files
 FORMAT = "attnlab-ctranslate2"
 FORMAT_VERSION = 1
+# attnlab.json "model_type": an encoder–decoder is a ctranslate2.Translator, a decoder-only
+# model (a prefix LM: prompt = source ⊕ <s>) a ctranslate2.Generator.
+TRANSLATOR, GENERATOR = "translator", "generator"
 # Weight types CTranslate2 converts to (its ACCEPTED_MODEL_TYPES); None keeps float32.
 QUANTIZATIONS = (
     "int8",
@@ -194,15 +197,19 @@ def save_ctranslate2(
     _out_dir_free(out_dir, force, protected)
     out_dir = out_dir.resolve()  # "some/.." names its folder: the scratch goes beside that
     require_ctranslate2()
-    from attnlab.exporters.ct2_spec import build_spec
+    from attnlab.exporters.ct2_spec import build_generator_spec, build_spec
 
-    spec = build_spec(
-        model,
-        config,
-        dataset.src_vocab.itos,
-        dataset.tgt_vocab.itos,
-        alignment_heads=alignment_heads,
-    )
+    generator = config.model.arch == "decoder-only"
+    if generator:
+        spec = build_generator_spec(model, config, dataset.src_vocab.itos, dataset.tgt_vocab.itos)
+    else:
+        spec = build_spec(
+            model,
+            config,
+            dataset.src_vocab.itos,
+            dataset.tgt_vocab.itos,
+            alignment_heads=alignment_heads,
+        )
     spec.optimize(quantization=quantization)
     scratch = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     try:
@@ -211,6 +218,9 @@ def save_ctranslate2(
         spec.save(str(scratch))
         meta = _attnlab_meta(config, dataset, source or {})
         meta["quantization"] = quantization or "float32"
+        if generator:
+            meta["model_type"] = GENERATOR
+            meta["shared_table"] = model.src_embed is model.tgt_embed
         (scratch / ATTNLAB_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False))
         _out_dir_free(out_dir, force, protected)  # again: it may have changed meanwhile
         _swap_into_place(scratch, out_dir)
@@ -258,14 +268,41 @@ def export_ctranslate2(
 
 @dataclass
 class CT2Model:
-    """A loaded CTranslate2 translator with the attnlab tokenizers it was exported with."""
+    """A loaded CTranslate2 model with the attnlab tokenizers it was exported with."""
 
-    translator: Any  # ctranslate2.Translator
+    translator: Any  # ctranslate2.Translator, or ctranslate2.Generator for a decoder-only model
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     max_len_ratio: float
     max_len_const: int
     path: Path
+    # A Generator's prompt: source token -> its vocabulary entry (None: a Translator).
+    prompt_entry: Callable[[str], str] | None = None
+
+    @property
+    def is_generator(self) -> bool:
+        return self.prompt_entry is not None
+
+
+def _prompt_entries(model_dir: Path, shared_table: bool) -> Callable[[str], str]:
+    """Source token -> the Generator's entry for it: the marked source entry (two tables) or
+    the token itself (one table); a token outside the vocabulary -> the source's <unk>, as
+    attnlab's own encoding gives (CTranslate2 alone would map it to the target's <unk>)."""
+    from attnlab.data.vocab import UNK
+    from attnlab.exporters.ct2_spec import SOURCE_MARK
+
+    path = model_dir / "vocabulary.json"
+    try:
+        entries = set(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as err:
+        raise AttnlabError(f"{path}: not a readable vocabulary ({err})") from None
+    mark = "" if shared_table else SOURCE_MARK
+
+    def entry(token: str) -> str:
+        marked = mark + token
+        return marked if marked in entries else mark + UNK
+
+    return entry
 
 
 def _read_attnlab_meta(model_dir: Path) -> dict[str, Any]:
@@ -291,12 +328,17 @@ def load_ct2_model(
     ctranslate2 = require_ctranslate2()
     model_dir = Path(model_dir)
     meta = _read_attnlab_meta(model_dir)
+    generator = meta.get("model_type", TRANSLATOR) == GENERATOR
+    engine = ctranslate2.Generator if generator else ctranslate2.Translator
     try:
-        translator = ctranslate2.Translator(
+        translator = engine(
             str(model_dir), device=device, compute_type=compute_type, intra_threads=threads
         )
     except (RuntimeError, ValueError) as err:
         raise AttnlabError(f"{model_dir}: CTranslate2 cannot load it ({err})") from None
+    prompt_entry = None
+    if generator:
+        prompt_entry = _prompt_entries(model_dir, bool(meta.get("shared_table")))
     return CT2Model(
         translator=translator,
         src_tokenizer=tokenizer_from_dict(meta["src_tokenizer"]),
@@ -304,6 +346,7 @@ def load_ct2_model(
         max_len_ratio=float(meta.get("max_len_ratio", 1.5)),
         max_len_const=int(meta.get("max_len_const", 10)),
         path=model_dir,
+        prompt_entry=prompt_entry,
     )
 
 
@@ -355,6 +398,16 @@ def translate_tokens(
     rows_ok = not return_attention or beam == 1
     out: list[CT2Translation | None] = [None] * len(sources)
     for budget, indices in sorted(groups.items()):
+        if model.is_generator:
+            if return_attention:
+                raise AttnlabError(
+                    f"{model.path}: a CTranslate2 Generator returns no attention; "
+                    "use attnlab translate --show-attention on the run"
+                )
+            found = _generate(model, [sources[i] for i in indices], beam, budget, batch_size)
+            for i, translation in zip(indices, found, strict=True):
+                out[i] = translation
+            continue
         results = model.translator.translate_batch(
             [list(sources[i]) for i in indices],
             beam_size=beam,
@@ -375,6 +428,38 @@ def translate_tokens(
             )
     empty = CT2Translation([], "", 0.0, [] if return_attention else None)
     return [empty if t is None else t for t in out]
+
+
+def _generate(
+    model: CT2Model, sources: Sequence[Sequence[str]], beam: int, budget: int, batch_size: int
+) -> list[CT2Translation]:
+    """A Generator continues ``source ⊕ <s>`` (the prefix LM's prompt) up to ``budget``
+    tokens, </s> included, as attnlab's search does."""
+    from attnlab.data.vocab import BOS
+
+    assert model.prompt_entry is not None
+    prompts = [[*map(model.prompt_entry, source), BOS] for source in sources]
+    results = model.translator.generate_batch(
+        prompts,
+        beam_size=beam,
+        length_penalty=0.0,
+        max_length=budget,
+        min_length=0,
+        include_prompt_in_result=False,
+        return_scores=True,
+        max_batch_size=batch_size,
+    )
+    out = []
+    for result in results:
+        tokens = list(result.sequences[0])
+        out.append(
+            CT2Translation(
+                tokens=tokens,
+                text=model.tgt_tokenizer.decode(tokens),
+                score=float(result.scores[0]),
+            )
+        )
+    return out
 
 
 def translate_ctranslate2(
