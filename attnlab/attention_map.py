@@ -52,6 +52,16 @@ ROLE_AXES = {  # (rows, columns) of each role's map
 MODEL_KEYS = {"cross": "cross", "enc-self": "enc_self", "dec-self": "dec_self"}  # out.attentions
 LAST_LAYER_MEAN = "last layer, head average"
 SAMPLE_DECIMALS = 4  # what ``sample`` events keep of each weight
+# A sample event holds at most this many weights inline; a larger map is stored beside the
+# event, float16 (attnlab.runs.sample_maps): 2,048² weights of JSON would exceed an event line.
+INLINE_MAX_CELLS = 64 * 64
+
+
+def is_long_map(shape: Sequence[int]) -> bool:
+    """Whether a [T, S] map of ``shape`` is stored beside its sample event, not inline."""
+    return len(shape) == 2 and int(shape[0]) * int(shape[1]) > INLINE_MAX_CELLS
+
+
 _HALF = ("torch.float16", "torch.bfloat16")  # averaged in float32
 
 # How a variant's weight rows are normalised (AttentionSpec.normalisation; re-exported by

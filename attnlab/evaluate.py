@@ -42,6 +42,7 @@ from attnlab.attention_map import (
     NORM_SUB_STOCHASTIC,
     NORM_UNNORMALISED,
     AttentionMap,
+    is_long_map,
     last_layer_head_mean,
     unattended_mass,
 )
@@ -425,9 +426,13 @@ def sample_translations(
         zip(examples, attention_snapshot(model, dataset, examples, cfg, device), strict=True)
     ):
         attention: list[list[float]] = []
+        array = None
         if weights is not None:
             kept = AttentionMap(weights, tokens, example.src_tokens, "cross", LAST_LAYER_MEAN, kind)
-            attention = kept.to_json()
+            if is_long_map(tuple(kept.matrix.shape)):  # kept beside the event (runs.sample_maps)
+                array = kept.matrix.float().cpu().numpy()
+            else:
+                attention = kept.to_json()
         sample = {
             "index": i,
             "src": list(example.src_tokens),
@@ -435,6 +440,8 @@ def sample_translations(
             "hyp": tokens,
             "attention": attention,
         }
+        if array is not None:
+            sample["attention_array"] = array
         if kind != NORM_SOFTMAX:  # absent: softmax (and every event written before)
             sample["normalisation"] = kind
         out.append(sample)

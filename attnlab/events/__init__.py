@@ -22,7 +22,8 @@ mapping from a done reason to a run's status.
 |                    | bleu_lc, bleu_lc_signature, exact_match, alignment_accuracy (null if    |
 |                    | no gold), bleu_by_length [{bucket, n, bleu}], best (bool), elapsed_s    |
 | sample Sample      | index, src, ref, hyp (tokens), attention (hyp_len x src_len floats),    |
-|                    | normalisation (optional; absent = softmax)                              |
+|                    | normalisation (optional; absent = softmax), attention_file (optional:   |
+|                    | a long map's file under RUN/samples/, attention null; runs.sample_maps) |
 | checkpoint         | tag ("best" | "last"), path                                             |
 |   Checkpoint       |                                                                         |
 | error  Error       | message, kind ("nan" | "exception" | "oom" | "io")                      |

@@ -100,6 +100,7 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
         "hyp": TOKENS,
         "attention": MATRIX,
         "normalisation": TEXT,
+        "attention_file": TEXT,
     },
     "checkpoint": {"tag": TEXT, "path": TEXT},
     "error": {"message": TEXT, "kind": TEXT},

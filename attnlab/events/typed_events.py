@@ -200,6 +200,8 @@ class Sample(Event):
     attention: list[list[float]] | None = None  # hyp_len x src_len
     # How the map's rows are normalised when not softmax (attnlab.attention_map.NORMALISATIONS)
     normalisation: str | None = field(default=None, metadata=OPTIONAL)
+    # A long map is not inline: RUN/samples/<this name> holds it (attnlab.runs.sample_maps).
+    attention_file: str | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass

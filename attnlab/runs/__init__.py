@@ -21,6 +21,8 @@ Layout of a run directory (and the module that owns each file)::
                                           (``keep_step_checkpoint``; ``attnlab average``)
     RUN/attention_history/                with train.attention_history > 0: index.json and
                                           step-<8 digits>.safetensors maps (history)
+    RUN/samples/step-<8 digits>.safetensors   sample maps too long for their event line, float16
+                                          ``map.<sample index>`` (sample_maps)
 
 Modules, lowest first (each imports only those above it):
 
@@ -32,6 +34,7 @@ Modules, lowest first (each imports only those above it):
 - ``export``: one checkpoint as one ``.safetensors`` file.
 - ``listing``: the list of runs and each run's summary (never loads torch).
 - ``history``: the attention history, written at each evaluation and read back (no torch).
+- ``sample_maps``: long sample maps beside the events that name them (no torch).
 
 A new file in the run directory goes in the module of its concern (a new per-run file:
 ``rundir``; a new file in a checkpoint: ``checkpoints`` to write it, ``loading`` to read it).

@@ -337,13 +337,24 @@ def read_frame_maps(
 ) -> list[np.ndarray]:
     """The float32 maps of one frame file, each checked against [len(hyp), len(source)] and
     for finite weights; any damage is one AttnlabError naming the file."""
+    pairs = enumerate(zip(hyps, sources, strict=True))
+    wanted = [(f"map.{i}", (len(hyp),), len(src)) for i, (hyp, src) in pairs]
+    return read_maps(path, wanted, "attention history frame")
+
+
+def read_maps(
+    path: Path, wanted: list[tuple[str, tuple[int, ...], int]], what: str
+) -> list[np.ndarray]:
+    """From the safetensors file ``path``: each (key, allowed row counts, columns) of
+    ``wanted`` as a float32 map of finite weights; any damage is one AttnlabError naming the
+    file (``what`` says what it is)."""
     from safetensors.numpy import load as safetensors_load
 
     try:
-        data = read_bounded(path, FRAME_MAX_BYTES, "attention history frame")
+        data = read_bounded(path, FRAME_MAX_BYTES, what)
         tensors = safetensors_load(data)
     except FileNotFoundError:
-        raise AttnlabError(f"{path}: no such file (named by the attention history index)") from None
+        raise AttnlabError(f"{path}: no such file (named by the run's records)") from None
     except AttnlabError:
         raise
     except OSError as err:
@@ -352,19 +363,19 @@ def read_frame_maps(
         reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise AttnlabError(f"{path}: not a readable safetensors file ({reason})") from None
     maps = []
-    for i, (hyp, src) in enumerate(zip(hyps, sources, strict=True)):
-        array = tensors.get(f"map.{i}")
+    for key, rows, cols in wanted:
+        array = tensors.get(key)
         if array is None:
-            raise AttnlabError(f"{path}: no map.{i} (sentence {i})")
+            raise AttnlabError(f"{path}: no {key}")
         if array.dtype not in (np.float16, np.float32):
-            raise AttnlabError(f"{path}: map.{i} is {array.dtype}, not float16")
-        if array.shape != (len(hyp), len(src)):
+            raise AttnlabError(f"{path}: {key} is {array.dtype}, not float16")
+        if array.ndim != 2 or array.shape[0] not in rows or array.shape[1] != cols:
             raise AttnlabError(
-                f"{path}: map.{i} is {list(array.shape)}, but sentence {i} has "
-                f"{len(hyp)} hypothesis x {len(src)} source tokens"
+                f"{path}: {key} is {list(array.shape)}, but its sentence has "
+                f"{' or '.join(map(str, rows))} hypothesis x {cols} source tokens"
             )
         array = array.astype(np.float32)
         if not np.isfinite(array).all():
-            raise AttnlabError(f"{path}: map.{i} holds non-finite weights")
+            raise AttnlabError(f"{path}: {key} holds non-finite weights")
         maps.append(array)
     return maps

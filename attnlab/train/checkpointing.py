@@ -22,7 +22,14 @@ from attnlab.evaluate import evaluate_split
 from attnlab.events import Checkpoint, Eval, Note, Sample
 from attnlab.interpret.average import keep_step_copy
 from attnlab.nn.archs import normalisations_of
-from attnlab.runs import jsonable, optimizer_to_tensors, require_run_dir, save_checkpoint
+from attnlab.runs import (
+    WriteError,
+    jsonable,
+    optimizer_to_tensors,
+    require_run_dir,
+    save_checkpoint,
+)
+from attnlab.runs.sample_maps import store_long_maps
 from attnlab.train.attention_history import history_off_reason, record_attention_history
 from attnlab.train.schedules import best_eval_decision, metric_improved
 
@@ -150,6 +157,7 @@ class EvaluationAndCheckpoints:
         elapsed = round(self.elapsed(), 3)
         evaluation = Eval.build(self.step, **jsonable(result), best=improved, elapsed_s=elapsed)
         self.events.emit(evaluation)
+        self._store_long_maps(samples)
         for sample in samples:
             self.events.emit(Sample.build(self.step, **sample))
         if improved:
@@ -158,6 +166,21 @@ class EvaluationAndCheckpoints:
         # after the checkpoints: a full disk loses a snapshot, never the weights
         self._record_attention_history(result)
         return cfg.patience > 0 and self.bad_evals >= cfg.patience
+
+    def _store_long_maps(self, samples: list[dict[str, Any]]) -> None:
+        """Long sample maps go to RUN/samples/ before the events name them; a map that cannot
+        be written (a full disk) is left out of its event with one note, never the run."""
+        if not self.dist.is_primary:
+            for sample in samples:
+                sample.pop("attention_array", None)
+            return
+        try:
+            store_long_maps(self.run_dir, self.step, samples)
+        except WriteError as err:
+            for sample in samples:
+                if sample.pop("attention_array", None) is not None:
+                    sample["attention"] = None
+            self.events.emit(Note(self.step, message=f"sample maps not kept: {err}"))
 
     def _record_attention_history(self, result: dict[str, Any]) -> None:
         """train.attention_history: this evaluation's snapshot of the fixed dev sentences (the

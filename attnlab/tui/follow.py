@@ -46,10 +46,22 @@ class Sample:
     hyp: list[str]
     attention: list[list[float]] | None = None
     normalisation: str = "softmax"  # how the map's rows are normalised (attnlab.attention_map)
+    # A long map lives beside the events (attnlab.runs.sample_maps), read when it is shown.
+    attention_file: str | None = None
+    run_dir: Path | None = None
 
     @property
     def correct(self) -> bool:
         return self.hyp == self.ref
+
+    def weights(self) -> Any:
+        """The [T, S] map, inline or read from its file (AttnlabError for a damaged one)."""
+        if self.attention is None and self.attention_file and self.run_dir is not None:
+            from attnlab.runs.sample_maps import read_sample_map
+
+            name, index = self.attention_file, self.index
+            return read_sample_map(self.run_dir, name, index, self.hyp, self.src)
+        return self.attention
 
 
 @dataclass
@@ -397,6 +409,8 @@ class RunFollower:
             hyp=list(e.hyp),
             attention=e.attention,
             normalisation=_kind(e.normalisation),
+            attention_file=e.attention_file,
+            run_dir=Path(self.run_dir),
         )
         # Samples of one eval share its step: a new step starts a new table.
         if e.step != self._samples_step:

@@ -17,6 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 
@@ -30,6 +31,7 @@ from attnlab.attention_map import (
     UNATTENDED_LABEL,
     target_rows,
 )
+from attnlab.errors import AttnlabError
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
 from attnlab.tui.views.inspect_export import MapExport, MapExported  # noqa: F401 - re-export
 from attnlab.tui.views.inspect_history import InspectHistory
@@ -373,9 +375,14 @@ class InspectView(InspectHistory, MapExport, Horizontal):
                 self.query_one("#insp-run", Select).value = str(run_dir)
         self._last_request = self._request()  # shown: a late menu event must not replace it
         self._warn_unknown([])  # a logged sample is the run's own data
-        weights = np.asarray(
-            sample.attention if sample.attention is not None else np.zeros((0, 0)), dtype=np.float64
-        )
+        try:
+            logged = sample.weights()
+        except AttnlabError as err:  # a long map's file, damaged or gone
+            self.query_one("#insp-title", Static).update(
+                Content.from_markup("[$error]$message[/]", message=str(err))
+            )
+            return
+        weights = np.asarray(logged if logged is not None else np.zeros((0, 0)), dtype=np.float64)
         if weights.ndim != 2 or not weights.size:
             self.query_one("#insp-title", Static).update(
                 "[$warning]this sample carries no attention weights[/]"
