@@ -436,6 +436,25 @@ def test_export_never_replaces_a_file_without_force(tiny_run, tmp_path):
     assert result.exit_code == 0 and load_checkpoint(out).step == 4
 
 
+def test_export_force_never_writes_over_a_runs_checkpoint_or_replaces_a_symlink(tiny_run, tmp_path):
+    """#43 item 1's audit: ``--out RUN/checkpoints/last/model.safetensors --force`` replaced
+    the run's own weights; a symlink was replaced by a file, its target never written."""
+    weights = tiny_run / "checkpoints" / "last" / "model.safetensors"
+    before = weights.read_bytes()
+    args = ("--checkpoint", "last", "--force")
+    line = _one_error(_invoke("export", tiny_run, "--out", weights, *args))
+    assert "is a file of the run or study directory" in line and str(weights) in line
+    assert weights.read_bytes() == before
+    target = tmp_path / "kept" / "m.safetensors"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(target)
+    result = _invoke("export", tiny_run, "--out", link, "--checkpoint", "last", "--force")
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and load_checkpoint(target).step == 4
+
+
 def test_export_to_an_unwritable_path_is_one_line(tiny_run):
     line = _one_error(_invoke("export", tiny_run, "--out", "/proc/x.safetensors"))
     assert line.startswith("error: /proc/x.safetensors: cannot write (")

@@ -353,6 +353,29 @@ def test_cli_runs_with_bad_lines_shows_the_table_and_a_warning(tmp_path: Path) -
     assert "bad-run/events.jsonl: skipped 4 malformed lines" in warnings[0]
 
 
+def test_cli_runs_folds_many_runs_warnings_into_one_line_and_lists_them_with_verbose(
+    tmp_path: Path,
+) -> None:
+    """#43 item 13: 30 broken runs are one folded line after the table (as the lab's Runs tab
+    shows them), not 30 lines; --verbose lists each in full."""
+    names = [f"r{i:02d}" for i in range(30)]
+    for name in names:
+        _bad_run(tmp_path, name)
+    first = list_runs(tmp_path)[0].path.name
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(cli, ["runs", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    folded = [line for line in lines if "malformed" in line]
+    assert folded == [f"⚠ {first}: skipped 4 malformed lines (+29 more) (--verbose lists them)"]
+    assert lines.index(folded[0]) > max(i for i, line in enumerate(lines) if "finished" in line)
+    verbose = runner.invoke(cli, ["runs", str(tmp_path), "--verbose"])
+    assert verbose.exit_code == 0, verbose.output
+    listed = [line for line in verbose.output.splitlines() if line.startswith("warning:")]
+    assert len(listed) == 30 and "⚠" not in verbose.output
+    assert {line.split("/events.jsonl")[0].rsplit("/", 1)[-1] for line in listed} == set(names)
+
+
 # -- a deleted run directory is not re-created by the trainer --------------------------------
 
 

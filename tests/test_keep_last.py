@@ -98,6 +98,17 @@ def test_average_refuses_to_overwrite_without_force(run, tmp_path):
     assert average(run, out, "--force").exit_code == 0
 
 
+def test_average_force_never_writes_over_a_file_of_the_run(run, tmp_path):
+    """#43 item 1's audit: ``average --out RUN/checkpoints/last/model.safetensors --force``
+    replaced the run's own weights with the average."""
+    weights = run / "checkpoints" / "last" / "model.safetensors"
+    before = weights.read_bytes()
+    result = average(run, weights, "--force")
+    assert result.exit_code == 2 and result.output.startswith("error: "), result.output
+    assert "is a file of the run or study directory" in result.output
+    assert weights.read_bytes() == before
+
+
 def test_average_refuses_a_copy_of_mixed_steps(run, tmp_path):
     ckpts = run / "checkpoints"
     shutil.copy(ckpts / "step-3" / MODEL_FILE, ckpts / "step-6" / MODEL_FILE)

@@ -155,6 +155,27 @@ async def test_setup_names_a_changed_experiment_and_save_writes_it(
         assert saved["description"] == config.description
 
 
+async def test_save_preset_never_writes_over_a_runs_config_even_when_confirmed(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """#43 item 1's audit: Setup's "save preset" wrote ``runs/r/config.toml`` over the run's
+    own config once the user confirmed "exists. Overwrite?" (and truncated it in place)."""
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs", "r")
+    before = (run / "config.toml").read_bytes()
+    app = make_app(tmp_path / "runs", config=lab_config("reverse-bahdanau"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        app.query_one("#preset-path", Input).value = "runs/r/config"
+        await pilot.click("#preset-save")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: any(n.title == "Cannot save preset" for n in app._notifications))
+        notice = next(n for n in app._notifications if n.title == "Cannot save preset")
+        assert "is a file of the run or study directory" in str(notice.message)
+    assert (run / "config.toml").read_bytes() == before
+
+
 async def test_train_header_names_the_run_not_the_preset(tmp_path: Path) -> None:
     run = write_run(tmp_path, "reverse-rnn-luong-general-20260101-000000")  # start event: "tiny"
     app = make_app(tmp_path, config=lab_config())

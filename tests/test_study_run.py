@@ -330,3 +330,44 @@ def test_a_tiny_tuned_study_end_to_end(tmp_path: Path) -> None:
     again = CliRunner().invoke(cli, ["study", "run", str(path), "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert summarize_run(directory / "bahdanau-s1").status == "finished"
+
+
+def test_a_rerun_clears_only_what_attnlab_wrote_of_a_run_that_saved_no_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """#43 item 1's audit: the study deleted the run folder whole (shutil.rmtree) before
+    training it afresh, with whatever the user kept there."""
+    from attnlab.study import task as task_module
+
+    launched: list[list[str]] = []
+    monkeypatch.setattr(
+        task_module, "_run_child", lambda argv, env, kids: (launched.append(argv), (1, "x"))[1]
+    )
+    task = _task(tmp_path)
+    run_dir = Path(task.run_dir)
+    # A begun run (config, log, lock, an empty checkpoints folder) holding the user's notes.
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for name in ("config.toml", "events.jsonl", ".lock"):
+        (run_dir / name).write_text("", encoding="utf-8")
+    (run_dir / "notes.txt").write_text("mine", encoding="utf-8")
+    outcome = task_module.execute(task)
+    assert outcome.state == "failed" and "notes.txt" in outcome.error, outcome
+    assert launched == []  # nothing trained into a folder holding the user's files
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+    assert (run_dir / "notes.txt").read_text(encoding="utf-8") == "mine"
+    # A symlink in the run's place is refused, its target untouched.
+    (run_dir / "notes.txt").unlink()
+    run_dir.rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.toml").write_text("", encoding="utf-8")
+    run_dir.symlink_to(elsewhere)
+    outcome = task_module.execute(task)
+    assert outcome.state == "failed" and "symlink" in outcome.error and launched == []
+    assert (elsewhere / "config.toml").is_file()
+    # Only attnlab's files: cleared and trained afresh.
+    run_dir.unlink()
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "events.jsonl").write_text("", encoding="utf-8")
+    task_module.execute(task)
+    assert len(launched) == 1 and "--resume" not in launched[0] and not run_dir.exists()

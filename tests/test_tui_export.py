@@ -132,3 +132,30 @@ def test_an_rnn_run_is_refused_in_one_line_and_nothing_is_written(tmp_path, monk
     assert "✗ model.arch=rnn: CTranslate2 export takes Transformer" in message
     assert "\n" not in message
     assert not out.exists()
+
+
+def test_overwriting_a_file_of_the_run_itself_is_refused_even_when_confirmed(tmp_path, monkeypatch):
+    """#43 item 1's audit: the Export tab's "Overwrite (y)" on the run's own weights replaced
+    them with the export (the engine's --force path)."""
+    monkeypatch.chdir(tmp_path)
+    run, _, _ = saved_run(Path("runs"), "tf", *TINY_TRANSFORMER)
+    weights = run / "checkpoints" / "best" / "model.safetensors"
+    before = weights.read_bytes()
+
+    async def scenario() -> str:
+        app = make_app(Path("runs"))
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = await open_export(pilot, run)
+            app.query_one("#export-path").value = str(weights)
+            await pilot.click("#export-go")
+            await pilot.pause()
+            await pilot.press("y")  # the user confirms the overwrite
+            result = app.query_one("#export-result")
+            await until(pilot, lambda: "✗" in str(result.content), timeout=60)
+            await workers_idle(pilot)
+            assert view.last_export is None
+            return str(result.content)
+
+    message = asyncio.run(scenario())
+    assert "is a file of the run or study directory" in message
+    assert weights.read_bytes() == before

@@ -13,6 +13,7 @@ from attnlab.viz.text import (
     column_header,
     column_legend,
     fit_count,
+    fold_warnings,
     header_rows,
     integer_ticks,
     middle_ellipsis,
@@ -217,3 +218,16 @@ def test_runs_of_one_experiment_never_share_a_label(width):
     for name, label in zip(names[:3], labels[:3], strict=True):
         head, tail = label.split("…")
         assert name.startswith(head) and name.endswith(tail) and name[-2:] in tail
+
+
+def test_fold_warnings_shows_the_first_by_run_name_without_details_and_counts_the_rest() -> None:
+    warned = [
+        ("r1", "runs/r1/events.jsonl: skipped 2 malformed lines (line 3: not JSON (x), line 4)"),
+        ("r2", "runs/r2/config.toml: unreadable"),
+        ("r2", "runs/r2/events.jsonl: skipped 1 malformed line (line 9)"),
+    ]
+    assert fold_warnings(warned) == "⚠ r1: skipped 2 malformed lines (+2 more)"
+    assert fold_warnings(warned[1:2]) == "⚠ r2: unreadable"
+    assert fold_warnings([]) == ""
+    long = "reverse-rnn-bahdanau-20261129-101530"
+    assert fold_warnings([(long, "x: y")], name_width=26) == "⚠ reverse-rnn-bahdanau-…1530: y"

@@ -11,13 +11,17 @@ from attnlab.cli.common import Choice, compact, fmt, rich_console
 from attnlab.cli.ct2 import export_ct2
 from attnlab.errors import AttnlabError
 from attnlab.exporters.ct2_check import OFFERED_QUANTIZATIONS as QUANTIZATIONS
+from attnlab.viz.text import fold_warnings
 
 
 @click.command()
 @click.argument(
     "directory", required=False, default="runs", type=click.Path(file_okay=False, path_type=Path)
 )
-def runs(directory: Path) -> None:
+@click.option(
+    "--verbose", "-v", is_flag=True, help="list every run's warning (default: the first, folded)"
+)
+def runs(directory: Path, verbose: bool) -> None:
     """Runs in DIRECTORY (default runs) with their best dev metrics."""
     from rich import box
     from rich.table import Table
@@ -60,9 +64,14 @@ def runs(directory: Path) -> None:
     for cells in rows:
         table.add_row(*(cells[c] for c in columns))
     console.print(table)
-    for r in found:  # after the table: skipped log lines, an unreadable config.toml
-        for warning in r.warnings:
+    # After the table: skipped log lines, an unreadable config.toml. Folded as the lab's Runs
+    # tab folds them (a folder of 600 broken runs is one line, not 600 before the table's end).
+    warned = [(r.path.name, warning) for r in found for warning in r.warnings]
+    if verbose or len(warned) == 1:
+        for _, warning in warned:
             click.echo(f"warning: {warning}", err=True)
+    elif warned:
+        click.echo(f"{fold_warnings(warned)} (--verbose lists them)", err=True)
     if not found and any((directory / name).is_file() for name in ("config.toml", "events.jsonl")):
         parent = directory.resolve().parent
         click.echo(

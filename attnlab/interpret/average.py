@@ -115,7 +115,7 @@ def average_checkpoints(
     written whole; an existing file is replaced only with ``force``)."""
     import json
 
-    from attnlab.runs import EXPORT_FORMAT, remove_stale_temps, save_tensors
+    from attnlab.runs import EXPORT_FORMAT, remove_stale_temps, save_output_tensors
 
     out_file = Path(out_file)
     if out_file.suffix != ".safetensors":
@@ -155,5 +155,5 @@ def average_checkpoints(
         "attnlab.averaged_steps": json.dumps(steps),
     }
     remove_stale_temps(out_file.parent, out_file.name)
-    save_tensors(out_file, averaged, metadata)
+    save_output_tensors(out_file, averaged, metadata)
     return out_file, steps

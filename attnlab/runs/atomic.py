@@ -228,6 +228,8 @@ def _run_dir_holding(path: Path) -> Path | None:
             return folder
         if (folder / "config.toml").is_file() and (folder / "checkpoints").is_dir():
             return folder
+        if (folder / "meta.json").is_file() and (folder / "model.safetensors").is_file():
+            return folder  # a checkpoint folder (RUN/checkpoints/best), also one copied out
     return None
 
 
@@ -274,3 +276,12 @@ def write_output(path: Path, data: bytes, flag: str = "--out") -> None:
 
 def write_output_text(path: Path, text: str, flag: str = "--out") -> None:
     write_output(path, text.encode("utf-8"), flag)
+
+
+def save_output_tensors(
+    path: Path, tensors: dict[str, Tensor], metadata: dict[str, str], flag: str = "--out"
+) -> None:
+    """A user-named .safetensors bundle (``export``, ``average``), written as ``write_output``
+    writes any output: a symlink at its target, never over a file of a run directory
+    (``--out RUN/checkpoints/best/model.safetensors --force`` replaced the run's weights)."""
+    write_output(path, _tensor_bytes(tensors, metadata), flag)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from attnlab import __version__
 from attnlab.errors import AttnlabError
-from attnlab.runs.atomic import remove_stale_temps, save_tensors
+from attnlab.runs.atomic import remove_stale_temps, save_output_tensors
 from attnlab.runs.checkpoints import EXPORT_FORMAT, META_FILE, checkpoint_dir, resolve_or_none
 from attnlab.runs.loading import check_weights_fit, model_from_meta, read_checkpoint
 
@@ -72,5 +72,5 @@ def export_checkpoint(
         "attnlab.params": str(meta.get("params", 0)),
     }
     remove_stale_temps(out_file.parent, out_file.name)
-    save_tensors(out_file, tensors, metadata)
+    save_output_tensors(out_file, tensors, metadata)
     return out_file

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -165,6 +164,46 @@ def _has_last(run_dir: Path) -> bool:
     return (run_dir / "checkpoints" / "last" / "meta.json").is_file()
 
 
+def clear_unsaved_run(run_dir: Path) -> str | None:
+    """Remove what attnlab wrote of a run that never saved a checkpoint, so that it trains
+    afresh: its config, event log, lock, control file, checkpoint and attention-history
+    folders, study score and their scratch files; then the folder. Anything else in it is the
+    user's and is kept: the refusal (one line naming it) is returned and nothing is trained.
+    A symlink or a non-folder in the run's place is refused untouched. None when cleared."""
+    from attnlab.runs import (
+        CHECKPOINTS,
+        CONFIG_FILE,
+        CONTROL_FILE,
+        EVENTS_FILE,
+        LOCK_FILE,
+        remove_stale_temps,
+    )
+    from attnlab.runs.checkpoints import remove_entry
+    from attnlab.runs.history import HISTORY_DIR
+    from attnlab.study.score import SCORE_FILE
+
+    if not run_dir.exists() and not run_dir.is_symlink():
+        return None
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        return f"{run_dir} is not a run folder attnlab made (a symlink or a file); move it away"
+    ours = (CONFIG_FILE, EVENTS_FILE, CONTROL_FILE, LOCK_FILE, CHECKPOINTS, HISTORY_DIR, SCORE_FILE)
+    for name in ours:
+        remove_entry(run_dir / name)
+        remove_stale_temps(run_dir, name)
+    try:
+        others = sorted(entry.name for entry in run_dir.iterdir())
+        if not others:
+            run_dir.rmdir()
+            return None
+    except OSError as err:
+        return f"{run_dir}: cannot clear the unsaved run ({err.strerror})"
+    shown = ", ".join(others[:3]) + (f" (+{len(others) - 3} more)" if len(others) > 3 else "")
+    return (
+        f"{run_dir} holds files attnlab did not write ({shown}); they were kept and the run "
+        "was not trained: move them away and rerun the study"
+    )
+
+
 def _lost_lock_race(run_dir: Path, line: str) -> bool:
     """The child was refused because another process trains the run (rundir's one-line
     refusal, or the lock still held): not this study's failure."""
@@ -210,8 +249,10 @@ def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
             ]
             outcome.resumed = True
         else:
-            if run_dir.exists():  # began but never saved a checkpoint: nothing to keep
-                shutil.rmtree(run_dir)
+            refusal = clear_unsaved_run(run_dir)  # began but never saved a checkpoint
+            if refusal is not None:
+                outcome.state, outcome.error = FAILED, refusal
+                return outcome
             argv = [
                 sys.executable,
                 "-m",

@@ -193,3 +193,33 @@ def run_labels(names: Sequence[str], width: int) -> list[str]:
         middle_ellipsis(name, width) if label in shared else label
         for name, label in zip(names, labels, strict=True)
     ]
+
+
+def without_details(text: str) -> str:
+    """``skipped 3 malformed lines (line 2: ... (list), ...)`` -> ``skipped 3 malformed lines``:
+    every parenthesised group (nested ones too) left out."""
+    out, depth = [], 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(char)
+    return " ".join("".join(out).split()).replace(" ;", ";")
+
+
+def fold_warnings(warned: Sequence[tuple[str, str]], name_width: int = 28) -> str:
+    """Many runs' warnings as one line: ``⚠ r600: skipped 3 malformed lines (+599 more)``.
+
+    ``warned`` holds (run name, warning) pairs; a warning that starts with its file's path
+    (``runs/r600/events.jsonl: skipped ...``) is shown from after that path, without its
+    per-line details, so that the line fits beside a table. "" when there is none. One home
+    for the lab's Runs tab and ``attnlab runs`` (a folder of 600 broken runs is one line,
+    not 600).
+    """
+    if not warned:
+        return ""
+    name, text = warned[0]
+    more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
+    return f"⚠ {run_label(name, name_width)}: {without_details(text.split(': ', 1)[-1])}{more}"

@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Static
 from attnlab.events import RunStatus
 from attnlab.tui.follow import RunFollower, format_duration
 from attnlab.tui.widgets.plots import BarsPlot, MetricPlot
-from attnlab.viz.text import fit_count, middle_ellipsis, run_label, run_labels
+from attnlab.viz.text import fit_count, fold_warnings, middle_ellipsis, run_label, run_labels
 
 REFRESH_SECONDS = 2.0
 COLUMNS = (
@@ -111,20 +111,6 @@ def _count_text(value: Any, width: int) -> str:
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "–"
     return fit_count(value, width)
-
-
-def without_details(text: str) -> str:
-    """``skipped 3 malformed lines (line 2: ... (list), ...)`` -> ``skipped 3 malformed lines``:
-    every parenthesised group (nested ones too) left out."""
-    out, depth = [], 0
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-        elif not depth:
-            out.append(char)
-    return " ".join("".join(out).split()).replace(" ;", ";")
 
 
 def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
@@ -253,10 +239,8 @@ class RunsView(Vertical):
         # The event reader's warnings (skipped lines): the first, by run name (its text starts
         # with the file's path) and without its per-line details, so that it fits the line;
         # every warning in full is the line's tooltip.
-        warned = [(run.path.name, w.split(": ", 1)[-1]) for run in runs for w in run.warnings]
-        more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
-        first = f"{run_label(warned[0][0], 28)}: {without_details(warned[0][1])}" if warned else ""
-        note = f"  [$warning]⚠ {escape(first)}{more}[/]" if warned else ""
+        folded = fold_warnings([(run.path.name, w) for run in runs for w in run.warnings])
+        note = f"  [$warning]{escape(folded)}[/]" if folded else ""
         status = self.query_one("#runs-status", Static)
         status.update(
             f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "

@@ -616,11 +616,14 @@ class SetupView(Vertical):
         )
 
     def _write_preset(self, path: Path, config: ExperimentConfig) -> None:
+        from attnlab.runs import write_output_text
+
+        # As every output a user names: whole or not at all, never over a run's file (a
+        # confirmed "runs/r/config" replaced that run's config), a FIFO refused, not waited on.
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(dumps_toml(config), encoding="utf-8")
-        except OSError as err:
-            self.app.notify(f"{path}: {err.strerror}", title="Cannot save preset", severity="error")
+            write_output_text(path, dumps_toml(config), "preset")
+        except AttnlabError as err:
+            self.app.notify(str(err), title="Cannot save preset", severity="error")
             return
         self.app.notify(f"saved {path}")
 
