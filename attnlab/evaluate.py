@@ -27,6 +27,7 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,15 @@ from attnlab.data.vocab import PAD_ID
 from attnlab.decode.hypothesis import Hypothesis
 
 LENGTH_BUCKET_WIDTH = 10
+# What a run costs beside what it scores (the eval event's and ``eval --json``'s "cost"):
+# evaluate_split measures the model's and the decoding's; the trainer adds training's.
+COST_KEYS = (
+    "parameters",
+    "train_tokens_per_s",
+    "train_peak_memory_mb",
+    "decode_sentences_per_s",
+    "kv_cache_bytes_per_token",
+)
 ATTENTION_STATS_SENTENCES = 32  # sentences of the teacher-forced pass behind the statistics
 
 
@@ -274,6 +284,7 @@ def evaluate_split(
 
     # Hypotheses: the one length-sorted batching (decode_sorted), results in input order.
     sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
+    decode_start = time.perf_counter()
     nbests = decode_sorted(
         model,
         sources,
@@ -284,6 +295,7 @@ def evaluate_split(
         to_text=target_text(dataset),
         tokens_only=True,
     )
+    decode_seconds = time.perf_counter() - decode_start
     hyp_tokens = [dataset.tgt_vocab.decode(nbest[0].tokens) for nbest in nbests]
     # Loss and alignment: teacher-forced over the same sorted batches.
     loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
@@ -341,6 +353,7 @@ def evaluate_split(
         if examples
         else [],
     }
+    result["cost"] = model_cost(model, len(examples) / decode_seconds if examples else None)
     if keep_sentences:
         result["sentences"] = {
             "hyps": hyps_text,
@@ -363,6 +376,20 @@ def evaluate_split(
     )
     model.train(was_training)
     return result
+
+
+def model_cost(model: Any, decode_sentences_per_s: float | None) -> dict[str, Any]:
+    """The ``cost`` record without training's figures (None: the trainer, or a run's record,
+    fills them): parameters (every one, trainable or not), the decoding speed given, and the
+    KV-cache bytes per generated token of the model's variants (attnlab.nn.kv_cache)."""
+    from attnlab.nn.kv_cache import kv_cache_bytes_per_token
+
+    cost: dict[str, Any] = dict.fromkeys(COST_KEYS)
+    cost["parameters"] = sum(p.numel() for p in model.parameters())
+    if decode_sentences_per_s is not None:
+        cost["decode_sentences_per_s"] = round(decode_sentences_per_s, 2)
+    cost["kv_cache_bytes_per_token"] = kv_cache_bytes_per_token(model)
+    return cost
 
 
 def attention_statistics(

@@ -101,6 +101,10 @@ def eval_command(
         keep_sentences=hyps_path is not None or refs_path is not None,
     )
     result.pop("samples", None)
+    # training's figures as the checkpoint's evaluation recorded them (None before #41's runs)
+    recorded = (loaded.metrics or {}).get("cost") or {}
+    for key in ("train_tokens_per_s", "train_peak_memory_mb"):
+        result["cost"][key] = recorded.get(key)
     sentences = result.pop("sentences", None)
     if sentences is not None:
         from attnlab.runs import write_output_text
@@ -143,6 +147,9 @@ def eval_command(
             table.add_row(label, fmt(result[key], digits))
     if result.get("aer") is not None:
         table.add_row("aer", fmt(result["aer"], 4))
+    for key, value in result["cost"].items():
+        if value is not None:
+            table.add_row(key.replace("_", " "), fmt(value, 1))
     gold = result.get("gold_alignments")
     if gold is not None:
         table.add_row("AER (gold file, last layer)", fmt(gold["aer"], 4))

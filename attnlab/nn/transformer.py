@@ -58,6 +58,7 @@ class AttentionBlock(nn.Module):
     ):
         super().__init__()
         self.role = role
+        self.width = d_model  # what a cache-less decoder keeps per token (attnlab.nn.kv_cache)
         self.attn: Attention = build_attention(  # the variant's own values (qualified or flat)
             name,
             d_model,

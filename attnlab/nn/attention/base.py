@@ -106,6 +106,11 @@ class AttentionSpec:
     max_length_param: str = ""
     # How the weight rows are normalised (one of NORMALISATIONS).
     normalisation: str = NORM_SOFTMAX
+    # A decoder built for the variant keeps a state that does not grow with the tokens
+    # generated (linear attention's running sums, a sliding window's last w keys), so its
+    # KV cache costs 0 bytes per generated token (attnlab.nn.kv_cache). attnlab's own decoder
+    # still caches every key: one search path for all variants.
+    constant_decode_state: bool = False
 
     def __post_init__(self) -> None:
         if self.normalisation not in NORMALISATIONS:

@@ -220,6 +220,7 @@ class PerformerAttention(KernelAttention):
 
     spec = AttentionSpec(
         name="performer",
+        constant_decode_state=True,
         roles=KERNEL_ROLES,
         formula=(
             "softmax kernel ≈ φ(q)·φ(k), φ(x) = exp(ωᵀx − ‖x‖²/2)/√m, ω orthogonal, ω_r ~ N(0,I)"
@@ -284,6 +285,7 @@ class LinearAttention(KernelAttention):
 
     spec = AttentionSpec(
         name="linear",
+        constant_decode_state=True,
         roles=KERNEL_ROLES,
         formula="z_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j),  φ = elu + 1",
         complexity="O(T·d²) time, O(T·d) memory; causal by prefix sums",

@@ -222,6 +222,7 @@ class DecayedLinearAttention(MultiHeadBase):
     supports_rotary = False  # the decay is the position signal; it reads the projected key
     spec = AttentionSpec(
         name="decayed-linear",
+        constant_decode_state=True,
         roles=RECURRENT_ROLES,
         formula=(
             "S_i = a_i S_{i−1} + φ(k_i)v_iᵀ, y_i = φ(q_i)ᵀS_i / φ(q_i)ᵀz_i, "

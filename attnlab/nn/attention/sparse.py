@@ -97,6 +97,7 @@ class SlidingWindowAttention(MultiHeadBase):
 
     spec = AttentionSpec(
         name="sliding-window",
+        constant_decode_state=True,
         roles=SELF_ROLES,
         formula="softmax over |i−j| ≤ w of q_i·k_j/√d_h (j ≤ i when causal)",
         complexity="O(T·w·d) time and memory (banded)",
@@ -152,6 +153,7 @@ class DilatedAttention(SlidingWindowAttention):
 
     spec = AttentionSpec(
         name="dilated",
+        constant_decode_state=True,
         roles=SELF_ROLES,
         formula="softmax over j = i + d·r, |r| ≤ w (half the heads d = 1: local + strided)",
         complexity="O(T·w·d) time and memory (banded per residue class)",
