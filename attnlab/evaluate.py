@@ -392,6 +392,14 @@ def model_cost(model: Any, decode_sentences_per_s: float | None) -> dict[str, An
     return cost
 
 
+def with_training_cost(cost: dict[str, Any], recorded: Mapping[str, Any] | None) -> None:
+    """Training's figures into a fresh ``cost``, as the checkpoint's evaluation recorded them
+    (its metrics' "cost"; None for a checkpoint from before the record existed)."""
+    previous = (recorded or {}).get("cost") or {}
+    for key in ("train_tokens_per_s", "train_peak_memory_mb"):
+        cost[key] = previous.get(key)
+
+
 def attention_statistics(
     model: Any,
     dataset: Any,

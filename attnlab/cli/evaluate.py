@@ -82,7 +82,7 @@ def eval_command(
     for flag, path in (("--hyps", hyps_path), ("--refs", refs_path)):
         if path is not None and not path.parent.is_dir():
             raise AttnlabError(f"{flag} {path}: no such folder {path.parent}")
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_training_cost
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
     from attnlab.runs import jsonable, load_checkpoint_data
@@ -101,10 +101,7 @@ def eval_command(
         keep_sentences=hyps_path is not None or refs_path is not None,
     )
     result.pop("samples", None)
-    # training's figures as the checkpoint's evaluation recorded them (None before #41's runs)
-    recorded = (loaded.metrics or {}).get("cost") or {}
-    for key in ("train_tokens_per_s", "train_peak_memory_mb"):
-        result["cost"][key] = recorded.get(key)
+    with_training_cost(result["cost"], loaded.metrics)
     sentences = result.pop("sentences", None)
     if sentences is not None:
         from attnlab.runs import write_output_text
