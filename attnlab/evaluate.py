@@ -14,7 +14,8 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
   same gold links as sure links: with one predicted and one gold link per target token it
   equals 1 − alignment accuracy (reported beside it for comparison with gold-file AERs).
 - **attention statistics** (every split, on its first ``ATTENTION_STATS_SENTENCES``
-  sentences, one teacher-forced pass with the weights): ``attention_entropy`` =
+  sentences, fewer of long ones (``ATTENTION_STATS_TOKENS`` source tokens at most), one
+  teacher-forced pass with the weights): ``attention_entropy`` =
   {role: [[mean row entropy in nats per head] per layer]} for enc_self / dec_self / cross,
   and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer; in
   ``evaluate_split`` recomputed over every scored sentence, as ``alignment_accuracy``).
@@ -62,7 +63,9 @@ COST_KEYS = (
     "decode_sentences_per_s",
     "kv_cache_bytes_per_token",
 )
+EVAL_BATCH_TOKENS = 16384  # source tokens of an automatic evaluation batch (4 of 4096)
 ATTENTION_STATS_SENTENCES = 32  # sentences of the teacher-forced pass behind the statistics
+ATTENTION_STATS_TOKENS = 4096  # ... and at most this many source tokens of them
 
 
 # -- text metrics -------------------------------------------------------------------------------
@@ -274,9 +277,15 @@ def evaluate_split(
         examples = examples[:max_sentences]
     from attnlab.decode.search import decode_sorted, sentences_per_batch, sorted_batches
 
-    # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits): the automatic
-    # size (decode.batch_size = 0) is capped at 256 sentences to bound that memory.
-    batch_size = batch_size or cfg.batch_size or min(sentences_per_batch(cfg), 256)
+    # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits, and the
+    # attention scores of every layer): the automatic size (decode.batch_size = 0) is capped
+    # at 256 sentences and at EVAL_BATCH_TOKENS source tokens to bound that memory.
+    longest = max((len(e.src_tokens) for e in examples), default=1)
+    batch_size = (
+        batch_size
+        or cfg.batch_size
+        or min(sentences_per_batch(cfg), 256, max(1, EVAL_BATCH_TOKENS // max(longest, 1)))
+    )
     was_training = model.training
     model.eval()
     device = torch.device(device)
@@ -363,7 +372,9 @@ def evaluate_split(
             ],
             "src_len": [len(e.src_tokens) for e in examples],
         }
-    stats = examples[:ATTENTION_STATS_SENTENCES]
+    # the maps of every layer at once ([B, L, H, T, S]): at most ATTENTION_STATS_TOKENS
+    # source tokens of them (one sentence of 4096), however long the sentences
+    stats = examples[: min(ATTENTION_STATS_SENTENCES, max(1, ATTENTION_STATS_TOKENS // longest))]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
     if layer_correct:  # every scored sentence, as alignment_accuracy (not only ``stats``)
         result["alignment_accuracy_by_layer"] = [
