@@ -54,3 +54,16 @@ def describe(device: torch.device) -> str:
         threads = torch.get_num_threads()
         return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
     return device.type
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """The process's memory high-water mark in MiB: on CUDA the tensors' peak
+    (``torch.cuda.max_memory_allocated``), elsewhere the resident set's (``ru_maxrss``: what
+    the OS saw, the interpreter and torch included; kilobytes on Linux, bytes on macOS)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10

@@ -14,7 +14,8 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
   same gold links as sure links: with one predicted and one gold link per target token it
   equals 1 − alignment accuracy (reported beside it for comparison with gold-file AERs).
 - **attention statistics** (every split, on its first ``ATTENTION_STATS_SENTENCES``
-  sentences, one teacher-forced pass with the weights): ``attention_entropy`` =
+  sentences, fewer of long ones (``ATTENTION_STATS_TOKENS`` source tokens at most), one
+  teacher-forced pass with the weights): ``attention_entropy`` =
   {role: [[mean row entropy in nats per head] per layer]} for enc_self / dec_self / cross,
   and with gold alignments ``alignment_accuracy_by_layer`` (head average of each layer; in
   ``evaluate_split`` recomputed over every scored sentence, as ``alignment_accuracy``).
@@ -27,6 +28,7 @@ detokenised hypotheses against the raw reference text; the signatures travel wit
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,7 +55,18 @@ from attnlab.data.vocab import PAD_ID
 from attnlab.decode.hypothesis import Hypothesis
 
 LENGTH_BUCKET_WIDTH = 10
+# What a run costs beside what it scores (the eval event's and ``eval --json``'s "cost"):
+# evaluate_split measures the model's and the decoding's; the trainer adds training's.
+COST_KEYS = (
+    "parameters",
+    "train_tokens_per_s",
+    "train_peak_memory_mb",
+    "decode_sentences_per_s",
+    "kv_cache_bytes_per_token",
+)
+EVAL_BATCH_TOKENS = 16384  # source tokens of an automatic evaluation batch (4 of 4096)
 ATTENTION_STATS_SENTENCES = 32  # sentences of the teacher-forced pass behind the statistics
+ATTENTION_STATS_TOKENS = 4096  # ... and at most this many source tokens of them
 
 
 # -- text metrics -------------------------------------------------------------------------------
@@ -265,9 +278,15 @@ def evaluate_split(
         examples = examples[:max_sentences]
     from attnlab.decode.search import decode_sorted, sentences_per_batch, sorted_batches
 
-    # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits): the automatic
-    # size (decode.batch_size = 0) is capped at 256 sentences to bound that memory.
-    batch_size = batch_size or cfg.batch_size or min(sentences_per_batch(cfg), 256)
+    # Each batch also runs a teacher-forced pass for the loss ([B, T, V] logits, and the
+    # attention scores of every layer): the automatic size (decode.batch_size = 0) is capped
+    # at 256 sentences and at EVAL_BATCH_TOKENS source tokens to bound that memory.
+    longest = max((len(e.src_tokens) for e in examples), default=1)
+    batch_size = (
+        batch_size
+        or cfg.batch_size
+        or min(sentences_per_batch(cfg), 256, max(1, EVAL_BATCH_TOKENS // max(longest, 1)))
+    )
     was_training = model.training
     model.eval()
     device = torch.device(device)
@@ -275,6 +294,7 @@ def evaluate_split(
 
     # Hypotheses: the one length-sorted batching (decode_sorted), results in input order.
     sources = [dataset.src_vocab.encode(e.src_tokens) for e in examples]
+    decode_start = time.perf_counter()
     nbests = decode_sorted(
         model,
         sources,
@@ -285,6 +305,7 @@ def evaluate_split(
         to_text=target_text(dataset),
         tokens_only=True,
     )
+    decode_seconds = time.perf_counter() - decode_start
     hyp_tokens = [dataset.tgt_vocab.decode(nbest[0].tokens) for nbest in nbests]
     # Loss and alignment: teacher-forced over the same sorted batches.
     loss_sum, n_tokens, correct, counted = 0.0, 0, 0, 0
@@ -342,6 +363,7 @@ def evaluate_split(
         if examples
         else [],
     }
+    result["cost"] = model_cost(model, len(examples) / decode_seconds if examples else None)
     if keep_sentences:
         result["sentences"] = {
             "hyps": hyps_text,
@@ -351,7 +373,9 @@ def evaluate_split(
             ],
             "src_len": [len(e.src_tokens) for e in examples],
         }
-    stats = examples[:ATTENTION_STATS_SENTENCES]
+    # the maps of every layer at once ([B, L, H, T, S]): at most ATTENTION_STATS_TOKENS
+    # source tokens of them (one sentence of 4096), however long the sentences
+    stats = examples[: min(ATTENTION_STATS_SENTENCES, max(1, ATTENTION_STATS_TOKENS // longest))]
     result.update(attention_statistics(model, dataset, stats, device, with_alignment, kinds))
     if layer_correct:  # every scored sentence, as alignment_accuracy (not only ``stats``)
         result["alignment_accuracy_by_layer"] = [
@@ -364,6 +388,28 @@ def evaluate_split(
     )
     model.train(was_training)
     return result
+
+
+def model_cost(model: Any, decode_sentences_per_s: float | None) -> dict[str, Any]:
+    """The ``cost`` record without training's figures (None: the trainer, or a run's record,
+    fills them): parameters (every one, trainable or not), the decoding speed given, and the
+    KV-cache bytes per generated token of the model's variants (attnlab.nn.kv_cache)."""
+    from attnlab.nn.kv_cache import kv_cache_bytes_per_token
+
+    cost: dict[str, Any] = dict.fromkeys(COST_KEYS)
+    cost["parameters"] = sum(p.numel() for p in model.parameters())
+    if decode_sentences_per_s is not None:
+        cost["decode_sentences_per_s"] = round(decode_sentences_per_s, 2)
+    cost["kv_cache_bytes_per_token"] = kv_cache_bytes_per_token(model)
+    return cost
+
+
+def with_training_cost(cost: dict[str, Any], recorded: Mapping[str, Any] | None) -> None:
+    """Training's figures into a fresh ``cost``, as the checkpoint's evaluation recorded them
+    (its metrics' "cost"; None for a checkpoint from before the record existed)."""
+    previous = (recorded or {}).get("cost") or {}
+    for key in ("train_tokens_per_s", "train_peak_memory_mb"):
+        cost[key] = previous.get(key)
 
 
 def attention_statistics(

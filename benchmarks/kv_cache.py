@@ -8,7 +8,8 @@ every attention role (encoder self, decoder self, cross) set to the variant:
 - Bytes per generated token (per sentence): how much the decoder state grows per step,
   summed over its tensors and divided by the batch (the self-attention caches of every layer;
   the cross-attention caches are built once per sentence and shown apart, per source token).
-  Measured from the state that ``model.step`` returns, and checked against the shapes.
+  Measured from the state that ``model.step`` returns (``attnlab.nn.kv_cache``), and checked
+  against the figure every run records in its ``cost`` (``kv_cache_bytes_per_token``).
 - Decoding speed, sentences per second: greedy and beam 5 (attnlab's batched searches,
   ``decode_sorted``) over the same source sentences. Random weights (no training: the cost of
   a step does not depend on what the weights learned) and </s> blocked (``decode.min_len``), so
@@ -46,15 +47,17 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from attnlab.config import ExperimentConfig  # noqa: E402
 from attnlab.decode.search import decode_sorted  # noqa: E402
 from attnlab.experiment import apply_overrides, load_preset  # noqa: E402
+from attnlab.nn.kv_cache import (  # noqa: E402
+    FIRST_WORD_ID,
+    kv_cache_bytes_per_token,
+    measured_state_growth,
+)
 from attnlab.nn.model import build_model  # noqa: E402
-from attnlab.nn.seq2seq import PAD_ID  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpora" / "multi30k"
 PRESET = "multi30k-transformer"
-FIRST_WORD_ID = 4  # ids below are <pad>, <unk>, <s>, </s>
 
 
 def variants(mla_rank: int, mla_rope: int) -> list[tuple[str, list[str]]]:
@@ -92,39 +95,6 @@ def sources(count: int, src_vocab: int, seed: int) -> tuple[list[list[int]], str
         where = "uniform 5..30 (no Multi30k corpus)"
     picked = [lengths[i % len(lengths)] for i in range(count)]
     return [[rng.randrange(FIRST_WORD_ID, src_vocab) for _ in range(n)] for n in picked], where
-
-
-def expected_bytes(config: ExperimentConfig) -> int:
-    """Self-attention cache bytes per generated token, by hand from the config (float32)."""
-    m = config.model
-    name, head_dim = m.decoder_self_attention, m.d_model // m.heads
-    params = m.params_for(name)
-    if name == "mla":  # the latent and the one shared rotary key
-        per_layer = params["kv_rank"] + params["rope_dim"]
-    else:  # keys and values of every key/value head
-        per_layer = 2 * params.get("kv_heads", m.heads) * head_dim
-    return m.dec_layers * per_layer * 4
-
-
-def cache_bytes(model: torch.nn.Module, batch: list[list[int]]) -> tuple[float, float]:
-    """(self-attention cache bytes per generated token, cross cache bytes per source token)
-    per sentence, from the state ``step`` returns over 3 steps."""
-    width = max(len(s) for s in batch)
-    src = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in batch])
-    src_mask = src != PAD_ID
-    with torch.no_grad():
-        enc = model.encode(src, src_mask)
-        state = model.start_state(enc)
-        sizes = [sum(t.nbytes for t in state.values())]
-        tokens = torch.full((len(batch),), FIRST_WORD_ID)
-        for _ in range(3):
-            _, state, _ = model.step(tokens, state, enc)
-            sizes.append(sum(t.nbytes for t in state.values()))
-    growth = {b - a for a, b in zip(sizes, sizes[1:], strict=False)}
-    assert len(growth) == 1, f"uneven cache growth {sizes}"
-    per_token = growth.pop() / len(batch)
-    cross = sum(t.nbytes for k, t in state.items() if k.startswith("cross_")) / src.numel()
-    return per_token, cross
 
 
 def main() -> None:
@@ -168,8 +138,9 @@ def main() -> None:
         torch.manual_seed(args.seed)
         model = build_model(config, src_vocab, tgt_vocab).eval()
         models[label] = (model, config)
-        per_token, cross = cache_bytes(model, batch[:8])
-        assert per_token == expected_bytes(config), (label, per_token, expected_bytes(config))
+        per_token, cross = measured_state_growth(model, batch[:8])
+        expected = kv_cache_bytes_per_token(model)  # the run records' figure, from the shapes
+        assert per_token == expected, (label, per_token, expected)
         rows[label] = {"bytes_per_token": per_token, "cross_bytes_per_source_token": cross}
         rows[label].update({name: [] for name in searches})
 

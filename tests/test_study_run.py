@@ -70,6 +70,9 @@ def test_a_study_trains_scores_and_a_rerun_trains_nothing(tmp_path: Path) -> Non
     evaluated = json.loads(printed.output)
     for key in ("bleu", "chrf", "exact_match", "loss", "n", "step", "bleu_by_length"):
         assert score[key] == evaluated[key], key
+    # its cost: training's figures as the run recorded them, the rest measured again
+    for key in ("parameters", "train_tokens_per_s", "train_peak_memory_mb"):
+        assert score["cost"][key] == evaluated["cost"][key] is not None, key
     sentences = score["sentences"]
     assert len(sentences["hyps"]) == len(sentences["refs"]) == evaluated["n"]
     assert sum(sentences["exact"]) / evaluated["n"] == pytest.approx(evaluated["exact_match"])

@@ -47,6 +47,7 @@ def _score(rng: random.Random, accuracy: float) -> dict:
     from attnlab.evaluate import bleu_by_length, text_scores
 
     texts = text_scores(hyps, REFS)
+    costs = random.Random(str(rng.getstate()[1][:4]))  # leaves the scores' stream as it was
     return {
         "version": 1,
         "run": "x",
@@ -60,6 +61,13 @@ def _score(rng: random.Random, accuracy: float) -> dict:
         "exact_match": sum(exact) / len(REFS),
         "bleu_by_length": bleu_by_length([3] * len(REFS), hyps, REFS),
         "sentences": {"hyps": hyps, "refs": REFS, "exact": exact, "src_len": [3] * len(REFS)},
+        "cost": {
+            "parameters": 1000 + int(accuracy * 100),
+            "train_tokens_per_s": costs.uniform(900, 1100),
+            "train_peak_memory_mb": costs.uniform(300, 320),
+            "decode_sentences_per_s": costs.uniform(40, 60),
+            "kv_cache_bytes_per_token": 256,
+        },
     }
 
 
@@ -130,6 +138,33 @@ def test_intervals_and_tests_equal_independent_computations(study_dir: Path) -> 
                 sum(_values(study_dir, cell, metric)) / 3 - sum(base) / 3
             )
     assert rows["base"].metrics["bleu"].difference is None  # the baseline is not compared
+
+
+def test_costs_are_intervals_over_seeds_shown_beside_the_scores(study_dir: Path) -> None:
+    from attnlab.study.metrics import COSTS
+
+    rows = {row.name: row for row in load_table(study_dir).rows}
+    for cell in CELLS:
+        for key in COSTS:
+            values = [c[key] for c in _values(study_dir, cell, "cost")]
+            got = rows[cell].costs[key]
+            assert got.mean == pytest.approx(sum(values) / 3) and got.n == 3
+            if len(set(values)) > 1:
+                sem = scipy_stats.sem(values)
+                low, high = scipy_stats.t.interval(0.95, 2, loc=got.mean, scale=sem)
+                assert (got.low, got.high) == (pytest.approx(low), pytest.approx(high))
+    runner = CliRunner()
+    md = runner.invoke(cli, ["study", "show", str(study_dir), "--markdown"]).output
+    assert "| cell | params | train tok/s | peak MiB | decode sent/s | KV B/token |" in md
+    assert "| better | 1080 ± 0 |" in md
+    text = runner.invoke(cli, ["study", "show", str(study_dir)], env={"COLUMNS": "120"}).output
+    assert "what each cell costs" in text and "KV B/token" in text
+    data = json.loads(runner.invoke(cli, ["study", "show", str(study_dir), "--json"]).output)
+    better = next(row for row in data["rows"] if row["name"] == "better")
+    assert better["costs"]["kv_cache_bytes_per_token"]["mean"] == 256
+    assert better["costs"]["train_tokens_per_s"]["values"] == [
+        c["train_tokens_per_s"] for c in _values(study_dir, "better", "cost")
+    ]
 
 
 def test_sentence_tests_pool_seed_paired_sentences(study_dir: Path) -> None:

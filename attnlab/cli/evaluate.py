@@ -83,7 +83,7 @@ def eval_command(
     for flag, path in (("--hyps", hyps_path), ("--refs", refs_path)):
         if path is not None and not path.parent.is_dir():
             raise AttnlabError(f"{flag} {path}: no such folder {path.parent}")
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_training_cost
     from attnlab.experiment import apply_overrides
     from attnlab.nn.archs import normalisations_of
     from attnlab.runs import jsonable, load_checkpoint_data
@@ -102,6 +102,7 @@ def eval_command(
         keep_sentences=hyps_path is not None or refs_path is not None,
     )
     result.pop("samples", None)
+    with_training_cost(result["cost"], loaded.metrics)
     sentences = result.pop("sentences", None)
     if sentences is not None:
         from attnlab.runs import write_output_text
@@ -144,6 +145,9 @@ def eval_command(
             table.add_row(label, fmt(result[key], digits))
     if result.get("aer") is not None:
         table.add_row("aer", fmt(result["aer"], 4))
+    for key, value in result["cost"].items():
+        if value is not None:
+            table.add_row(key.replace("_", " "), fmt(value, 1))
     gold = result.get("gold_alignments")
     if gold is not None:
         table.add_row("AER (gold file, last layer)", fmt(gold["aer"], 4))

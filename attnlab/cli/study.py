@@ -210,7 +210,9 @@ def show_command(directory: Path, as_json: bool, markdown: bool, randomization: 
 def _print_table(directory: Path, kind: str, randomization: bool = False) -> None:
     from attnlab.runs import jsonable
     from attnlab.study.render import (
+        COST_TITLE,
         bucket_rows,
+        cost_rows,
         markdown,
         p_value_columns,
         p_value_rows,
@@ -238,6 +240,14 @@ def _print_table(directory: Path, kind: str, randomization: bool = False) -> Non
     for cells in body:
         main.add_row(*cells)
     console.print(main)
+    columns, body = cost_rows(table)
+    if body:
+        costs = Table(title=COST_TITLE)
+        for i, column in enumerate(columns):
+            costs.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for cells in body:
+            costs.add_row(*cells)
+        console.print(costs)
     columns, body = bucket_rows(table)
     if len(columns) > 1:
         buckets = Table(title="BLEU by source length (mean ± 95 % t half-width)")

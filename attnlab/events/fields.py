@@ -43,6 +43,21 @@ NAMES = FieldType("map", item=TEXT)  # role -> variant / normalisation
 NUMBERS = FieldType("list", nullable=True, item=NUMBER)  # per layer
 MATRIX = FieldType("list", nullable=True, item=FieldType("list", item=FINITE), rectangular=True)
 BUCKETS = FieldType("list", item=FieldType("record", keys=(("bleu", PERCENT), ("n", NUMBER))))
+# attnlab.evaluate.COST_KEYS, repeated here (the events sit below evaluate)
+COST = FieldType(
+    "record",
+    nullable=True,
+    keys=tuple(
+        (key, NUMBER)
+        for key in (
+            "parameters",
+            "train_tokens_per_s",
+            "train_peak_memory_mb",
+            "decode_sentences_per_s",
+            "kv_cache_bytes_per_token",
+        )
+    ),
+)
 ROLE_GRIDS = FieldType("map", item=FieldType("list", item=FieldType("list", item=NUMBER)))
 
 # The fields readers use, by event type (the typed events' fields).
@@ -92,6 +107,7 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
         "attention_entropy": ROLE_GRIDS,
         "attention_normalisation": NAMES,
         "alignment_accuracy_by_layer": NUMBERS,
+        "cost": COST,
     },
     "sample": {
         "index": INTEGER,

@@ -179,6 +179,9 @@ class Eval(Event):
     alignment_accuracy_by_layer: list[float | None] | None = field(default=None, metadata=OPTIONAL)
     # role -> normalisation of each role that is not softmax (a signed role has no entropy)
     attention_normalisation: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
+    # What the run costs (attnlab.evaluate.COST_KEYS): parameters, training throughput and
+    # peak memory so far, this evaluation's decoding speed, KV-cache bytes per token.
+    cost: dict[str, float | None] | None = field(default=None, metadata=OPTIONAL)
     best: bool = False
     elapsed_s: float | None = None
 

@@ -58,6 +58,7 @@ class AttentionBlock(nn.Module):
     ):
         super().__init__()
         self.role = role
+        self.width = d_model  # what a cache-less decoder keeps per token (attnlab.nn.kv_cache)
         self.attn: Attention = build_attention(  # the variant's own values (qualified or flat)
             name,
             d_model,
@@ -558,8 +559,25 @@ def check_variant_fits(
                 )
     if d.task != "corpus":  # a length-limited variant says so in its spec
         longest = max(d.max_len, d.test_max_len) if longest is None else longest
+        rows = batch_rows(config, longest)
         for name in dict.fromkeys(used):
-            ATTENTION.get(name).meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
+            meta = ATTENTION.get(name).meta
+            meta.check_length(m.attn_params, longest, f"data.max_len={longest}")
+            # both lengths taken as the longest sequence (targets are rarely known here)
+            where = f"data.max_len={d.max_len}" + (
+                f", train.batch_tokens={config.train.batch_tokens}"
+                if config.train.batch_tokens > 0
+                else f", train.batch_size={config.train.batch_size}"
+            )
+            meta.check_memory(rows, m.heads, m.d_model // m.heads, longest, longest, where)
+
+
+def batch_rows(config: ExperimentConfig, longest: int) -> int:
+    """The most sequences of ``longest`` tokens one training batch holds: train.batch_size,
+    or under a token budget the rows it pays for (at least one: a longer sentence gets a
+    batch of its own)."""
+    budget = config.train.batch_tokens
+    return max(1, budget // max(longest, 1)) if budget > 0 else config.train.batch_size
 
 
 def build_transformer(

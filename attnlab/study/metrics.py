@@ -27,10 +27,19 @@ METRICS: dict[str, Metric] = {
     "aer": Metric("AER", 3, False, 0.0, 1.0),
 }
 DEFAULT_METRICS = ("exact_match", "bleu", "chrf")
+# What a run costs (the score file's "cost", attnlab.evaluate.COST_KEYS), shown beside the
+# scores; every study table has them (no --metrics choice).
+COSTS: dict[str, Metric] = {
+    "parameters": Metric("params", 0, False, 0.0),
+    "train_tokens_per_s": Metric("train tok/s", 0, True, 0.0),
+    "train_peak_memory_mb": Metric("peak MiB", 0, False, 0.0),
+    "decode_sentences_per_s": Metric("decode sent/s", 1, True, 0.0),
+    "kv_cache_bytes_per_token": Metric("KV B/token", 0, False, 0.0),
+}
 
 
 def metric(name: str) -> Metric:
-    return METRICS.get(name, Metric(name, 3))
+    return METRICS.get(name) or COSTS.get(name) or Metric(name, 3)
 
 
 def worst(name: str) -> float:

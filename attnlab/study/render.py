@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnlab.stats import format_p
-from attnlab.study.metrics import METRICS
+from attnlab.study.metrics import COSTS, METRICS
 from attnlab.study.table import ALPHA, RANGE_MARK, MetricCell, StudyTable
 
 EDGE_MARK = "◂"  # a tuned choice on the edge of its grid
@@ -131,6 +131,25 @@ def bucket_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
     return ["cell", *[f"BLEU {b}" for b in buckets]], out
 
 
+COST_TITLE = "what each cell costs (mean ± 95 % t half-width over seeds)"
+
+
+def cost_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
+    """Per cell its cost figures (metrics.COSTS) over the seeds; no rows when no score file
+    has a cost record (a study scored before it existed)."""
+    if not any(c.mean is not None for r in table.rows for c in r.costs.values()):
+        return [], []
+    columns = ["cell", *[m.label for m in COSTS.values()]]
+    out = []
+    for row in table.rows:
+        cells = [row.name]
+        for key, info in COSTS.items():
+            cell = row.costs.get(key)
+            cells.append("—" if cell is None else interval_text(cell, info.digits))
+        out.append(cells)
+    return columns, out
+
+
 def _markdown(columns: list[str], body: list[list[str]]) -> str:
     align = ["---"] + ["---:"] * (len(columns) - 1)
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(align) + " |"]
@@ -147,6 +166,9 @@ def markdown(table: StudyTable) -> str:
         "",
         _markdown(header(table), rows(table)),
     ]
+    columns, body = cost_rows(table)
+    if body:
+        parts += ["", f"{COST_TITLE[0].upper()}{COST_TITLE[1:]}:", "", _markdown(columns, body)]
     columns, body = bucket_rows(table)
     if len(columns) > 1:
         parts += ["", _markdown(columns, body)]

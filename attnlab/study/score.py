@@ -27,7 +27,7 @@ def score_path(run_dir: Path) -> Path:
 def split_scores(loaded: Any, split: str, device: Any) -> dict[str, Any]:
     """``attnlab eval``'s scores of a loaded model on ``split``, with every sentence kept
     (hypotheses, references, exact-match flags) for the paired tests."""
-    from attnlab.evaluate import evaluate_split
+    from attnlab.evaluate import evaluate_split, with_training_cost
     from attnlab.nn.archs import normalisations_of
     from attnlab.runs import load_checkpoint_data
 
@@ -41,6 +41,7 @@ def split_scores(loaded: Any, split: str, device: Any) -> dict[str, Any]:
         keep_sentences=True,
     )
     result.pop("samples", None)
+    with_training_cost(result["cost"], loaded.metrics)
     return result
 
 

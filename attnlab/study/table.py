@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.study.metrics import METRICS, leaves_range, range_text
+from attnlab.study.metrics import COSTS, METRICS, leaves_range, range_text
 from attnlab.study.metrics import metric as metric_info
 from attnlab.study.outcomes import read_outcomes
 from attnlab.study.runner import load_record
@@ -71,6 +71,8 @@ class CellRow:
     missing: list[str]  # not scored: (run, status or why)
     metrics: dict[str, MetricCell] = field(default_factory=dict)
     buckets: dict[str, MetricCell] = field(default_factory=dict)  # BLEU by source length
+    # what the cell costs (metrics.COSTS), each over the seeds as the scores are (no tests)
+    costs: dict[str, MetricCell] = field(default_factory=dict)
     tune: dict[str, Any] | None = None  # a tuned study: chosen, candidates, edge, failed
 
 
@@ -176,6 +178,11 @@ def _interval(values: Sequence[float], metric: str = "bleu") -> MetricCell:
         out_of_range=leaves_range(metric, low, high),
         range=[_finite(bounds.low), _finite(bounds.high)],
     )
+
+
+def _cost_of(score: dict[str, Any], key: str) -> Any:
+    cost = score.get("cost")  # absent in score files from before the cost record
+    return cost.get(key) if isinstance(cost, dict) else None
 
 
 def _scores_of(
@@ -416,6 +423,13 @@ def load_table(directory: Path, randomization: bool = False) -> StudyTable:
                 if (v := _finite(cell_scores[s].get(metric))) is not None
             ]
             row.metrics[metric] = _interval(values, metric)
+        for key in COSTS:
+            values = [
+                v
+                for s in sorted(cell_scores)
+                if (v := _finite(_cost_of(cell_scores[s], key))) is not None
+            ]
+            row.costs[key] = _interval(values, key)
         buckets = _bucket_values(cell_scores)
         for bucket in sorted(buckets, key=_bucket_order):
             row.buckets[bucket] = _interval(buckets[bucket], "bleu")

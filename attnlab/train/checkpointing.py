@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from attnlab.device import peak_memory_mb
 from attnlab.evaluate import evaluate_split
 from attnlab.events import Checkpoint, Eval, Note, Sample
 from attnlab.interpret.average import keep_step_copy
@@ -119,6 +120,8 @@ class EvaluationAndCheckpoints:
         cfg = self.config.train
         # Batched greedy, whatever decoder the run names for translate / eval.
         decode_cfg = replace(self.config.decode, decoder="greedy", beam=1, sample=False, nbest=1)
+        # training's peak, before the evaluation's own allocations join it
+        peak_mb = round(peak_memory_mb(self.device), 1)
         # In float32, not under train.amp's bf16 autocast: the event must equal what
         # `attnlab eval` of the checkpoint saved now reports (it runs in float32).
         result = evaluate_split(
@@ -133,6 +136,12 @@ class EvaluationAndCheckpoints:
         )
         self.model.train()
         samples = result.pop("samples", [])
+        result["cost"].update(
+            train_tokens_per_s=round(self.total_tokens / self.train_time, 1)
+            if self.train_time
+            else None,
+            train_peak_memory_mb=peak_mb,
+        )
         if not math.isfinite(float(result["loss"])):
             raise NonFiniteLoss(
                 f"dev loss became {result['loss']} at step {self.step}; {self._kept()}"

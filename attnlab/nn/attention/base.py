@@ -86,6 +86,16 @@ class HParam:
         return coerced
 
 
+# What one attention call holds for the backward pass, per sequence and head (score_memory):
+SCORES_QUADRATIC = "quadratic"  # a Tq × Tk matrix of scores / weights
+SCORES_FEATURES = "features"  # Tq × Tk × d_h (additive: tanh(W q + W k) of every pair)
+SCORES_LINEAR = "linear"  # linear in length (a window, a projection, kernel sums)
+SCORE_MEMORY_CELLS = (SCORES_QUADRATIC, SCORES_FEATURES, SCORES_LINEAR)
+# The most one attention call of a training batch may hold in scores (docs/data.md): a
+# configuration over it is refused at config time rather than swapping or being killed.
+ATTENTION_MEMORY_LIMIT_GIB = 4.0
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """Registry metadata shown by ``attnlab variants`` and the TUI's side panel."""
@@ -106,8 +116,17 @@ class AttentionSpec:
     max_length_param: str = ""
     # How the weight rows are normalised (one of NORMALISATIONS).
     normalisation: str = NORM_SOFTMAX
+    # A decoder built for the variant keeps a state that does not grow with the tokens
+    # generated (linear attention's running sums, a sliding window's last w keys), so its
+    # KV cache costs 0 bytes per generated token (attnlab.nn.kv_cache). attnlab's own decoder
+    # still caches every key: one search path for all variants.
+    constant_decode_state: bool = False
+    # How the memory of one attention call grows with the lengths (check_memory): SCORES_*
+    score_memory: str = "quadratic"
 
     def __post_init__(self) -> None:
+        if self.score_memory not in SCORE_MEMORY_CELLS:
+            raise ValueError(f"{self.name}: score_memory {self.score_memory!r}")
         if self.normalisation not in NORMALISATIONS:
             raise ValueError(
                 f"{self.name}: normalisation {self.normalisation!r} is not one of {NORMALISATIONS}"
@@ -118,6 +137,32 @@ class AttentionSpec:
 
     def defaults(self) -> dict[str, Any]:
         return {h.name: h.default for h in self.hparams}
+
+    def score_bytes(self, rows: int, heads: int, head_dim: int, tq: int, tk: int) -> int:
+        """float32 bytes of the scores one call over ``rows`` sequences keeps (score_memory);
+        0 for a variant linear in length."""
+        if self.score_memory == SCORES_LINEAR:
+            return 0
+        features = head_dim if self.score_memory == SCORES_FEATURES else 1
+        return rows * heads * tq * tk * features * 4
+
+    def check_memory(
+        self, rows: int, heads: int, head_dim: int, tq: int, tk: int, where: str
+    ) -> None:
+        """Refuse, in one line, a call whose scores exceed ATTENTION_MEMORY_LIMIT_GIB."""
+        need = self.score_bytes(rows, heads, head_dim, tq, tk)
+        if need <= ATTENTION_MEMORY_LIMIT_GIB * 2**30:
+            return
+        shape = f"{rows} × {heads} heads × {tq} × {tk}" + (
+            f" × {head_dim}" if self.score_memory == SCORES_FEATURES else ""
+        )
+        raise AttnlabError(
+            f"{where}: {self.name} attention would keep {need / 2**30:.1f} GiB of scores per "
+            f"layer ({shape} × 4 bytes), over the {ATTENTION_MEMORY_LIMIT_GIB:g} GiB limit; "
+            "shorten data.max_len, lower train.batch_tokens (or train.batch_size), or use a "
+            "variant linear in length (sliding-window, dilated, linformer, performer, linear, "
+            "decayed-linear)"
+        )
 
     def check_length(self, params: dict[str, Any], longest: int, where: str) -> None:
         """Refuse sources longer than ``max_length_param`` allows. ``params`` are the explicit

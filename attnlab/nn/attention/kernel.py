@@ -21,6 +21,7 @@ from attnlab.nn.attention.base import (
     ROLE_CAUSAL_SELF,
     ROLE_CROSS,
     ROLE_SELF,
+    SCORES_LINEAR,
     AttentionSpec,
     HParam,
     causal_mask,
@@ -103,6 +104,7 @@ class LinformerAttention(MultiHeadBase):
     supports_rotary = True
     spec = AttentionSpec(
         name="linformer",
+        score_memory=SCORES_LINEAR,
         roles=frozenset({ROLE_SELF, ROLE_CROSS}),
         formula="softmax(Q (P K)ᵀ/√d_h)(P V), P = softmax_j(E)[k × T] over real keys",
         complexity="O(T·k·d) time, O(T·k) memory",
@@ -220,6 +222,8 @@ class PerformerAttention(KernelAttention):
 
     spec = AttentionSpec(
         name="performer",
+        score_memory=SCORES_LINEAR,
+        constant_decode_state=True,
         roles=KERNEL_ROLES,
         formula=(
             "softmax kernel ≈ φ(q)·φ(k), φ(x) = exp(ωᵀx − ‖x‖²/2)/√m, ω orthogonal, ω_r ~ N(0,I)"
@@ -284,6 +288,8 @@ class LinearAttention(KernelAttention):
 
     spec = AttentionSpec(
         name="linear",
+        score_memory=SCORES_LINEAR,
+        constant_decode_state=True,
         roles=KERNEL_ROLES,
         formula="z_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j),  φ = elu + 1",
         complexity="O(T·d²) time, O(T·d) memory; causal by prefix sums",

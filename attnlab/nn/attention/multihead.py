@@ -24,6 +24,7 @@ from attnlab.nn.attention.base import (
     ROLE_CROSS,
     ROLE_RNN_CROSS,
     ROLE_SELF,
+    SCORES_FEATURES,
     Attention,
     AttentionOutput,
     AttentionSpec,
@@ -358,6 +359,7 @@ class AdditiveMultiHeadAttention(MultiHeadBase):
 
     spec = AttentionSpec(
         name="additive",
+        score_memory=SCORES_FEATURES,
         roles=TRANSFORMER_ROLES,
         formula="score_h = v_hᵀ tanh(W_q^h q + W_k^h k), softmax per head",
         complexity="O(Tq·Tk·d) time and memory",

@@ -22,6 +22,7 @@ from attnlab.nn.attention.base import (
     NORM_SUB_STOCHASTIC,
     ROLE_CAUSAL_SELF,
     ROLE_SELF,
+    SCORES_LINEAR,
     AttentionSpec,
     HParam,
     causal_mask,
@@ -222,6 +223,8 @@ class DecayedLinearAttention(MultiHeadBase):
     supports_rotary = False  # the decay is the position signal; it reads the projected key
     spec = AttentionSpec(
         name="decayed-linear",
+        score_memory=SCORES_LINEAR,
+        constant_decode_state=True,
         roles=RECURRENT_ROLES,
         formula=(
             "S_i = a_i S_{i−1} + φ(k_i)v_iᵀ, y_i = φ(q_i)ᵀS_i / φ(q_i)ᵀz_i, "

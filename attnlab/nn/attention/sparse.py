@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.nn.attention.base import (
+    SCORES_LINEAR,
     AttentionSpec,
     HParam,
     masked_softmax,
@@ -97,6 +98,8 @@ class SlidingWindowAttention(MultiHeadBase):
 
     spec = AttentionSpec(
         name="sliding-window",
+        score_memory=SCORES_LINEAR,
+        constant_decode_state=True,
         roles=SELF_ROLES,
         formula="softmax over |i−j| ≤ w of q_i·k_j/√d_h (j ≤ i when causal)",
         complexity="O(T·w·d) time and memory (banded)",
@@ -152,6 +155,8 @@ class DilatedAttention(SlidingWindowAttention):
 
     spec = AttentionSpec(
         name="dilated",
+        score_memory=SCORES_LINEAR,
+        constant_decode_state=True,
         roles=SELF_ROLES,
         formula="softmax over j = i + d·r, |r| ≤ w (half the heads d = 1: local + strided)",
         complexity="O(T·w·d) time and memory (banded per residue class)",
