@@ -23,6 +23,7 @@ from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from attnlab.tui.jobs import error_line
 from attnlab.tui.widgets.plots import MetricPlot
 from attnlab.viz.text import middle_ellipsis
 
@@ -174,15 +175,14 @@ class StudiesView(Vertical):
             self._load(self.current)
 
     def _load(self, directory: Path) -> None:
-        from attnlab.errors import AttnlabError
         from attnlab.study.curves import study_curves
         from attnlab.study.table import load_table
 
-        try:
+        try:  # an answer for another study than the one shown is dropped in _loaded
             table = load_table(directory)
             curves = study_curves(directory, "bleu")
-        except (AttnlabError, OSError, ValueError) as err:
-            self.post_message(StudyLoaded(directory, None, [], str(err)))
+        except Exception as err:  # a damaged study file: one line, never a traceback
+            self.post_message(StudyLoaded(directory, None, [], error_line(err)))
             return
         self.post_message(StudyLoaded(directory, table, curves))
 
