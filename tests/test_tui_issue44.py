@@ -8,9 +8,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from _tiny import TINY_TRANSFORMER
-from _tui_support import ready, tiny_config, until, workers_idle
+from _tui_support import lab_config, ready, tiny_config, until, workers_idle
 from textual.widgets import Input, Static
 
 from attnlab.data.dataset import load_dataset
@@ -111,3 +112,134 @@ def test_jobs_skip_a_superseded_request_and_answer_in_one_line() -> None:
     assert error_line(FileNotFoundError(2, "No such file or directory", "x.pt")) == (
         "x.pt: No such file or directory"
     )
+
+
+# -- 3. S asks first -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_study_prompt_screen(tmp_path: Path, monkeypatch, snap_compare, size) -> None:
+    from attnlab.tui.screens.study_prompt import StudyPrompt
+
+    monkeypatch.chdir(tmp_path)
+    app = make_app(Path("runs"), config=lab_config("reverse-bahdanau"))
+
+    async def run_before(pilot) -> None:
+        await ready(app, pilot)
+        await pilot.press("escape", "S")
+        await until(pilot, lambda: isinstance(app.screen, StudyPrompt))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+async def test_the_prompt_sweeps_the_slot_chosen_with_its_own_variants(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from textual.widgets import Select
+
+    from attnlab.study.spec import load_study
+    from attnlab.tui.screens.study_prompt import StudyPrompt
+
+    started: list[Path] = []
+
+    class Finished:  # what start_study returns, as the quit handler polls it
+        def poll(self) -> int:
+            return 0
+
+    def fake_start(study_file: Path, out: Path, workers: int | None = None) -> Finished:
+        started.append(study_file)
+        return Finished()
+
+    monkeypatch.setattr("attnlab.study.queue.start_study", fake_start)
+    config = apply_overrides(lab_config(), TINY_TRANSFORMER)
+    app = make_app(tmp_path / "runs", config=config)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("escape", "S")
+        await until(pilot, lambda: isinstance(app.screen, StudyPrompt))
+        prompt = app.screen
+        spec = app.menus.arch_specs["transformer"]
+        assert list(prompt.slots) == [s.key for s in spec.slots]  # every attention slot
+        other = spec.slots[-1]
+        prompt.query_one("#study-slot", Select).value = other.key
+        await pilot.pause()
+        variants = prompt.slots[other.key].variants
+        assert variants == tuple(app._slot_variants(config, other))
+        plan = str(prompt.query_one("#study-prompt-plan", Static).content)
+        assert f"{len(variants)} variants × 3 seeds = [b]{len(variants) * 3} runs" in plan
+        await pilot.click("#study-start")
+        await until(pilot, lambda: bool(started))
+    study = load_study(started[0])
+    assert {c.name for c in study.cells} == set(variants)
+    assert all(dict(c.values) == {other.key: c.name} for c in study.cells)
+
+
+# -- 4. study runs in the lab ----------------------------------------------------------------
+
+
+def _study_with_runs(runs: Path) -> Path:
+    """runs/studies/st: cells a and b (in that order in study.json), seeds 1..2, three runs."""
+    import json
+
+    directory = runs / "studies" / "st"
+    directory.mkdir(parents=True)
+    record = {"name": "st", "seeds": [1, 2], "cells": [{"name": "b"}, {"name": "a"}]}
+    (directory / "study.json").write_text(json.dumps(record))
+    for name in ("a-s2", "b-s1", "a-s1"):
+        saved_run(directory, name, [])
+    return directory
+
+
+def test_lab_runs_lists_study_runs_under_their_study_and_cell(tmp_path: Path) -> None:
+    from attnlab.study.listing import lab_runs, lab_signature, listed_name
+
+    top = saved_run(tmp_path, "top", [])
+    _study_with_runs(tmp_path)
+    runs = lab_runs(tmp_path)
+    # the top-level run, then the study's by cell in the record's order (b before a), by seed
+    assert [r.listed_name for r in runs] == ["top", "st/b-s1", "st/a-s1", "st/a-s2"]
+    assert [(r.study, r.cell) for r in runs[1:]] == [("st", "b"), ("st", "a"), ("st", "a")]
+    assert [listed_name(r.path) for r in runs] == [r.listed_name for r in runs]
+    before = lab_signature(tmp_path)
+    (runs[2].path / "events.jsonl").write_text("{}\n")  # a study run moves: the lab re-reads
+    assert lab_signature(tmp_path) != before and top.is_dir()
+
+
+async def test_inspect_runs_and_compare_offer_study_runs(tmp_path: Path) -> None:
+    from textual.widgets import DataTable, Select
+
+    from attnlab.tui.screens.compare import CompareScreen
+    from attnlab.tui.views.runs import RunsView
+
+    top = saved_run(tmp_path, "top", [])
+    study = _study_with_runs(tmp_path)
+    app = make_app(tmp_path, config=tiny_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("3")
+        menu = app.query_one("#insp-run", Select)
+        await until(pilot, lambda: len(menu._options) == 4)
+        values = [str(v) for _, v in menu._options]
+        assert values == [str(top), *(str(study / n) for n in ("b-s1", "a-s1", "a-s2"))]
+        labels = [str(label) for label, _ in menu._options]
+        assert labels[1:] == ["st/b-s1", "st/a-s1", "st/a-s2"]
+        await workers_idle(pilot)
+        inspect = app.query_one(InspectView)
+        inspect.select_run(top)
+        await workers_idle(pilot)
+        inspect.query_one("#heatmap").focus()
+        await pilot.press("c")  # was "no other run": the study's runs are B candidates
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.pause()
+        b_menu = app.screen.query_one("#cmp-run", Select)
+        assert {str(v) for _, v in b_menu._options} == {
+            str(study / n) for n in ("a-s1", "a-s2", "b-s1")
+        }
+        await workers_idle(pilot)
+        await pilot.press("escape")
+        await pilot.press("4")
+        table = app.query_one(RunsView).query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 4)
+        names = [str(table.get_row_at(i)[1]) for i in range(4)]
+        assert names == ["top", "st/b-s1", "st/a-s1", "st/a-s2"]

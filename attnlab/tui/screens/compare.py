@@ -144,7 +144,9 @@ class CompareScreen(ModalScreen[None]):
         others = [p for p in self._paths if p != mine]
         with self.prevent(Select.Changed):
             select._allow_blank = not others  # Select has no public setter; set_options reads it
-            labels = run_labels([Path(p).name for p in others], 36)
+            from attnlab.study.listing import listed_name
+
+            labels = run_labels([listed_name(Path(p)) for p in others], 36)
             select.set_options(list(zip(labels, others, strict=True)))
             if others:
                 select.value = others[0]
@@ -284,14 +286,15 @@ def comparable_runs(
     the (name, reason) of each one left out."""
     from attnlab.errors import AttnlabError
     from attnlab.interpret.compare import incomparable_reason
-    from attnlab.runs import list_runs, read_meta
+    from attnlab.runs import read_meta
+    from attnlab.study.listing import lab_runs, listed_name
     from attnlab.tui.inspect_engine import checkpoint_path as resolved
 
     def dataset_meta(run: Path, tag: str) -> dict[str, Any]:
         return read_meta(resolved(run, tag))["dataset"]
 
     try:
-        runs = [r.path for r in list_runs(runs_dir)]
+        runs = [r.path for r in lab_runs(runs_dir)]  # study runs too (issue 44)
     except Exception:  # a half-written run directory must not break the screen
         runs = []
     try:
@@ -308,7 +311,7 @@ def comparable_runs(
         except (AttnlabError, OSError) as err:
             reason = str(err)
         if reason:
-            left_out.append((run.name, reason))
+            left_out.append((listed_name(run), reason))
         else:
             kept.append(str(run))
     return kept, left_out
