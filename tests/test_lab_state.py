@@ -376,7 +376,9 @@ async def test_inspect_decodes_nothing_until_shown_and_never_warns_without_runs(
     tmp_path: Path, monkeypatch
 ) -> None:
     calls: list = []
-    monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: calls.append(request))
+    monkeypatch.setattr(
+        InspectView, "run_analysis", lambda self, request, *_: calls.append(request)
+    )
     empty = make_app(tmp_path / "none", config=lab_config())
     notes: list = []
     monkeypatch.setattr(empty, "notify", lambda message, *a, **k: notes.append(message))
@@ -407,7 +409,9 @@ async def test_inspect_prefers_a_run_with_a_checkpoint_and_is_calm_without_one(
 
     os.utime(older / "events.jsonl", (1e9, 1e9))  # 2001: "newest" is the newest run
     requests = []
-    monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: requests.append(request))
+    monkeypatch.setattr(
+        InspectView, "run_analysis", lambda self, request, *_: requests.append(request)
+    )
     app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
@@ -434,7 +438,7 @@ async def test_a_train_sample_shows_its_run_in_the_run_menu(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     first = _with_checkpoint(write_run(Path("runs"), "first"))
     second = write_run(Path("runs"), "second")
-    monkeypatch.setattr(InspectView, "run_analysis", lambda self, request: None)
+    monkeypatch.setattr(InspectView, "run_analysis", lambda self, request, *_: None)
     app = make_app(Path("runs"), config=lab_config())
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)

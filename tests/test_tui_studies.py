@@ -79,9 +79,13 @@ async def test_the_studies_tab_shows_the_table_and_failed_runs(tmp_path: Path) -
         assert view.highlighted_cell == "base"
 
 
-async def test_setup_s_writes_a_study_file_and_starts_the_runner(
+async def test_setup_s_asks_first_then_writes_a_study_file_and_starts_the_runner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from textual.widgets import Input, Select, Static
+
+    from attnlab.tui.screens.study_prompt import StudyPrompt
+
     started: list[tuple[Path, Path]] = []
 
     class FakeProc:
@@ -97,14 +101,35 @@ async def test_setup_s_writes_a_study_file_and_starts_the_runner(
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         await pilot.press("escape", "S")
+        await until(pilot, lambda: isinstance(app.screen, StudyPrompt))
+        prompt = app.screen
+        variants = prompt.slots["model.attention"].variants
+        plan = str(prompt.query_one("#study-prompt-plan", Static).content)
+        assert f"{len(variants)} variants × 3 seeds = [b]{len(variants) * 3} runs" in plan
+        assert "time: unknown until one run has finished" in plan  # no run here to time
+        assert prompt.query_one("#study-slot", Select).value == "model.attention"
+        await pilot.press("escape")  # a stray S starts nothing
+        await pilot.pause()
+        assert not started and not isinstance(app.screen, StudyPrompt)
+        await pilot.press("S")
+        await until(pilot, lambda: isinstance(app.screen, StudyPrompt))
+        seeds = app.screen.query_one("#study-seeds", Input)
+        seeds.value = "0"
+        await pilot.pause()
+        assert app.screen.query_one("#study-start").disabled  # 0 seeds: said, not started
+        assert "expected 1..50" in str(app.screen.query_one("#study-prompt-plan").content)
+        seeds.value = "2"
+        seeds.focus()
+        await pilot.press("enter")
         await until(pilot, lambda: bool(started))
         study_file, out = started[0]
         assert out == tmp_path / "runs" / "studies"
         study = load_study(study_file)
-        assert len(study.seeds) == 3
-        assert len(study.cells) >= 3
+        assert len(study.seeds) == 2
+        assert [c.name for c in study.cells] == list(variants)
         assert study.baseline == "bahdanau"  # the Setup experiment's own variant
         assert app.query_one("#tabs").active == "studies"
+        assert app.query_one(StudiesView).wanted == out / study_file.stem
 
 
 def _studies_tab(app):

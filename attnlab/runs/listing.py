@@ -42,6 +42,14 @@ class RunSummary:
     status: str  # running | finished | interrupted | stopped | error | incomplete
     skipped_lines: int = 0  # malformed lines of events.jsonl that were skipped
     warnings: list[str] = field(default_factory=list)  # one line each, for the user
+    # A study's run (attnlab.study.listing): the study's and the cell's name; "" otherwise.
+    study: str = ""
+    cell: str = ""
+
+    @property
+    def listed_name(self) -> str:
+        """How the lab lists it: ``RUN``, or ``STUDY/CELL-sN`` under its study."""
+        return f"{self.study}/{self.path.name}" if self.study else self.path.name
 
 
 def summarize_run(run_dir: Path) -> RunSummary:

@@ -76,7 +76,7 @@ class AttnLab(App[None]):
         Binding("4", "tab('runs')", "Runs", show=False),
         Binding("5", "tab('export')", "Export", show=False),
         Binding("6", "tab('studies')", "Studies", show=False),
-        Binding("S", "queue_study", "Study ×3", show=False),
+        Binding("S", "queue_study", "Study…", show=False),
         Binding("t", "train", "Train ▶"),
         Binding("ctrl+t", "train", "Train", show=False, priority=True),
         Binding("p", "control('pause')", "Pause"),
@@ -298,37 +298,114 @@ class AttnLab(App[None]):
         self.action_tab("train")
 
     def action_queue_study(self) -> None:
-        self.queue_variant_study(self.study_seeds)
+        """Setup's ``S``: ask first (the slot, the seeds, the runs and their time), then run
+        every variant of the chosen slot × the seeds as a study (issue 44: no study from one
+        stray key)."""
+        prompt = self.study_prompt()
+        if prompt is not None:
+            self.push_screen(prompt, self._study_chosen)
 
-    def queue_variant_study(self, seeds: int) -> Path | None:
-        """Every attention variant of the architecture's sweep slot × ``seeds``, as a study
-        (``attnlab study run`` in a child process); the Studies tab shows it fill in."""
+    def study_prompt(self) -> Any:
+        """The StudyPrompt for the Setup experiment, or None (said in a notice) when it has
+        no attention slot or is invalid."""
+        from attnlab.tui.screens.study_prompt import SlotOption, StudyPrompt
+
         setup = self.setup_view
         config = setup.validate_form()
         if config is None or self.menus is None:
             self.notify(setup.error or "the registries are still loading", severity="error")
             return None
         spec = self.menus.arch_specs.get(config.model.arch)
-        slot = spec.sweep_slot if spec else None
-        if slot is None:
+        if spec is None or not spec.slots:
             self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
             return None
-        from attnlab.experiment import validate
-        from attnlab.study.queue import start_study, write_variant_study
+        slots = [
+            SlotOption(s.key, s.title, tuple(self._slot_variants(config, s))) for s in spec.slots
+        ]
+        sweep = spec.sweep_slot
+        return StudyPrompt(
+            config.name,
+            slots,
+            self.study_seeds,
+            lambda runs: self._study_time(config, runs),
+            chosen=sweep.key if sweep else None,
+        )
 
-        field, names = slot.field, []
-        for name in self.menus.variants_for(slot.role):
-            try:  # e.g. luong-dot needs equal state sizes: leave it out, do not fail later
-                validate(config.replace(model=dataclasses.replace(config.model, **{field: name})))
+    def _slot_variants(self, config: ExperimentConfig, slot: Any) -> list[str]:
+        """The slot's variants that work with ``config`` (e.g. luong-dot needs equal state
+        sizes: left out, not failed later)."""
+        from attnlab.experiment import validate
+
+        names = []
+        for name in self.menus.variants_for(slot.role) if self.menus else []:
+            try:
+                validate(
+                    config.replace(model=dataclasses.replace(config.model, **{slot.field: name}))
+                )
             except AttnlabError:
                 continue
             names.append(name)
-        current = getattr(config.model, field)
+        return names
+
+    def _study_time(self, config: ExperimentConfig, runs: int) -> str:
+        """The prompt's time line: from the newest finished run like this one (Runs' list)."""
+        from attnlab.study.estimate import duration_text, estimate_study
+        from attnlab.study.runner import plan_workers
+
+        try:
+            workers, _threads = plan_workers(None, config.train.threads or None)
+        except AttnlabError:
+            workers = 1
+        from attnlab.tui.views.runs import RunsView
+
+        finished = [run for view in self.query(RunsView) for run in getattr(view, "runs", [])]
+        estimate = estimate_study(config, runs, workers, finished)
+        if estimate is None:
+            return "time: unknown until one run has finished here (train one to time it)"
+        return (
+            f"time {duration_text(estimate.seconds)} on {estimate.workers} worker"
+            f"{'s' if estimate.workers != 1 else ''} ({config.train.max_steps} steps × "
+            f"{estimate.per_step_s:.3g} s/step, timed on {estimate.reference})"
+        )
+
+    def _study_chosen(self, choice: Any) -> None:
+        if choice is not None:
+            self.queue_variant_study(choice.seeds, choice.slot_key)
+
+    def queue_variant_study(self, seeds: int, slot_key: str | None = None) -> Path | None:
+        """Every attention variant of one slot (the architecture's sweep slot by default) ×
+        ``seeds``, as a study (``attnlab study run`` in a child process); the Studies tab
+        opens on it and shows it fill in."""
+        setup = self.setup_view
+        config = setup.validate_form()
+        if config is None or self.menus is None:
+            self.notify(setup.error or "the registries are still loading", severity="error")
+            return None
+        spec = self.menus.arch_specs.get(config.model.arch)
+        slot = None
+        if spec is not None:
+            slot = spec.slot(slot_key) if slot_key else spec.sweep_slot
+        if slot is None:
+            self.notify(f"{config.model.arch} has no attention slot to vary", severity="error")
+            return None
+        from attnlab.study.queue import start_study, write_variant_study
+
+        names = self._slot_variants(config, slot)
+        if not names:
+            self.notify(f"no {slot.title} variant works with this experiment", severity="error")
+            return None
+        current = getattr(config.model, slot.field)
         baseline = current if current in names else names[0]
         study_file = write_variant_study(config, slot.key, names, seeds, baseline)
-        self.studies.append(start_study(study_file, self.runs_dir / "studies"))
+        out = self.runs_dir / "studies"
+        self.studies.append(start_study(study_file, out))
+        self.study_seeds = seeds
         self.notify(f"study: {len(names)} variants × {seeds} seeds ({study_file.stem})")
         self.action_tab("studies")
+        from attnlab.tui.views.studies import StudiesView
+
+        for view in self.query(StudiesView):
+            view.open_study(out / study_file.stem)
         return study_file
 
     # -- help, palette, quit ------------------------------------------------------------------
@@ -347,9 +424,9 @@ class AttnLab(App[None]):
             )
         yield SystemCommand("Train", "Train the experiment set up in Setup", self.action_train)
         yield SystemCommand(
-            "Study: every variant × 3 seeds",
-            "Run the Setup experiment with every variant of its attention slot, 3 seeds each, "
-            "as a study (key S)",
+            "Study: every variant of a slot × N seeds",
+            "Run the Setup experiment with every variant of one attention slot, N seeds each, "
+            "as a study; asks first: slot, seeds, runs, time (key S)",
             self.action_queue_study,
         )
         yield SystemCommand(

@@ -31,7 +31,7 @@ HELP_TEXT = """\
 [b]Setup[/b]    Tab / Shift+Tab move between fields; Enter opens a menu.
   Invalid values are marked in red; Train stays disabled and the reason is shown.
   Queue + adds the experiment to the queue; palette: "Queue every variant".
-  S           every variant of the attention slot × 3 seeds as a study (Studies tab)
+  S           a study: every variant of one attention slot × N seeds (asks first)
 
 [b]Train[/b]    plots of train/dev loss, dev BLEU/chrF/exact match and mean attention \
 entropy per role (nats, from each evaluation); the samples table (Enter on a sample opens its \

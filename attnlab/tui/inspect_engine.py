@@ -73,6 +73,9 @@ class InspectResult:
 
 
 _lock = threading.Lock()
+# One decode at a time on the cached model: two threads in one model's forward (a new request
+# while the first still runs) mix their tensors (issue 44). Re-entrant for callers that nest.
+ENGINE_LOCK = threading.RLock()
 _models: dict[tuple[str, float], Any] = {}
 _datasets: dict[str, Any] = {}
 
@@ -130,6 +133,12 @@ def decode_config(loaded_cfg: Any, decoder: str, width: int) -> Any:
 
 
 def analyse(request: InspectRequest) -> InspectResult:
+    """Decode and force one example (alone: under ``ENGINE_LOCK``)."""
+    with ENGINE_LOCK:
+        return _analyse(request)
+
+
+def _analyse(request: InspectRequest) -> InspectResult:
     import torch
 
     from attnlab.decode.search import decode_batch

@@ -27,10 +27,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Label, Select, Static
 
 from attnlab.attention_map import NORM_SOFTMAX
+from attnlab.tui.jobs import Jobs
 from attnlab.tui.views.run_select import checkpoint_path, has_checkpoint
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 from attnlab.viz.text import run_labels
 
+COMPARES = Jobs()  # one comparison at a time, in every Compare screen (a closed one's too)
 METHODS = ("raw", "rollout", "relevancy", "gradient", "norm")  # attnlab.interpret.attribution
 
 
@@ -53,6 +55,7 @@ class CompareDone(Message):
     request: tuple[str, str]  # (run B, method) it answers
     report: dict[str, Any] | None
     error: str = ""
+    number: int | None = None  # its request's number (attnlab.tui.jobs)
 
 
 def shown_maps(report: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -141,7 +144,9 @@ class CompareScreen(ModalScreen[None]):
         others = [p for p in self._paths if p != mine]
         with self.prevent(Select.Changed):
             select._allow_blank = not others  # Select has no public setter; set_options reads it
-            labels = run_labels([Path(p).name for p in others], 36)
+            from attnlab.study.listing import listed_name
+
+            labels = run_labels([listed_name(Path(p)) for p in others], 36)
             select.set_options(list(zip(labels, others, strict=True)))
             if others:
                 select.value = others[0]
@@ -163,7 +168,7 @@ class CompareScreen(ModalScreen[None]):
             return
         self._pending = (str(run_b), method)
         self._status(f"comparing with {Path(str(run_b)).name} ({method}) …")
-        self.compute(Path(str(run_b)), method)
+        self.compute(Path(str(run_b)), method, COMPARES.issue())
 
     def _nothing_to_compare(self) -> str:
         if not self._left_out:
@@ -175,38 +180,38 @@ class CompareScreen(ModalScreen[None]):
             f"{_escape(name)}{more}: {_escape(reason)}[/]"
         )
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
-    def compute(self, run_b: Path, method: str) -> None:
+    # Not exclusive (that leaves the old thread running): COMPARES runs one at a time, and an
+    # answer to an earlier choice is dropped by its request (run B, method) in _done.
+    @work(thread=True, exit_on_error=False, group="compare")
+    def compute(self, run_b: Path, method: str, number: int | None = None) -> None:
+        request = (str(run_b), method)
+        number = COMPARES.issue() if number is None else number
+        outcome = COMPARES.run(number, lambda: self._report(run_b, method))
+        if not outcome.skipped:  # skipped: a newer choice came while it waited
+            self.post_message(CompareDone(request, outcome.value, outcome.error, number))
+
+    def _report(self, run_b: Path, method: str) -> dict[str, Any]:
         from attnlab.errors import AttnlabError
         from attnlab.interpret.reports import compare_report, scoring_dataset
         from attnlab.runs import load_checkpoint
 
         src = self.source
-        request = (str(run_b), method)
-        try:
-            a = load_checkpoint(checkpoint_path(src.run_dir, src.checkpoint))
-            b = load_checkpoint(run_b)
-            example = None
-            if not src.text:
-                examples = list(scoring_dataset(a, a.config).splits.split(src.split))
-                if not 0 <= src.index < len(examples):
-                    raise AttnlabError(
-                        f"sample {src.index} is out of range [0, "
-                        f"{len(examples) - 1}] for the {src.split} split"
-                    )
-                example = examples[src.index]
-            report = compare_report(a, b, src.text, example, method, "cpu", src.decoder, src.beam)
-        except AttnlabError as err:
-            self.post_message(CompareDone(request, None, str(err)))
-            return
-        except Exception as err:  # a broken checkpoint must not take the lab down
-            self.post_message(CompareDone(request, None, f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(CompareDone(request, report))
+        a = load_checkpoint(checkpoint_path(src.run_dir, src.checkpoint))
+        b = load_checkpoint(run_b)
+        example = None
+        if not src.text:
+            examples = list(scoring_dataset(a, a.config).splits.split(src.split))
+            if not 0 <= src.index < len(examples):
+                raise AttnlabError(
+                    f"sample {src.index} is out of range [0, "
+                    f"{len(examples) - 1}] for the {src.split} split"
+                )
+            example = examples[src.index]
+        return compare_report(a, b, src.text, example, method, "cpu", src.decoder, src.beam)
 
     @on(CompareDone)
     def _done(self, message: CompareDone) -> None:
-        if message.request != self._pending:
+        if message.request != self._pending or COMPARES.stale(message.number):
             return  # an earlier choice's answer
         if message.report is None:
             self._status(f"[$error]✗ {_escape(message.error)}[/]")
@@ -281,14 +286,15 @@ def comparable_runs(
     the (name, reason) of each one left out."""
     from attnlab.errors import AttnlabError
     from attnlab.interpret.compare import incomparable_reason
-    from attnlab.runs import list_runs, read_meta
+    from attnlab.runs import read_meta
+    from attnlab.study.listing import lab_runs, listed_name
     from attnlab.tui.inspect_engine import checkpoint_path as resolved
 
     def dataset_meta(run: Path, tag: str) -> dict[str, Any]:
         return read_meta(resolved(run, tag))["dataset"]
 
     try:
-        runs = [r.path for r in list_runs(runs_dir)]
+        runs = [r.path for r in lab_runs(runs_dir)]  # study runs too (issue 44)
     except Exception:  # a half-written run directory must not break the screen
         runs = []
     try:
@@ -305,7 +311,7 @@ def comparable_runs(
         except (AttnlabError, OSError) as err:
             reason = str(err)
         if reason:
-            left_out.append((run.name, reason))
+            left_out.append((listed_name(run), reason))
         else:
             kept.append(str(run))
     return kept, left_out

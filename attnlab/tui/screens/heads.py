@@ -23,10 +23,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from attnlab.tui.jobs import Jobs
 from attnlab.tui.views.run_select import checkpoint_path
 from attnlab.tui.widgets.heatmap import AttentionHeatmap
 from attnlab.tui.widgets.plots import MetricPlot
 
+HEADS = Jobs()  # one heads report at a time, across Heads screens
 SENTENCES = 50  # dev sentences per curve point: a curve of a small model in seconds on a CPU
 ROLE_SHORT = {"enc_self": "enc", "dec_self": "dec", "cross": "cross"}
 
@@ -113,41 +115,42 @@ class HeadsScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.compute()
+        self.compute(HEADS.issue())
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="heads")
-    def compute(self) -> None:
-        from attnlab.errors import AttnlabError
+    # HEADS runs one report at a time: a screen opened again waits for the closed one's worker
+    # (cancelled, it stops between curve points) instead of sharing the machine with it.
+    @work(thread=True, exit_on_error=False, group="heads")
+    def compute(self, number: int | None = None) -> None:
         from attnlab.interpret.reports import Cancelled, heads_report, scoring_dataset
         from attnlab.runs import load_checkpoint
 
         worker = get_current_worker()
+        number = HEADS.issue() if number is None else number
 
         def progress(phase: str, done: int, total: int, point: dict[str, Any] | None) -> None:
             self.post_message(HeadsProgress(phase, done, total, point))
 
-        try:
+        def report() -> dict[str, Any] | None:
             loaded = load_checkpoint(checkpoint_path(self.run_dir, self.checkpoint))
             dataset = scoring_dataset(loaded, loaded.config)
-            report = heads_report(
-                loaded,
-                dataset,
-                self.split,
-                self.sentences,
-                "cpu",
-                progress=progress,
-                cancelled=lambda: self._stop or worker.is_cancelled,
-            )
-        except Cancelled:
-            self.post_message(HeadsDone(None, cancelled=True))
-            return
-        except AttnlabError as err:
-            self.post_message(HeadsDone(None, str(err)))
-            return
-        except Exception as err:  # a broken checkpoint must not take the lab down
-            self.post_message(HeadsDone(None, f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(HeadsDone(report))
+            try:
+                return heads_report(
+                    loaded,
+                    dataset,
+                    self.split,
+                    self.sentences,
+                    "cpu",
+                    progress=progress,
+                    cancelled=lambda: self._stop or worker.is_cancelled,
+                )
+            except Cancelled:
+                return None
+
+        outcome = HEADS.run(number, report)
+        if outcome.error:
+            self.post_message(HeadsDone(None, outcome.error))
+        elif not outcome.skipped:
+            self.post_message(HeadsDone(outcome.value, cancelled=outcome.value is None))
 
     @on(HeadsProgress)
     def _progress(self, message: HeadsProgress) -> None:

@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from attnlab.exporters.ct2_check import OFFERED_QUANTIZATIONS
 from attnlab.tui.help import ConfirmScreen
+from attnlab.tui.jobs import Jobs
 from attnlab.tui.views.run_select import refresh_run_select
 
 
@@ -29,6 +30,7 @@ class ExportFailed(Message):
     error: str
 
 
+EXPORTS = Jobs(every=True)  # one bundle written at a time; each request is answered
 SAFETENSORS, CTRANSLATE2 = "safetensors", "ctranslate2"
 FLOAT32 = "float32"  # CTranslate2 export without --quantization
 
@@ -177,7 +179,8 @@ class ExportView(Vertical):
         quantization = None if weights == FLOAT32 else weights
         self.write_bundle(run_dir, out, which, force, self.export_format, quantization)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="export")
+    # Queued, never two at once (EXPORTS): two writes of one bundle must not interleave.
+    @work(thread=True, exit_on_error=False, group="export")
     def write_bundle(
         self,
         run_dir: Path,
@@ -187,26 +190,23 @@ class ExportView(Vertical):
         export_format: str = SAFETENSORS,
         quantization: str | None = None,
     ) -> None:
-        from attnlab.errors import AttnlabError
-
-        try:
+        def write() -> Path:
             # Without force the engine refuses a file that appeared since the check above.
             if export_format == CTRANSLATE2:
                 from attnlab.exporters.ctranslate2 import export_ctranslate2
 
-                path = export_ctranslate2(run_dir, out, quantization, which=which, force=force)
-            else:
-                from attnlab.runs import export_checkpoint
+                return export_ctranslate2(run_dir, out, quantization, which=which, force=force)
+            from attnlab.runs import export_checkpoint
 
-                path = export_checkpoint(run_dir, out, which, force=force)
-        except AttnlabError as err:  # a refusal (RNN, a variant CTranslate2 lacks) is one line
-            self.post_message(ExportFailed(str(err)))
+            return export_checkpoint(run_dir, out, which, force=force)
+
+        # A refusal (RNN, a variant CTranslate2 lacks) or an OSError is one line.
+        outcome = EXPORTS.run(EXPORTS.issue(), write)
+        if outcome.error or outcome.value is None:
+            self.post_message(ExportFailed(outcome.error or f"{out}: nothing written"))
             return
-        except OSError as err:
-            self.post_message(ExportFailed(f"{out}: {err.strerror or err}"))
-            return
-        command = translate_command(path, _example(run_dir), export_format)
-        self.post_message(ExportDone(path, command))
+        command = translate_command(outcome.value, _example(run_dir), export_format)
+        self.post_message(ExportDone(outcome.value, command))
 
     @on(ExportDone)
     def _done(self, message: ExportDone) -> None:

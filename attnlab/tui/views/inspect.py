@@ -33,6 +33,7 @@ from attnlab.attention_map import (
 )
 from attnlab.errors import AttnlabError
 from attnlab.tui.diagnostics import alignment_accuracy, diagnose
+from attnlab.tui.jobs import Jobs
 from attnlab.tui.views.inspect_export import MapExport, MapExported  # noqa: F401 - re-export
 from attnlab.tui.views.inspect_history import InspectHistory
 from attnlab.tui.views.inspect_text import (  # noqa: F401 - fit_pair: re-exported for tests
@@ -57,11 +58,13 @@ RUN_LABEL = 18  # run names in the 24-column control panel: one line, variant ke
 @dataclass
 class InspectReady(Message):
     result: Any  # attnlab.tui.inspect_engine.InspectResult
+    number: int | None = None  # the request it answers (attnlab.tui.jobs); None: always shown
 
 
 @dataclass
 class InspectFailed(Message):
     error: str
+    number: int | None = None
 
 
 def is_attribution(kind: str | None) -> bool:
@@ -113,6 +116,7 @@ class InspectView(InspectHistory, MapExport, Horizontal):
         self._layer_chosen = False  # the user picked a layer: keep it (else the last layer)
         self._layer_set: object = 0  # the layer last set here (compose's value: 0)
         self.last_export: list[Path] = []
+        self.decodes = Jobs()  # one decode at a time; an older one's answer is dropped
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="inspect-controls"):
@@ -265,6 +269,7 @@ class InspectView(InspectHistory, MapExport, Horizontal):
             return
         self.forget_history()  # a decode (or another run) replaces the history shown
         self._last_request = self._request()
+        number = self.decodes.issue()  # whatever is still decoding is now stale
         if not has_checkpoint(str(run)):
             # A run still training before its first eval: say so calmly, no error.
             self._clear_maps()
@@ -291,25 +296,26 @@ class InspectView(InspectHistory, MapExport, Horizontal):
             str(self.query_one("#insp-decoder", Select).value),
         )
         self._title(f"decoding with {Path(str(run)).name} …")
-        self.run_analysis(request)
+        self.run_analysis(request, number)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect")
-    def run_analysis(self, request: Any) -> None:
-        from attnlab.errors import AttnlabError
+    # Not exclusive: a cancelled worker's thread runs on anyway; Jobs queues and numbers them.
+    @work(thread=True, exit_on_error=False, group="inspect")
+    def run_analysis(self, request: Any, number: int | None = None) -> None:
         from attnlab.tui.inspect_engine import analyse
 
-        try:
-            result = analyse(request)
-        except AttnlabError as err:
-            self.post_message(InspectFailed(str(err)))
+        number = self.decodes.issue() if number is None else number
+        outcome = self.decodes.run(number, lambda: analyse(request))
+        if outcome.skipped:
             return
-        except Exception as err:  # a broken checkpoint must not take the lab down
-            self.post_message(InspectFailed(f"{type(err).__name__}: {err}"))
+        if outcome.error:
+            self.post_message(InspectFailed(outcome.error, number))
             return
-        self.post_message(InspectReady(result))
+        self.post_message(InspectReady(outcome.value, number))
 
     @on(InspectFailed)
     def _failed(self, message: InspectFailed) -> None:
+        if self.decodes.stale(message.number):
+            return  # a newer request is on its way: its answer replaces this one
         self._clear_maps()  # no heatmap of another run under this run's error
         self._last_request = None  # choosing the same again retries
         # An error wraps in full (a normal title is cut with an ellipsis).
@@ -318,6 +324,8 @@ class InspectView(InspectHistory, MapExport, Horizontal):
 
     @on(InspectReady)
     def _ready(self, message: InspectReady) -> None:
+        if self.decodes.stale(message.number):
+            return  # an older request's answer (the user asked again meanwhile)
         self.forget_history()
         result = message.result
         self.result = result
@@ -364,6 +372,7 @@ class InspectView(InspectHistory, MapExport, Horizontal):
 
     def show_logged_sample(self, run_dir: Path, sample: Any) -> None:
         """A sample from the trainer's events: its cross-attention, no model needed."""
+        self.decodes.issue()  # a decode still running must not replace this sample
         self.forget_history()
         self.result = None
         self.gold = None

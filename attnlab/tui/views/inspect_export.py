@@ -13,7 +13,10 @@ from textual.message import Message
 from textual.widgets import Input, Select
 
 from attnlab.attention_map import NORM_SOFTMAX
+from attnlab.tui.jobs import Jobs
 from attnlab.tui.views.inspect_text import HEAD_AVERAGE, KIND_AXES, KIND_LABELS
+
+MAP_EXPORTS = Jobs(every=True)  # one map written at a time; each `e` is answered
 
 
 @dataclass
@@ -77,7 +80,8 @@ class MapExport:
             mask = mask[: matrix.shape[0], : matrix.shape[1]]
         self.write_export(matrix, rows, cols, *target, self.current_normalisation, mask)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-export")
+    # Queued (MAP_EXPORTS), never two at once: each `e` writes its files and is answered.
+    @work(thread=True, exit_on_error=False, group="inspect-export")
     def write_export(
         self,
         matrix: np.ndarray,
@@ -88,23 +92,23 @@ class MapExport:
         normalisation: str = NORM_SOFTMAX,
         selected: np.ndarray | None = None,
     ) -> None:
-        from attnlab.errors import AttnlabError
         from attnlab.viz.export import export_heatmap
 
-        try:
+        def write() -> list[Path]:
             stem.parent.mkdir(parents=True, exist_ok=True)
-            paths = export_heatmap(
+            return export_heatmap(
                 matrix, rows, cols, title, stem, normalisation=normalisation, selected=selected
             )
-        except (AttnlabError, OSError) as err:
-            self.post_message(MapExported([], str(err)))
-            return
-        self.post_message(MapExported(paths))
+
+        outcome = MAP_EXPORTS.run(MAP_EXPORTS.issue(), write)
+        self.post_message(MapExported(outcome.value or [], outcome.error))
 
     def on_map_exported(self, message: MapExported) -> None:
         # A handler by name (found through the MRO); an @on handler of a mixin is not.
         if message.error:
             self.app.notify(message.error, title="Export", severity="error")
+            return
+        if not message.paths:
             return
         svg, *others = message.paths
         self.last_export = message.paths

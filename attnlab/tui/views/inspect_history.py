@@ -18,9 +18,13 @@ from textual.message import Message
 
 from attnlab.attention_map import NORM_SOFTMAX, target_rows
 from attnlab.tui.follow import exact_match_percent
+from attnlab.tui.jobs import Jobs
 
 HISTORY_HINT = "set train.attention_history in the config to store it at each evaluation"
 SLIDER_MAX = 15  # stored steps drawn one mark each; more are drawn on a 15-mark scale
+
+
+HISTORIES = Jobs()  # one history read at a time; a read superseded by a newer `y` is dropped
 
 
 @dataclass
@@ -28,16 +32,19 @@ class HistoryLoaded(Message):
     run_dir: Path
     history: Any  # attnlab.runs.history.AttentionHistory
     frames: list[Any]  # one HistoryFrame per stored step, in history.steps' order
+    number: int | None = None  # its request's number (attnlab.tui.jobs)
 
 
 @dataclass
 class HistoryMissing(Message):
     run_dir: Path
+    number: int | None = None
 
 
 @dataclass
 class HistoryFailed(Message):
     error: str
+    number: int | None = None
 
 
 def slider(index: int, count: int) -> str:
@@ -96,29 +103,31 @@ class InspectHistory:
         if run is None:
             self.app.notify("no run to inspect yet: train one first", severity="warning")
             return
-        self.load_history(run)
+        self.load_history(run, HISTORIES.issue())
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect-history")
-    def load_history(self, run_dir: Path) -> None:
-        from attnlab.errors import AttnlabError
+    @work(thread=True, exit_on_error=False, group="inspect-history")
+    def load_history(self, run_dir: Path, number: int | None = None) -> None:
         from attnlab.runs.history import read_history
 
-        post = self.post_message
-        try:
+        number = HISTORIES.issue() if number is None else number
+
+        def read() -> tuple[Any, list[Any]] | None:
             history = read_history(run_dir)
-            if history is None:
-                post(HistoryMissing(run_dir))
-                return
-            frames = [history.frame(step) for step in history.steps]
-        except AttnlabError as err:
-            post(HistoryFailed(str(err)))
+            return None if history is None else (history, [history.frame(s) for s in history.steps])
+
+        outcome = HISTORIES.run(number, read)
+        if outcome.skipped:
             return
-        except Exception as err:  # a damaged history must not take the lab down
-            post(HistoryFailed(f"{type(err).__name__}: {err}"))
-            return
-        post(HistoryLoaded(run_dir, history, frames))
+        if outcome.error:
+            self.post_message(HistoryFailed(outcome.error, number))
+        elif outcome.value is None:
+            self.post_message(HistoryMissing(run_dir, number))
+        else:
+            self.post_message(HistoryLoaded(run_dir, *outcome.value, number))
 
     def on_history_missing(self, message: HistoryMissing) -> None:
+        if HISTORIES.stale(message.number):
+            return
         self.app.notify(
             f"{message.run_dir.name} has no attention history: {HISTORY_HINT}",
             title="History",
@@ -126,11 +135,13 @@ class InspectHistory:
         )
 
     def on_history_failed(self, message: HistoryFailed) -> None:
+        if HISTORIES.stale(message.number):
+            return
         self.app.notify(message.error, title="History", severity="error")
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
-        if message.run_dir != self._shown_run():  # the user chose another run meanwhile
-            return
+        if message.run_dir != self._shown_run() or HISTORIES.stale(message.number):
+            return  # the user chose another run (or pressed y again) meanwhile
         if not message.frames:
             self.on_history_missing(HistoryMissing(message.run_dir))
             return

@@ -37,17 +37,17 @@ def refresh_run_select(
     returns ``shown`` untouched when nothing changed, so a timer can call this cheaply.
     ``label_width`` shortens the names shown (stamp first, then the middle) so that a narrow
     panel does not wrap them."""
-    try:
-        from attnlab.runs import list_runs
+    try:  # the runs directory's runs, then each study's under its study and cell
+        from attnlab.study.listing import lab_runs
 
-        runs = list_runs(runs_dir)
+        runs = lab_runs(runs_dir)
     except Exception:  # a half-written run directory must not break the tab
         runs = []
     paths = [str(r.path) for r in runs]
     if paths == shown:
         return shown
     current = select.value
-    names = [Path(p).name for p in paths]
+    names = [r.listed_name for r in runs]
     labels = run_labels(names, label_width) if label_width else names
     # The blank entry (the "(no runs)" prompt) is listed only while there is no run to choose.
     select._allow_blank = not paths  # Select has no public setter; set_options reads it

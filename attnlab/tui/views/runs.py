@@ -119,7 +119,7 @@ def summary_row(run: Any, marked: bool) -> tuple[str, ...]:
     em_text = _fmt(em * 100 if isinstance(em, (int, float)) and em <= 1 else em, ".1f")
     return (
         "●" if marked else " ",
-        Path(run.path).name,
+        str(getattr(run, "listed_name", Path(run.path).name)),
         str(run.task),
         model_label(str(run.arch), str(run.attention)),
         _count_text(run.params, WIDTHS["params"]),
@@ -196,28 +196,20 @@ class RunsView(Vertical):
         self._show_runs(message.runs or [], message.error)
 
     def _read_runs(self) -> tuple[list[Any] | None, str | None]:
-        try:
-            from attnlab.runs import list_runs
+        try:  # the runs directory's runs, then each study's under its study and cell
+            from attnlab.study.listing import lab_runs
 
-            return list_runs(self.runs_dir), None
+            return lab_runs(self.runs_dir), None
         except ImportError:
             return [], None
         except Exception as err:  # a half-written run directory must not break the lab
             return None, str(err)
 
     def _signature(self) -> tuple:
-        """Cheap change detector: each run directory's event-log size and mtime."""
-        try:
-            entries = []
-            for d in self.runs_dir.iterdir():
-                events = d / "events.jsonl"
-                stat = events.stat() if events.exists() else None
-                entries.append(
-                    (d.name, stat.st_size if stat else -1, stat.st_mtime if stat else 0.0)
-                )
-            return tuple(sorted(entries))
-        except OSError:
-            return ()
+        """Cheap change detector: each run's event-log size and mtime (study runs too)."""
+        from attnlab.study.listing import lab_signature
+
+        return lab_signature(self.runs_dir)
 
     def refresh_runs(self, force: bool = False) -> None:
         """Re-read the runs when a run directory or event log changed (polled on a timer)."""

@@ -23,30 +23,13 @@ from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from attnlab.study.listing import find_studies  # noqa: F401 - re-exported for the tests
+from attnlab.tui.jobs import error_line
 from attnlab.tui.widgets.plots import MetricPlot
 from attnlab.viz.text import middle_ellipsis
 
 REFRESH_SECONDS = 3.0
-STUDY_RECORD = "study.json"
 LIST_NAME_WIDTH = 14  # one line per study even in the narrow list (80 columns)
-
-
-def find_studies(runs_dir: Path) -> list[Path]:
-    """Study directories (holding study.json) in ``runs/studies`` and ``runs``, newest first."""
-    found: dict[Path, float] = {}
-    for parent in (runs_dir / "studies", runs_dir):
-        try:
-            children = list(parent.iterdir()) if parent.is_dir() else []
-        except OSError:
-            continue
-        for child in children:
-            record = child / STUDY_RECORD
-            try:
-                if record.is_file():
-                    found[child] = record.stat().st_mtime
-            except OSError:
-                continue
-    return sorted(found, key=lambda p: -found[p])
 
 
 @dataclass
@@ -148,14 +131,15 @@ class StudiesView(Vertical):
         self.highlighted_cell: str | None = None
         self.shown: tuple[Any, Any] = (None, None)  # (table, notes) as last drawn
         self.tune_shown: Table | None = None  # the highlighted cell's tuning curve
+        self.wanted: Path | None = None  # a study just started: shown once its folder appears
 
     def compose(self) -> ComposeResult:
         with Horizontal():
             yield OptionList(id="studies-list")
             with VerticalScroll(id="study-body"):
                 yield Static(
-                    "No study yet: `attnlab study run FILE`, or Q in Setup queues every "
-                    "variant × N seeds.",
+                    "No study yet: `attnlab study run FILE`, or S in Setup (every variant of "
+                    "a slot × N seeds).",
                     id="studies-empty",
                 )
                 yield Static("", id="study-table")
@@ -174,15 +158,14 @@ class StudiesView(Vertical):
             self._load(self.current)
 
     def _load(self, directory: Path) -> None:
-        from attnlab.errors import AttnlabError
         from attnlab.study.curves import study_curves
         from attnlab.study.table import load_table
 
-        try:
+        try:  # an answer for another study than the one shown is dropped in _loaded
             table = load_table(directory)
             curves = study_curves(directory, "bleu")
-        except (AttnlabError, OSError, ValueError) as err:
-            self.post_message(StudyLoaded(directory, None, [], str(err)))
+        except Exception as err:  # a damaged study file: one line, never a traceback
+            self.post_message(StudyLoaded(directory, None, [], error_line(err)))
             return
         self.post_message(StudyLoaded(directory, table, curves))
 
@@ -204,9 +187,17 @@ class StudiesView(Vertical):
         self.query_one("#studies-empty").display = not self.directories
         if self.directories:
             chosen = keep if keep in self.directories else self.directories[0]
+            if self.wanted in self.directories:
+                chosen, self.wanted = self.wanted, None
             options.highlighted = self.directories.index(chosen)
             if chosen != self.current:
                 self.show_study(chosen)
+
+    def open_study(self, directory: Path) -> None:
+        """Show ``directory`` (a study the lab just started) as soon as it holds study.json."""
+        self.wanted = directory
+        self.directories = []  # the next scan re-lists, choosing it when it is there
+        self.scan()
 
     def show_study(self, directory: Path) -> None:
         self.current = directory
