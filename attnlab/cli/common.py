@@ -3,7 +3,7 @@ formats and loading a run. No command lives here (see attnlab/cli/__init__.py)."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,19 +196,24 @@ def load_run(run: Path, device: str | None) -> tuple[Any, Any]:
 def stdin_lines() -> list[str]:
     """Standard input's lines without their endings, each at most the corpus reader's limit
     (``MAX_LINE_BYTES``, 1 MiB): ``< /dev/zero`` is one error line, never unbounded memory."""
+    return list(iter_stdin_lines())
+
+
+def iter_stdin_lines() -> Iterator[str]:
+    """``stdin_lines`` one line at a time, as each arrives (a command that answers each line,
+    ``generate``, streams instead of waiting for the end of its input)."""
     import sys
 
     from attnlab.data.corpus import MAX_LINE_BYTES
     from attnlab.errors import AttnlabError
     from attnlab.regular_files import LineTooLong, bounded_lines
 
-    lines = []
     try:
         for number, raw in enumerate(bounded_lines(sys.stdin.buffer, MAX_LINE_BYTES), 1):
             try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError:
                 raise AttnlabError(f"standard input: line {number} is not UTF-8 text") from None
+            yield line
     except LineTooLong as err:
         raise AttnlabError(f"standard input: {err} (the most one sentence may be)") from None
-    return lines
