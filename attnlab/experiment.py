@@ -216,6 +216,11 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
             f"train.prefix_loss=true needs model.arch=decoder-only (model.arch={m.arch} "
             "reads its source with an encoder, which predicts nothing)"
         )
+    if d.task == "lm" and not spec.reads_source_causally:
+        raise AttnlabError(
+            f"data.task=lm needs model.arch=decoder-only (model.arch={m.arch} is an "
+            "encoder-decoder, and a language model has no source to encode)"
+        )
     for key, value in m.attn_params.items():
         if "." in key:
             continue  # qualified: checked against its variant when set

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from attnlab.config import DataConfig
 from attnlab.data.example import Splits
@@ -60,6 +61,12 @@ class TaskSpec:
     # with other data.train_size then share it (compare, --significance). None: a plug-in
     # without one gets the symbols its sample uses.
     alphabet: Alphabet | None = None
+    # A task that builds its whole dataset (data config, a dataset whose vocabulary to reuse
+    # or None -> attnlab.data.indexed.Dataset) instead of generating sentence pairs: "lm".
+    dataset: Callable[..., Any] | None = None
+    # The dev metrics the task's evaluation reports (attnlab.study.metrics has each one's
+    # label and direction); empty: the sentence-pair metrics (BLEU, chrF, exact match, loss).
+    metrics: tuple[str, ...] = ()
 
 
 def fields_read(task: str) -> tuple[str, ...]:

@@ -179,6 +179,11 @@ class Eval(Event):
     alignment_accuracy_by_layer: list[float | None] | None = field(default=None, metadata=OPTIONAL)
     # role -> normalisation of each role that is not softmax (a signed role has no entropy)
     attention_normalisation: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
+    # A language model's (data.task = "lm"; attnlab.evaluate.lm_scores): exp(loss) uncapped,
+    # loss / ln 2, and the tokens scored; absent for sentence-pair tasks.
+    perplexity: float | None = field(default=None, metadata=OPTIONAL)
+    bits_per_token: float | None = field(default=None, metadata=OPTIONAL)
+    tokens: int | None = field(default=None, metadata=OPTIONAL)
     best: bool = False
     elapsed_s: float | None = None
 
