@@ -81,19 +81,34 @@ def test_cached_steps_equal_the_full_forward(name, positions, prefix):
     assert model.bidirectional == (prefix == "bidirectional")  # restored afterwards
 
 
+@pytest.mark.parametrize("positions", ["rotary", "learned"])
+def test_a_one_token_prompt_alone(positions):
+    model = lm(positions=positions)
+    steps = list(generate_steps(model, [[9]], 4, Sampling(seed=4)))
+    full = full_logits(model, [9] + [int(s.tokens[0]) for s in steps])
+    for t, step in enumerate(steps):
+        assert torch.allclose(step.logits[0], full[t], atol=1e-9), t
+
+
 def test_sliding_context_matches_the_window_it_holds():
     model = lm(positions="learned")
-    context, keep, prompt = 6, 3, [5, 9, 7, 11]
-    steps = list(generate_steps(model, [prompt], 9, Sampling(seed=1), context=context, keep=keep))
-    sequence = prompt + [int(s.tokens[0]) for s in steps]
-    start = 0
+    context, keep, prompts = 6, 3, [[5, 9, 7, 11], [8, 13]]
+    steps = list(generate_steps(model, prompts, 9, Sampling(seed=1), context=context, keep=keep))
+    sequences = [p + [int(s.tokens[r]) for s in steps] for r, p in enumerate(prompts)]
+    starts = [0, 0]
+    slid = 0
     for t, step in enumerate(steps):
-        end = len(prompt) + t  # the step reads sequence[end - 1] and predicts sequence[end]
-        if end - start > context:  # the window is full: cut to its last ``keep`` tokens
-            start = end - keep
-        reference = full_logits(model, sequence[start:end])[-1]
-        assert torch.allclose(step.logits[0], reference, atol=1e-9), t
-    assert start > 0  # the window did slide
+        ends = [len(p) + t for p in prompts]  # a step reads seq[end - 1], predicts seq[end]
+        # the batch's cache is as long as its longest window: when that one is full, every
+        # row is cut to its last ``keep`` tokens
+        if max(e - s for e, s in zip(ends, starts, strict=True)) > context:
+            starts = [max(0, e - keep) for e in ends]
+            slid += 1
+        for row, sequence in enumerate(sequences):
+            window = sequence[starts[row] : ends[row]]
+            reference = full_logits(model, window)[-1]
+            assert torch.allclose(step.logits[row], reference, atol=1e-9), (row, t)
+    assert slid >= 2  # the window did slide, more than once
 
 
 def argmax_loop(model, prompt: list[int], n: int) -> list[int]:

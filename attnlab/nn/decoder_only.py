@@ -154,7 +154,7 @@ class DecoderOnlyTransformer(Seq2Seq):
         · √D + each row's absolute positions (counted from its first real token)."""
         parts = [
             e(ids) for e, ids in ((self.src_embed, src), (self.tgt_embed, tgt)) if ids.shape[1]
-        ]
+        ] or [self.tgt_embed(tgt)]  # both empty (a one-token prompt's prefill): [B,0,D]
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         index = torch.arange(start, start + x.shape[1], device=x.device)
         positions = (index[None, :] - shift[:, None]).clamp(min=0)
