@@ -127,8 +127,8 @@ def nanogpt_style_loss(loaded: Any, device: str, seed: int = 1337) -> float:
     import numpy as np
     import torch
     import torch.nn.functional as F
-    from attnlab.data.lm import random_starts, window_batch
 
+    from attnlab.data.lm import random_starts, window_batch
     from attnlab.runs import load_checkpoint_data
 
     dataset = load_checkpoint_data(loaded)
