@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT.parent / "shared" / "bench"
+SHARED = ROOT.parent / "shared"  # --shared changes it (a checkout elsewhere)
+BENCH = SHARED / "bench"
 NANOGPT = BENCH / "nanogpt"
+CORPUS = SHARED / "corpora" / "tinyshakespeare" / "input.txt"
 ENV = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "PYTHONHASHSEED": "0"}
 PRESET = "shakespeare-char"
 EVAL_ITERS = 20  # nanoGPT's estimate_loss batches (run-nanogpt.sh's NANOGPT_EVAL_ITERS)
@@ -94,6 +96,7 @@ def run_attnlab(steps: int, device: str, out: Path, extra: list[str]) -> dict[st
         f"train.eval_every={steps}",
         "train.log_every=1",  # per-step timings, as nanoGPT's log_interval=1
         "train.threads=2",
+        f"data.path={CORPUS}",  # the corpus run-nanogpt.sh reads, wherever ../shared is
         *extra,
     ]
     command = [sys.executable, "-m", "attnlab", "train", "--preset", PRESET, "--out", str(out)]
@@ -226,8 +229,9 @@ def print_machine(device: str) -> None:
     )
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+def spread(values: list[float], digits: int = 2) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:,.{digits}f} ({low:,.{digits}f}–{high:,.{digits}f})"
 
 
 def main() -> None:
@@ -236,6 +240,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="training steps of each run")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument(
+        "--shared",
+        type=Path,
+        default=SHARED,
+        help="the shared folder holding bench/run-nanogpt.sh and corpora/ (default ../shared)",
+    )
+    parser.add_argument(
         "--attnlab-set",
         action="append",
         default=[],
@@ -243,6 +253,9 @@ def main() -> None:
         help="extra override for attnlab's runs",
     )
     args = parser.parse_args()
+    global BENCH, NANOGPT, CORPUS
+    BENCH, CORPUS = args.shared / "bench", args.shared / "corpora/tinyshakespeare/input.txt"
+    NANOGPT = BENCH / "nanogpt"
     if args.steps <= FIRST_TIMED_STEP:
         parser.error(f"--steps must exceed {FIRST_TIMED_STEP} (the first steps are not timed)")
     if not (BENCH / "run-nanogpt.sh").exists():
@@ -294,22 +307,22 @@ def report(rounds: list[dict[str, Any]], steps: int, peak: float) -> None:
     ratio = [r["attnlab"]["tok_s"] / r["nanogpt"]["tok_s"] for r in rounds]
     gen_ratio = [r["generate"]["nanogpt"] / r["generate"]["attnlab"] for r in rounds]
     print(f"\n{len(rounds)} round(s) of {steps} steps each; median (min–max) over rounds")
-    print(f"training tokens/s      nanoGPT {spread(col('nanogpt', 'tok_s'))}")
-    print(f"                       attnlab {spread(col('attnlab', 'tok_s'))}")
+    print(f"training tokens/s      nanoGPT {spread(col('nanogpt', 'tok_s'), 0)}")
+    print(f"                       attnlab {spread(col('attnlab', 'tok_s'), 0)}")
     print(f"  attnlab / nanoGPT    {spread(ratio)}x")
     gen = {system: [r["generate"][system] for r in rounds] for system in ("attnlab", "nanogpt")}
     lines = [
-        (f"val loss after {steps} steps (nats per character)", None),
-        (f"  nanoGPT, mean of {EVAL_ITERS} random val batches", col("nanogpt", "val_loss")),
-        ("  attnlab, the same estimate", col("attnlab", "nanogpt_style")),
-        ("  attnlab, its fixed dev windows", col("attnlab", "val_loss")),
-        (f"generation, {GENERATE_TOKENS} new tokens at batch 1 (ms per token)", None),
-        ("  attnlab (KV cache)", gen["attnlab"]),
-        ("  nanoGPT (re-runs the context each token)", gen["nanogpt"]),
-        ("  attnlab speed-up (x)", gen_ratio),
+        (f"val loss after {steps} steps (nats per character)", None, 0),
+        (f"  nanoGPT, mean of {EVAL_ITERS} random val batches", col("nanogpt", "val_loss"), 4),
+        ("  attnlab, the same estimate", col("attnlab", "nanogpt_style"), 4),
+        ("  attnlab, its fixed dev windows", col("attnlab", "val_loss"), 4),
+        (f"generation, {GENERATE_TOKENS} new tokens at batch 1 (ms per token)", None, 0),
+        ("  attnlab (KV cache)", gen["attnlab"], 2),
+        ("  nanoGPT (re-runs the context each token)", gen["nanogpt"], 2),
+        ("  attnlab speed-up (x)", gen_ratio, 2),
     ]
-    for label, values in lines:
-        print(label if values is None else f"{label:44s} {spread(values)}")
+    for label, values, digits in lines:
+        print(label if values is None else f"{label:44s} {spread(values, digits)}")
     per_token = rounds[-1]["flops_per_token"]
     print(
         f"fraction of peak: model FLOP/s of the training loop / float32 matmul FLOP/s "
