@@ -204,7 +204,7 @@ def load_lm_dataset(cfg: DataConfig, reuse: Any = None) -> Dataset:
         tokenizer, vocab = reuse.tgt_tokenizer, reuse.tgt_vocab
     else:
         # A subword model learns from the train split alone (nanoGPT's BPE is fixed: GPT-2's).
-        train_lines = split_text(text, cfg.dev_fraction)[0].splitlines()
+        train_lines = split_text(text, cfg.dev_fraction)[0].splitlines(keepends=True)
         subword = cfg.tokenizer in SUBWORD
         tokenizer = make_tokenizer(
             cfg.tokenizer, cfg.lowercase, train_lines if subword else None, cfg.subword_vocab

@@ -79,4 +79,19 @@ def fields_read(task: str) -> tuple[str, ...]:
     return ()
 
 
+def task_metrics(task: str) -> tuple[str, ...]:
+    """The dev metrics ``task`` declares (empty: the sentence-pair ones, BLEU and the rest)."""
+    if task in TASKS.names():
+        return tuple(getattr(TASKS.get(task).meta, "metrics", ()) or ())
+    return ()
+
+
+def run_metric(task: str, metric: str) -> str:
+    """The ``train.metric`` a run of ``task`` picks its best checkpoint by: ``metric`` when
+    the task reports it, else the task's first declared metric (an LM run left at the default
+    "bleu" is chosen by its loss)."""
+    declared = task_metrics(task)
+    return metric if not declared or metric in declared else declared[0]
+
+
 TASKS: Registry[Callable[[DataConfig], Splits]] = Registry("task")

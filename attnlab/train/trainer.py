@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import torch
 
 from attnlab.config import ExperimentConfig, to_dict
 from attnlab.data.batching import Batch, make_batch, plan_batches
+from attnlab.data.task_registry import run_metric
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.evaluate import token_loss_sum
@@ -172,6 +174,11 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         from attnlab.data.dataset import load_dataset
         from attnlab.nn.model import build_model, count_parameters
 
+        # The metric the task reports that "best" means (an LM left at the default "bleu":
+        # its loss); the run's config.toml records it.
+        metric = run_metric(self.config.data.task, self.config.train.metric)
+        if metric != self.config.train.metric:
+            self.config = self.config.replace(train=replace(self.config.train, metric=metric))
         cfg = self.config.train
         seed_everything(cfg.seed)
         self.dist = distributed.init(self.device_name)  # one process: rank 0 of 1, no-op
