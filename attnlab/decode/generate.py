@@ -212,5 +212,6 @@ def causal_map(model: torch.nn.Module, tokens: Sequence[int]) -> Tensor:
         out = model(empty, empty.bool(), ids, need_weights=True)
     maps = out.attentions.get("dec_self")
     if maps is None:
-        raise AttnlabError(f"{model.layers[0].self_attn.attn.__class__.__name__} keeps no map")
+        name = type(model.layers[0].self_attn.attn).__name__
+        raise AttnlabError(f"the model's self-attention ({name}) returns no weights to draw")
     return maps[0]
