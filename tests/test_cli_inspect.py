@@ -533,6 +533,61 @@ def test_translate_from_an_endless_line_on_stdin_is_one_error_line(runs):
     ]
 
 
+def test_translate_streams_stdin_chunk_by_chunk_before_it_closes_and_keeps_the_order(runs):
+    """#43 item 4: stdin was collected whole before any decoding, so an endless stream of
+    short lines grew without bound and printed nothing. Fed through a pipe that stays open,
+    the first chunk's translations must arrive; then every line's, in order, equal to the
+    same line translated alone (TEXT)."""
+    import os
+    import select
+    import subprocess
+    import sys
+
+    from attnlab.cli.common import STDIN_CHUNK
+
+    distinct = ["5 9 2 7", "3 4 8 6", "2 2 5 1", "9 8 7 6"]
+    alone = {line: invoke("translate", str(runs / "rnn"), line).output.strip() for line in distinct}
+    lines = [distinct[i % 4] for i in range(STDIN_CHUNK + 40)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", "translate", str(runs / "rnn")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        proc.stdin.write("".join(f"{line}\n" for line in lines).encode())
+        proc.stdin.flush()  # ... and the pipe stays open: a collect-all reader waits forever
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no translation before standard input closed"
+        first = proc.stdout.readline().decode().strip()
+        assert first == alone[lines[0]]
+        out, err = proc.communicate(timeout=120)  # closes stdin: the last, short chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    got = [first, *out.decode().strip().splitlines()]
+    assert proc.returncode == 0, err.decode()
+    assert got == [alone[line] for line in lines]
+
+
+def test_stdin_chunks_are_bounded_and_number_lines_across_chunks(monkeypatch):
+    import io
+
+    from attnlab.cli.common import line_chunks
+    from attnlab.data.corpus import MAX_LINE_BYTES
+    from attnlab.errors import AttnlabError
+
+    data = b"a b\n" * 600 + b"x" * (MAX_LINE_BYTES + 5) + b"\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    chunks = line_chunks((), size=256)
+    assert [len(next(chunks)) for _ in range(3)] == [256, 256, 88]  # the 88 before it too
+    with pytest.raises(AttnlabError, match="line 601 is longer than 1,048,576 bytes"):
+        next(chunks)
+    assert list(line_chunks(("one", "two"), size=1)) == [["one", "two"]]  # TEXT: one chunk
+
+
 def test_translate_reads_ordinary_stdin_lines(runs):
     result = CliRunner().invoke(cli, ["translate", str(runs / "rnn")], input="5 9 2 7\n3 4\n")
     assert result.exit_code == 0 and len(result.output.strip().splitlines()) >= 2

@@ -3,7 +3,7 @@ formats and loading a run. No command lives here (see attnlab/cli/__init__.py)."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,27 +193,39 @@ def load_run(run: Path, device: str | None) -> tuple[Any, Any]:
     return load_checkpoint(run, device=torch_device), torch_device
 
 
-def stdin_lines() -> list[str]:
-    """Standard input's lines without their endings, each at most the corpus reader's limit
-    (``MAX_LINE_BYTES``, 1 MiB): ``< /dev/zero`` is one error line, never unbounded memory."""
-    return list(iter_stdin_lines())
+STDIN_CHUNK = 256  # stdin lines decoded as one batch: memory stays bounded, output streams
 
 
-def iter_stdin_lines() -> Iterator[str]:
-    """``stdin_lines`` one line at a time, as each arrives (a command that answers each line,
-    ``generate``, streams instead of waiting for the end of its input)."""
+def line_chunks(text: Sequence[str], size: int = STDIN_CHUNK) -> Iterator[list[str]]:
+    """TEXT as one chunk, or standard input's lines (without their endings) in chunks of at
+    most ``size``, each yielded as soon as it is read: an endless stream of short lines is
+    decoded and printed chunk by chunk, never collected whole. From a terminal every line is
+    its own chunk (a typed line is answered at once). Each line has the corpus reader's
+    limit (``MAX_LINE_BYTES``, 1 MiB): ``< /dev/zero`` is one error line."""
     import sys
 
     from attnlab.data.corpus import MAX_LINE_BYTES
     from attnlab.errors import AttnlabError
     from attnlab.regular_files import LineTooLong, bounded_lines
 
+    if text:
+        yield list(text)
+        return
+    if sys.stdin.isatty():
+        size = 1
+    chunk: list[str] = []
     try:
         for number, raw in enumerate(bounded_lines(sys.stdin.buffer, MAX_LINE_BYTES), 1):
             try:
-                line = raw.decode("utf-8").rstrip("\r\n")
+                chunk.append(raw.decode("utf-8").rstrip("\r\n"))
             except UnicodeDecodeError:
                 raise AttnlabError(f"standard input: line {number} is not UTF-8 text") from None
-            yield line
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
     except LineTooLong as err:
+        if chunk:  # the lines before it are translated first, then the one error line
+            yield chunk
         raise AttnlabError(f"standard input: {err} (the most one sentence may be)") from None
+    if chunk:
+        yield chunk

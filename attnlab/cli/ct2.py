@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from attnlab.cli.common import stdin_lines
+from attnlab.cli.common import line_chunks
 from attnlab.errors import AttnlabError
 
 # The decoding flags CTranslate2's search reads; every other one is attnlab's own search.
@@ -75,14 +76,15 @@ def translate_ct2(
     if beam < 1:
         raise AttnlabError(f"--beam {beam}: must be at least 1")
     model = load_ct2_model(model_dir, device=_ct2_device(device))
-    lines = list(text) if text else stdin_lines()
-    sources = model.src_tokenizer.encode_batch(lines)
-    found = translate_tokens(
-        model,
-        sources,
-        beam,
-        max_len_ratio=flags.get("max_len_ratio"),
-        batch_size=flags.get("batch_size") or 64,
-    )
-    for translation in found:
-        click.echo(translation.text)
+    for lines in line_chunks(text):  # chunk by chunk: bounded memory, streamed output
+        sources = model.src_tokenizer.encode_batch(lines)
+        found = translate_tokens(
+            model,
+            sources,
+            beam,
+            max_len_ratio=flags.get("max_len_ratio"),
+            batch_size=flags.get("batch_size") or 64,
+        )
+        for translation in found:
+            click.echo(translation.text)
+        sys.stdout.flush()

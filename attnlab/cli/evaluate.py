@@ -4,6 +4,7 @@ the attention map ``attnlab.interpret.maps`` picks (heatmap, alignment table, --
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,12 @@ from attnlab.cli.common import (
     decode_options,
     export_option,
     fmt,
+    line_chunks,
     load_run,
     max_sentences_option,
     pop_decode,
     rich_console,
     say,
-    stdin_lines,
 )
 from attnlab.cli.map_printing import print_maps
 from attnlab.errors import AttnlabError
@@ -290,42 +291,47 @@ def translate(
             f"--role {role}: a {loaded.config.model.arch} model has no {role} attention; "
             f"valid: {', '.join(f'--role {r}' for r in roles)}"
         )
-    lines = list(text) if text else stdin_lines()
     need_maps = show_attention or show_alignment
-    results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps)
     choice = MapChoice(role, layer, head, method)
-    # Every map before any output: a bad --layer/--head is one line, not a half-printed run.
-    maps = [
-        # columns read as the model saw them: <unk> for a token outside its vocabulary
-        [
-            chosen_map(loaded, labels, hyp, tokens, choice, torch_device)
-            for hyp, tokens in nbest
-            for labels in [source_labels(loaded.src_vocab, toks)]
-        ]
-        if need_maps
-        else []
-        for toks, nbest in results
-    ]
     console: Any = rich_console()
     if export_path is not None:  # also record what is printed, as a colour terminal shows it
         from attnlab.cli.inspect import TeeConsole
 
         console = TeeConsole(console)
     detailed = config.decode.nbest > 1 or config.decode.beam > 1
-    for line, (_source_tokens, nbest), chosen in zip(lines, results, maps, strict=True):
-        if not nbest:
-            console.print("")
-            continue
-        texts = [loaded.dataset.detokenize_target(tokens) for _hyp, tokens in nbest]
-        if detailed:
-            from attnlab.viz.nbest import render_nbest
+    warned: set[str] = set()  # unknown tokens already named (once per stream, not per chunk)
+    # Chunk by chunk (TEXT is one): decode, print, read on. An endless stdin stream keeps
+    # memory bounded and its first translations appear before it ends; order is kept.
+    for lines in line_chunks(text):
+        results = _translate_lines(loaded, lines, config.decode, torch_device, need_maps, warned)
+        # Every map of a chunk before its output: a bad --layer/--head is one line, not a
+        # half-printed chunk (the first chunk finds it, before anything is printed).
+        maps = [
+            # columns read as the model saw them: <unk> for a token outside its vocabulary
+            [
+                chosen_map(loaded, labels, hyp, tokens, choice, torch_device)
+                for hyp, tokens in nbest
+                for labels in [source_labels(loaded.src_vocab, toks)]
+            ]
+            if need_maps
+            else []
+            for toks, nbest in results
+        ]
+        for line, (_source_tokens, nbest), chosen in zip(lines, results, maps, strict=True):
+            if not nbest:
+                console.print("")
+                continue
+            texts = [loaded.dataset.detokenize_target(tokens) for _hyp, tokens in nbest]
+            if detailed:
+                from attnlab.viz.nbest import render_nbest
 
-            console.print(render_nbest([hyp for hyp, _ in nbest], texts, title=line))
-        elif export_path is not None:
-            console.print(texts[0], markup=False, highlight=False)
-        else:
-            click.echo(texts[0])
-        print_maps(console, chosen, detailed, show_attention, show_alignment)
+                console.print(render_nbest([hyp for hyp, _ in nbest], texts, title=line))
+            elif export_path is not None:
+                console.print(texts[0], markup=False, highlight=False)
+            else:
+                click.echo(texts[0])
+            print_maps(console, chosen, detailed, show_attention, show_alignment)
+        sys.stdout.flush()  # a pipe's reader gets this chunk now, not at the stream's end
     if export_path is not None:
         from attnlab.cli.inspect import save_recording
 
@@ -333,11 +339,17 @@ def translate(
 
 
 def _translate_lines(
-    loaded: Any, lines: list[str], decode_cfg: Any, device: Any, need_attention: bool
+    loaded: Any,
+    lines: list[str],
+    decode_cfg: Any,
+    device: Any,
+    need_attention: bool,
+    warned: set[str] | None = None,
 ) -> list[tuple[list[str], list[tuple[Any, list[str]]]]]:
     """Decode every non-empty line (length-sorted batches).
 
-    Per line: (source tokens, [(hyp, tokens)]).
+    Per line: (source tokens, [(hyp, tokens)]). Unknown tokens in ``warned`` were named by
+    an earlier chunk's warning; new ones are added to it.
     """
     import torch
 
@@ -352,6 +364,9 @@ def _translate_lines(
     if warning:
         say(warning)
     unknown = unknown_tokens(loaded.src_vocab, [t for toks in tokenized for t in toks])
+    if warned is not None:
+        unknown = [t for t in unknown if t not in warned]
+        warned.update(unknown)
     if unknown:  # they are decoded as <unk>: never silently (issue 30)
         say(f"warning: {unknown_warning(unknown)}")
     results: list[tuple[list[str], list[tuple[Any, list[str]]]]] = [

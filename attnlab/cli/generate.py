@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from attnlab.cli.common import DEVICE_CHOICE, Choice, iter_stdin_lines, rich_console, say
+from attnlab.cli.common import DEVICE_CHOICE, Choice, line_chunks, rich_console, say
 from attnlab.cli.map_printing import print_heatmap
 from attnlab.errors import AttnlabError
 
@@ -140,7 +140,11 @@ def generate(
     loaded, _torch_device = load_run(checkpoint_of(run, which), device)
     check_language_model(loaded, run)
     context = int(loaded.config.data.block_size)
-    lines: Iterable[str] = [prompt] if prompt is not None else iter_stdin_lines()
+    # one line at a time: each prompt is answered as soon as it is read, alone in its batch
+    # (a row's window and draws then never depend on the other lines)
+    lines: Iterable[str] = (
+        [prompt] if prompt is not None else (c[0] for c in line_chunks((), size=1))
+    )
     console = rich_console() if show_attention else None
     for line in lines:
         ids = prompt_ids(loaded, line)
