@@ -197,6 +197,31 @@ def test_loss_perplexity_and_bits_equal_a_float64_loop_over_the_windows(tmp_path
     assert 1.0 < result["loss"] < 2 * math.log(len(dataset.tgt_vocab))  # an untrained model
 
 
+def test_nanogpts_estimate_is_the_mean_of_its_random_batches_losses(tmp_path):
+    from attnlab.data.lm import random_starts
+    from attnlab.evaluate import evaluate_split, nanogpt_estimate
+    from attnlab.nn.model import build_model
+
+    config = lm_config(text_file(tmp_path, random_text(900)), "data.block_size=10")
+    dataset = load_dataset(config.data)
+    torch.manual_seed(1)
+    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab)).eval()
+    estimate = nanogpt_estimate(model, dataset, "dev", iters=3, batch_size=4, seed=5)
+    dev, batch_losses = dataset.streams.dev, []
+    for i in range(3):  # by hand: each batch's mean token loss, then their mean (float64)
+        total = 0.0
+        for start in random_starts(len(dev), 10, 4, 5, i).tolist():
+            x = torch.tensor(dev[start : start + 10]).unsqueeze(0)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(x[:, :0], x[:, :0].bool(), x).logits[0].double(), -1)
+            total -= sum(float(logp[t, int(dev[start + 1 + t])]) for t in range(10))
+        batch_losses.append(total / 40)
+    assert estimate == pytest.approx(sum(batch_losses) / 3, rel=1e-5)
+    fixed = evaluate_split(model, dataset, "dev")["loss"]
+    many = nanogpt_estimate(model, dataset, "dev", iters=50, batch_size=12, seed=5)
+    assert many == pytest.approx(fixed, abs=0.1)  # the same quantity, up to sampling noise
+
+
 def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     """The trainer on LM windows: its dev loss falls far below a uniform guess, and the best
     checkpoint is the lowest loss (train.metric = loss)."""
@@ -220,7 +245,9 @@ def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     )
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     assert summary["reason"] == "finished"
-    evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    events = list(iter_events(tmp_path / "run"))
+    assert events[0]["metrics"] == ["loss", "perplexity", "bits_per_token"]  # for the readers
+    evals = [e for e in events if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [20, 40, 60]
     losses = [e["loss"] for e in evals]
     vocab = len(set(text)) + len(SPECIALS)

@@ -18,6 +18,8 @@ def write_run(run: Path, task: str, evals: list[dict]) -> None:
     (run / "config.toml").write_text(f'name = "{run.name}"\n[data]\ntask = "{task}"\n')
     start = {"type": "start", "step": 0, "name": run.name, "max_steps": 30, "time": 1.0}
     start["config"] = {"data": {"task": task}}
+    if task == "lm":  # what the trainer writes: the task's declared metrics
+        start["metrics"] = ["loss", "perplexity", "bits_per_token"]
     done = {"type": "done", "step": 30, "reason": "finished", "time": 3.0}
     events = [
         start,
