@@ -82,3 +82,25 @@ def test_runs_lists_an_lms_best_dev_loss_and_no_loss_column_without_one(tmp_path
     assert "loss" in header.split()
     row = next(line for line in listed.output.splitlines() if "lm-run" in line)
     assert "1.500" in row.split()
+
+
+async def test_the_train_view_plots_an_lms_perplexity_and_bits_not_bleu(tmp_path):
+    from _tui_support import lab_config, ready, until
+
+    from attnlab.tui.app import make_app
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    write_run(tmp_path / "lm-run", "lm", LM_EVALS)
+    app = make_app(tmp_path, config=lab_config(), poll_seconds=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        app.query_one(TrainView).follow_run(tmp_path / "lm-run")
+        metric_plot = app.query_one("#metric-plot", MetricPlot)
+        await until(pilot, lambda: metric_plot.points > 0)
+        assert metric_plot.title == "dev perplexity / bits/token"
+        assert metric_plot.points == 2 * 3  # perplexity and bits/token at three evals
+        assert [label for label, _, _ in metric_plot.series] == ["perplexity", "bits/token"]
+        status = str(app.query_one("#train-status").content)
+        assert "BLEU" not in status and "dev loss 1.700" in status  # the last eval's loss
