@@ -262,6 +262,36 @@ def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     assert best.config.train.metric == "loss"  # what the run's config records
 
 
+def test_a_resumed_lm_run_draws_the_windows_of_an_uninterrupted_one(tmp_path):
+    """Random windows are a function of (seed, step): 3 steps + a resume to 6 give the
+    uninterrupted run's losses and weights."""
+    from dataclasses import replace
+
+    from attnlab.events import iter_events
+    from attnlab.runs import read_tensors
+    from attnlab.train.trainer import Trainer
+
+    text = text_file(tmp_path, random_text(600))
+    six = lm_config(
+        text, "data.block_size=8", "train.max_steps=6", "train.eval_every=3", "train.log_every=1"
+    )
+    three = replace(six, train=replace(six.train, max_steps=3))
+    Trainer(six, tmp_path / "straight", device="cpu").run()
+    Trainer(three, tmp_path / "split", device="cpu").run()
+    summary = Trainer(six, tmp_path / "split", device="cpu", resume=True).run()
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+    losses = {
+        name: [e["loss"] for e in iter_events(tmp_path / name) if e["type"] == "step"]
+        for name in ("straight", "split")
+    }
+    assert len(losses["split"]) == 6
+    assert losses["split"] == pytest.approx(losses["straight"], rel=1e-5)
+    a, _ = read_tensors(tmp_path / "straight" / "checkpoints" / "last" / "model.safetensors")
+    b, _ = read_tensors(tmp_path / "split" / "checkpoints" / "last" / "model.safetensors")
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-6), key
+
+
 def test_a_metric_the_task_does_not_report_is_refused(tmp_path):
     path = text_file(tmp_path, random_text(300))
     with pytest.raises(AttnlabError, match="train.metric=exact_match: data.task=lm reports loss"):
