@@ -334,6 +334,8 @@ def test_an_lm_needs_the_decoder_only_architecture(tmp_path):
     path = text_file(tmp_path, random_text(300))
     with pytest.raises(AttnlabError, match="data.task=lm needs model.arch=decoder-only"):
         lm_config(path, "model.arch=transformer")
+    with pytest.raises(AttnlabError, match="a language model's batch is train.batch_size"):
+        lm_config(path, "train.batch_tokens=4000")
     validate(lm_config(path))
 
 
