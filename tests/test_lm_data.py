@@ -408,3 +408,25 @@ def test_weight_decay_scope_matrices_spares_biases_and_norms():
     for name, p in model.named_parameters():
         assert (id(p) in decayed) == (p.dim() >= 2), name
         assert (id(p) in plain) == (p.dim() < 2), name
+
+
+def test_data_stats_counts_an_lms_tokens_and_windows(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    text = random_text(1000)
+    path = text_file(tmp_path, text)
+    sets = ["data.task=lm", f"data.path={path}", "data.tokenizer=char", "data.block_size=16"]
+    sets += ["data.dev_fraction=0.1", "data.dev_windows=3", "model.arch=decoder-only"]
+    args = ["data", "stats", "--json", *(a for s in sets for a in ("--set", s))]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    lm = json.loads(result.output)["lm"]
+    assert lm["splits"]["train"] == {"tokens": 900, "windows": (900 - 1) // 16}
+    assert lm["splits"]["dev"] == {"tokens": 100, "windows": (100 - 1) // 16}
+    assert lm["dev_windows_scored"] == 3 and lm["tokens_per_step"] == 64 * 16
+    table = CliRunner().invoke(cli, args[:2] + args[3:])
+    assert table.exit_code == 0 and "56" in table.output and "pairs" not in table.output
