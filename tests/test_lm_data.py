@@ -430,3 +430,8 @@ def test_data_stats_counts_an_lms_tokens_and_windows(tmp_path):
     assert lm["dev_windows_scored"] == 3 and lm["tokens_per_step"] == 64 * 16
     table = CliRunner().invoke(cli, args[:2] + args[3:])
     assert table.exit_code == 0 and "56" in table.output and "pairs" not in table.output
+    shown = CliRunner().invoke(cli, ["data", "show", "-n", "2", "--split", "dev", *args[3:]])
+    assert shown.exit_code == 0, shown.output
+    # the dev split's first window, as written (its longest line: a table cell wraps at \n)
+    first = max(text[900 : 900 + 16].split("\n"), key=len).strip()
+    assert len(first) > 3 and first in shown.output
