@@ -104,3 +104,30 @@ async def test_the_train_view_plots_an_lms_perplexity_and_bits_not_bleu(tmp_path
         assert [label for label, _, _ in metric_plot.series] == ["perplexity", "bits/token"]
         status = str(app.query_one("#train-status").content)
         assert "BLEU" not in status and "dev loss 1.700" in status  # the last eval's loss
+
+
+async def test_the_runs_view_compares_marked_lms_by_dev_loss(tmp_path):
+    from _tui_support import lab_config, ready
+    from textual.widgets import DataTable
+
+    from attnlab.tui.app import make_app
+    from attnlab.tui.views.runs import COMPARE_LOSS_TITLE, RunsView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    write_run(tmp_path / "lm-a", "lm", LM_EVALS)
+    write_run(tmp_path / "lm-b", "lm", LM_EVALS[:2])
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs()
+        table = app.query_one("#runs-table", DataTable)
+        assert table.row_count == 2
+        table.focus()
+        await pilot.press("space", "down", "space")
+        assert len(runs.marked) == 2
+        curves = app.query_one("#compare-curves", MetricPlot)
+        assert curves.title == COMPARE_LOSS_TITLE and curves.bounds is None
+        assert curves.points == 3 + 2  # each run's dev losses
+        assert [values for _, _, values in curves.series] == [[2.5, 1.5, 1.7], [2.5, 1.5]]
