@@ -419,6 +419,36 @@ def evaluate_lm(
     }
 
 
+@torch.no_grad()
+def nanogpt_estimate(
+    model: Any,
+    dataset: Any,
+    split: str = "dev",
+    *,
+    iters: int = 20,
+    batch_size: int = 12,
+    seed: int = 1337,
+    device: torch.device | str = "cpu",
+) -> float:
+    """nanoGPT's ``estimate_loss`` for ``split``: the mean of ``iters`` batch losses, each
+    over ``batch_size`` windows at uniform random offsets (``attnlab.data.lm.random_starts``
+    seeded by (``seed``, batch index)); a noisy estimate of ``evaluate_lm``'s loss."""
+    from attnlab.data.lm import random_starts, window_batch
+
+    streams = dataset.streams
+    ids, block = streams.split(split), streams.block_size
+    was_training = model.training
+    model.eval()
+    losses = []
+    for i in range(iters):
+        starts = random_starts(len(ids), block, batch_size, seed, i)
+        batch = window_batch(ids, starts, block).to(torch.device(device))
+        out = model(batch.src, batch.src_mask, batch.tgt_in)
+        losses.append(float(token_loss_sum(out.logits, batch.tgt_out)) / batch.n_tokens)
+    model.train(was_training)
+    return sum(losses) / max(len(losses), 1)
+
+
 def attention_statistics(
     model: Any,
     dataset: Any,

@@ -224,6 +224,11 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
             f"train.metric={config.train.metric}: data.task={d.task} reports "
             f"{', '.join(declared)}; pick one of those"
         )
+    if d.task == "lm" and config.train.batch_tokens > 0:
+        raise AttnlabError(
+            f"train.batch_tokens={config.train.batch_tokens}: a language model's batch is "
+            "train.batch_size windows of data.block_size tokens; set train.batch_tokens=0"
+        )
     if d.task == "lm" and not spec.reads_source_causally:
         raise AttnlabError(
             f"data.task=lm needs model.arch=decoder-only (model.arch={m.arch} is an "

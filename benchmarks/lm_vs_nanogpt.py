@@ -124,29 +124,25 @@ def run_attnlab(steps: int, device: str, out: Path, extra: list[str]) -> dict[st
     }
 
 
-def nanogpt_style_loss(loaded: Any, device: str, seed: int = 1337) -> float:
-    """attnlab's model scored as nanoGPT's ``estimate_loss``: the mean over EVAL_ITERS batches
-    of ``train.batch_size`` windows at uniform random offsets of the val split (seeded)."""
-    import numpy as np
+def nanogpt_style_loss(loaded: Any, device: str) -> float:
+    """attnlab's model scored as nanoGPT's ``estimate_loss`` (``attnlab.evaluate.
+    nanogpt_estimate``): the mean over EVAL_ITERS batches of ``train.batch_size`` windows at
+    seeded uniform random offsets of the val split."""
     import torch
-    import torch.nn.functional as F
 
-    from attnlab.data.lm import random_starts, window_batch
+    from attnlab.evaluate import nanogpt_estimate
     from attnlab.runs import load_checkpoint_data
 
     dataset = load_checkpoint_data(loaded)
-    streams = dataset.streams
-    rows, block = loaded.config.train.batch_size, streams.block_size
-    losses = []
     with torch.no_grad():
-        for k in range(EVAL_ITERS):
-            starts = random_starts(len(streams.dev), block, rows, seed, k)
-            batch = window_batch(streams.dev, np.asarray(starts), block)
-            tgt_in, tgt_out = batch.tgt_in.to(device), batch.tgt_out.to(device)
-            empty = tgt_in[:, :0]
-            logits = loaded.model(empty, empty.bool(), tgt_in).logits
-            losses.append(float(F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten())))
-    return sum(losses) / len(losses)
+        return nanogpt_estimate(
+            loaded.model,
+            dataset,
+            "dev",
+            iters=EVAL_ITERS,
+            batch_size=loaded.config.train.batch_size,
+            device=device,
+        )
 
 
 def nanogpt_module() -> Any:

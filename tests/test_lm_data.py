@@ -197,6 +197,31 @@ def test_loss_perplexity_and_bits_equal_a_float64_loop_over_the_windows(tmp_path
     assert 1.0 < result["loss"] < 2 * math.log(len(dataset.tgt_vocab))  # an untrained model
 
 
+def test_nanogpts_estimate_is_the_mean_of_its_random_batches_losses(tmp_path):
+    from attnlab.data.lm import random_starts
+    from attnlab.evaluate import evaluate_split, nanogpt_estimate
+    from attnlab.nn.model import build_model
+
+    config = lm_config(text_file(tmp_path, random_text(900)), "data.block_size=10")
+    dataset = load_dataset(config.data)
+    torch.manual_seed(1)
+    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab)).eval()
+    estimate = nanogpt_estimate(model, dataset, "dev", iters=3, batch_size=4, seed=5)
+    dev, batch_losses = dataset.streams.dev, []
+    for i in range(3):  # by hand: each batch's mean token loss, then their mean (float64)
+        total = 0.0
+        for start in random_starts(len(dev), 10, 4, 5, i).tolist():
+            x = torch.tensor(dev[start : start + 10]).unsqueeze(0)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(x[:, :0], x[:, :0].bool(), x).logits[0].double(), -1)
+            total -= sum(float(logp[t, int(dev[start + 1 + t])]) for t in range(10))
+        batch_losses.append(total / 40)
+    assert estimate == pytest.approx(sum(batch_losses) / 3, rel=1e-5)
+    fixed = evaluate_split(model, dataset, "dev")["loss"]
+    many = nanogpt_estimate(model, dataset, "dev", iters=50, batch_size=12, seed=5)
+    assert many == pytest.approx(fixed, abs=0.1)  # the same quantity, up to sampling noise
+
+
 def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     """The trainer on LM windows: its dev loss falls far below a uniform guess, and the best
     checkpoint is the lowest loss (train.metric = loss)."""
@@ -220,7 +245,9 @@ def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     )
     summary = Trainer(config, tmp_path / "run", device="cpu").run()
     assert summary["reason"] == "finished"
-    evals = [e for e in iter_events(tmp_path / "run") if e["type"] == "eval"]
+    events = list(iter_events(tmp_path / "run"))
+    assert events[0]["metrics"] == ["loss", "perplexity", "bits_per_token"]  # for the readers
+    evals = [e for e in events if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [20, 40, 60]
     losses = [e["loss"] for e in evals]
     vocab = len(set(text)) + len(SPECIALS)
@@ -233,6 +260,36 @@ def test_a_tiny_lm_learns_a_repetitive_text_end_to_end(tmp_path):
     best = load_checkpoint(tmp_path / "run" / "checkpoints" / "best")
     assert best.metrics["loss"] == min(losses) and best.metrics["chosen_by"] == "loss"
     assert best.config.train.metric == "loss"  # what the run's config records
+
+
+def test_a_resumed_lm_run_draws_the_windows_of_an_uninterrupted_one(tmp_path):
+    """Random windows are a function of (seed, step): 3 steps + a resume to 6 give the
+    uninterrupted run's losses and weights."""
+    from dataclasses import replace
+
+    from attnlab.events import iter_events
+    from attnlab.runs import read_tensors
+    from attnlab.train.trainer import Trainer
+
+    text = text_file(tmp_path, random_text(600))
+    six = lm_config(
+        text, "data.block_size=8", "train.max_steps=6", "train.eval_every=3", "train.log_every=1"
+    )
+    three = replace(six, train=replace(six.train, max_steps=3))
+    Trainer(six, tmp_path / "straight", device="cpu").run()
+    Trainer(three, tmp_path / "split", device="cpu").run()
+    summary = Trainer(six, tmp_path / "split", device="cpu", resume=True).run()
+    assert (summary["reason"], summary["step"]) == ("finished", 6)
+    losses = {
+        name: [e["loss"] for e in iter_events(tmp_path / name) if e["type"] == "step"]
+        for name in ("straight", "split")
+    }
+    assert len(losses["split"]) == 6
+    assert losses["split"] == pytest.approx(losses["straight"], rel=1e-5)
+    a, _ = read_tensors(tmp_path / "straight" / "checkpoints" / "last" / "model.safetensors")
+    b, _ = read_tensors(tmp_path / "split" / "checkpoints" / "last" / "model.safetensors")
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-6), key
 
 
 def test_a_metric_the_task_does_not_report_is_refused(tmp_path):
@@ -277,6 +334,8 @@ def test_an_lm_needs_the_decoder_only_architecture(tmp_path):
     path = text_file(tmp_path, random_text(300))
     with pytest.raises(AttnlabError, match="data.task=lm needs model.arch=decoder-only"):
         lm_config(path, "model.arch=transformer")
+    with pytest.raises(AttnlabError, match="a language model's batch is train.batch_size"):
+        lm_config(path, "train.batch_tokens=4000")
     validate(lm_config(path))
 
 
@@ -349,3 +408,30 @@ def test_weight_decay_scope_matrices_spares_biases_and_norms():
     for name, p in model.named_parameters():
         assert (id(p) in decayed) == (p.dim() >= 2), name
         assert (id(p) in plain) == (p.dim() < 2), name
+
+
+def test_data_stats_counts_an_lms_tokens_and_windows(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from attnlab.cli import cli
+
+    text = random_text(1000)
+    path = text_file(tmp_path, text)
+    sets = ["data.task=lm", f"data.path={path}", "data.tokenizer=char", "data.block_size=16"]
+    sets += ["data.dev_fraction=0.1", "data.dev_windows=3", "model.arch=decoder-only"]
+    args = ["data", "stats", "--json", *(a for s in sets for a in ("--set", s))]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    lm = json.loads(result.output)["lm"]
+    assert lm["splits"]["train"] == {"tokens": 900, "windows": (900 - 1) // 16}
+    assert lm["splits"]["dev"] == {"tokens": 100, "windows": (100 - 1) // 16}
+    assert lm["dev_windows_scored"] == 3 and lm["tokens_per_step"] == 64 * 16
+    table = CliRunner().invoke(cli, args[:2] + args[3:])
+    assert table.exit_code == 0 and "56" in table.output and "pairs" not in table.output
+    shown = CliRunner().invoke(cli, ["data", "show", "-n", "2", "--split", "dev", *args[3:]])
+    assert shown.exit_code == 0, shown.output
+    # the dev split's first window, as written (its longest line: a table cell wraps at \n)
+    first = max(text[900 : 900 + 16].split("\n"), key=len).strip()
+    assert len(first) > 3 and first in shown.output

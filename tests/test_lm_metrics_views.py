@@ -18,6 +18,8 @@ def write_run(run: Path, task: str, evals: list[dict]) -> None:
     (run / "config.toml").write_text(f'name = "{run.name}"\n[data]\ntask = "{task}"\n')
     start = {"type": "start", "step": 0, "name": run.name, "max_steps": 30, "time": 1.0}
     start["config"] = {"data": {"task": task}}
+    if task == "lm":  # what the trainer writes: the task's declared metrics
+        start["metrics"] = ["loss", "perplexity", "bits_per_token"]
     done = {"type": "done", "step": 30, "reason": "finished", "time": 3.0}
     events = [
         start,
@@ -80,3 +82,52 @@ def test_runs_lists_an_lms_best_dev_loss_and_no_loss_column_without_one(tmp_path
     assert "loss" in header.split()
     row = next(line for line in listed.output.splitlines() if "lm-run" in line)
     assert "1.500" in row.split()
+
+
+async def test_the_train_view_plots_an_lms_perplexity_and_bits_not_bleu(tmp_path):
+    from _tui_support import lab_config, ready, until
+
+    from attnlab.tui.app import make_app
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    write_run(tmp_path / "lm-run", "lm", LM_EVALS)
+    app = make_app(tmp_path, config=lab_config(), poll_seconds=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        app.query_one(TrainView).follow_run(tmp_path / "lm-run")
+        metric_plot = app.query_one("#metric-plot", MetricPlot)
+        await until(pilot, lambda: metric_plot.points > 0)
+        assert metric_plot.title == "dev perplexity / bits/token"
+        assert metric_plot.points == 2 * 3  # perplexity and bits/token at three evals
+        assert [label for label, _, _ in metric_plot.series] == ["perplexity", "bits/token"]
+        status = str(app.query_one("#train-status").content)
+        assert "BLEU" not in status and "dev loss 1.700" in status  # the last eval's loss
+
+
+async def test_the_runs_view_compares_marked_lms_by_dev_loss(tmp_path):
+    from _tui_support import lab_config, ready
+    from textual.widgets import DataTable
+
+    from attnlab.tui.app import make_app
+    from attnlab.tui.views.runs import COMPARE_LOSS_TITLE, RunsView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    write_run(tmp_path / "lm-a", "lm", LM_EVALS)
+    write_run(tmp_path / "lm-b", "lm", LM_EVALS[:2])
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        runs = app.query_one(RunsView)
+        runs.refresh_runs()
+        table = app.query_one("#runs-table", DataTable)
+        assert table.row_count == 2
+        table.focus()
+        await pilot.press("space", "down", "space")
+        assert len(runs.marked) == 2
+        curves = app.query_one("#compare-curves", MetricPlot)
+        assert curves.title == COMPARE_LOSS_TITLE and curves.bounds is None
+        assert curves.points == 3 + 2  # each run's dev losses
+        assert [values for _, _, values in curves.series] == [[2.5, 1.5, 1.7], [2.5, 1.5]]

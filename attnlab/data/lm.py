@@ -21,8 +21,12 @@
   (0 = all) non-overlapping windows ``0, T, 2T, ...`` of the dev split.
 
 API: ``load_lm_dataset(cfg, reuse=None) -> Dataset`` (``dataset.streams`` is a
-``TokenStreams``); ``TokenStreams.train_batch(step, rows, seed, rank, world)`` and
-``TokenStreams.eval_batches(split, rows)`` give ``attnlab.data.batching.Batch`` values.
+``TokenStreams``; the sentence-pair splits are empty); ``TokenStreams.train_batch(step, rows,
+seed, rank, world)`` and ``TokenStreams.eval_batches(split, rows)`` give
+``attnlab.data.batching.Batch`` values (``examples`` empty, ``tgt_mask`` all true: no target
+is padding, so the loss's ignore index, ``PAD_ID``, masks nothing). The scores are
+``attnlab.evaluate.evaluate_lm`` (the fixed windows; ``evaluate_split`` dispatches to it) and
+``attnlab.evaluate.nanogpt_estimate`` (nanoGPT's random-window estimate).
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
         "roles": NAMES,
         "dropped_pairs": INTEGER,
         "world_size": INTEGER,
+        "metrics": TOKENS,
     },
     "step": {
         **dict.fromkeys(

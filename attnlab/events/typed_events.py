@@ -133,6 +133,9 @@ class Start(Event):
     host: str = ""
     dropped_pairs: int = 0  # training pairs over data.train_max_tokens
     world_size: int = 1  # data-parallel processes
+    # The dev metrics the run's task declares (attnlab.data.task_registry.task_metrics; an
+    # LM: loss, perplexity, bits_per_token), what readers show instead of BLEU; absent: BLEU.
+    metrics: list[str] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass

@@ -36,7 +36,7 @@ import torch
 
 from attnlab.config import ExperimentConfig, to_dict
 from attnlab.data.batching import Batch, make_batch, plan_batches
-from attnlab.data.task_registry import run_metric
+from attnlab.data.task_registry import run_metric, task_metrics
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.evaluate import token_loss_sum
@@ -487,6 +487,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                     host=socket.gethostname(),
                     dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
                     world_size=self.dist.world_size,
+                    metrics=list(task_metrics(self.config.data.task)) or None,
                 )
             )
             self.started = True

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.attention_map import NORM_SOFTMAX, NORMALISATIONS
-from attnlab.data.task_registry import task_metrics
 from attnlab.errors import AttnlabError
 from attnlab.events import EventReader
 from attnlab.events.fields import parse_event_line
@@ -342,9 +341,7 @@ class RunFollower:
     def _on_start(self, e: ev.Start) -> None:
         self.name = e.name or Path(e.run_dir or self.run_dir).name
         self.config = e.config
-        data = self.config.get("data")
-        task = str(data.get("task", "")) if isinstance(data, dict) else ""
-        for name in task_metrics(task):
+        for name in e.metrics or ():  # the metrics the run's task declares (an LM's)
             self.curves.task.setdefault(name, [])
         train = self.config.get("train")
         self.max_steps = _count(e.max_steps) or _count(
