@@ -192,3 +192,15 @@ def test_causal_map_is_lower_triangular_and_stochastic():
     assert maps.shape == (2, 4, 5, 5)
     assert torch.all(maps.triu(diagonal=1) == 0)
     assert torch.allclose(maps.sum(-1), torch.ones(2, 4, 5, dtype=maps.dtype))
+
+
+def test_on_each_device_greedy_matches_the_cpu_and_a_seed_repeats(device):
+    cpu = lm()
+    model = lm().to(device)
+    greedy = Sampling(temperature=0.0)
+    expected = generate(cpu, PROMPTS, 6, greedy)
+    assert torch.equal(generate(model, PROMPTS, 6, greedy).cpu(), expected)
+    sampled = Sampling(top_p=0.9, seed=11)
+    first = generate(model, PROMPTS, 6, sampled, context=5)
+    assert first.device.type == torch.device(device).type
+    assert torch.equal(first, generate(model, PROMPTS, 6, sampled, context=5))
