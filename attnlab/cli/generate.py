@@ -132,7 +132,8 @@ def generate(
     continuation. The context is the run's data.block_size: a longer text slides the window
     (docs/decoder-only.md)."""
     from attnlab.cli.common import load_run
-    from attnlab.decode.generate import Sampling, check_generation, generate_steps
+    from attnlab.decode.generate import Sampling, check_generation
+    from attnlab.decode.generate import generate as continue_ids
 
     sampling = Sampling(temperature, top_k, top_p, seed)
     sampling.check()  # bad values before the run is read
@@ -148,20 +149,12 @@ def generate(
     console = rich_console() if show_attention else None
     for line in lines:
         ids = prompt_ids(loaded, line)
-        steps = generate_steps(loaded.model, [ids], max_new, sampling, context=context)
-        ids = ids + [int(t) for t in _tokens(steps)]
+        new = continue_ids(loaded.model, [ids], max_new, sampling, context=context)
+        ids = ids + new[0].tolist()  # one host copy, not one sync per token
         tokens = loaded.dataset.tgt_vocab.decode(ids)
         click.echo(loaded.dataset.detokenize_target(tokens))
         if console is not None:
             _show_map(console, loaded, ids, context)
-
-
-def _tokens(steps: Iterable[Any]) -> list[int]:
-    """Every step's token of row 0, moved to the host once (not one sync per token)."""
-    import torch
-
-    chosen = [step.tokens for step in steps]
-    return torch.stack(chosen, dim=1)[0].tolist()
 
 
 COMMANDS = (generate,)
