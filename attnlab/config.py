@@ -69,6 +69,12 @@ class DataConfig:
     # corpora: skip dev/test pairs longer than N tokens, and cut `translate` input to N tokens
     # (0 = no cap). One 100k-token dev line stalled the final evaluation for minutes.
     eval_max_tokens: int = 1000
+    # Language modelling (data.task = "lm", attnlab.data.lm): windows of block_size tokens of
+    # data.path; train batches are random offsets (nanoGPT's get_batch) or consecutive
+    # windows; dev is its first dev_windows non-overlapping windows (0 = all of the dev split).
+    block_size: int = 64
+    windows: str = "random"  # random | sequential
+    dev_windows: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,8 @@ class TrainConfig:
     bucket: bool = True
     lr: float = 2e-3
     weight_decay: float = 0.0
+    # Which parameters weight decay reaches: all | matrices (nanoGPT: not biases and norms)
+    weight_decay_scope: str = "all"
     betas: tuple[float, float] = (0.9, 0.999)
     schedule: str = "constant"  # constant | warmup-inverse-sqrt | cosine | plateau
     warmup: int = 100
@@ -154,7 +162,9 @@ class TrainConfig:
     log_every: int = 25
     patience: int = 0  # early stopping: evals without improvement (0 = off)
     keep_last: int = 0  # > 0: also keep checkpoints/step-<N> copies of the last N saves
-    metric: str = "bleu"  # bleu | chrf | exact_match | loss: what "best" means
+    # What "best" means: bleu | chrf | exact_match | loss; an LM: loss | perplexity |
+    # bits_per_token (lower is better for the loss and the LM metrics)
+    metric: str = "bleu"
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: bool = True  # bf16 autocast on CUDA
@@ -237,7 +247,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.prefix": ("causal", "bidirectional"),
     "train.schedule": ("constant", "warmup-inverse-sqrt", "cosine", "plateau"),
     "train.tf_schedule": ("constant", "linear", "exponential", "inverse-sigmoid"),
-    "train.metric": ("bleu", "chrf", "exact_match", "loss"),
+    "train.metric": ("bleu", "chrf", "exact_match", "loss", "perplexity", "bits_per_token"),
+    "train.weight_decay_scope": ("all", "matrices"),
     "train.device": ("auto", "cpu", "cuda", "mps"),
     "train.pad_buckets": ("auto", "on", "off"),
     "train.cuda_graphs": ("auto", "on", "off"),
@@ -245,6 +256,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "decode.mbr_source": ("sample", "beam"),
     "decode.mbr_utility": ("chrf", "bleu"),
     "data.tokenizer": ("whitespace", "char", "word", "bpe", "unigram"),
+    "data.windows": ("random", "sequential"),
 }
 
 # Every integer setting fits a signed 64-bit integer (as in SQLite and torch): a larger one
@@ -275,6 +287,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "data.max_pairs": (0, None),
     "data.train_max_tokens": (0, None),
     "data.eval_max_tokens": (0, None),
+    "data.block_size": (1, 1_000_000),
+    "data.dev_windows": (0, None),
     "model.hidden": (1, 16384),
     "model.emb": (1, 16384),
     "model.layers": (1, 16),

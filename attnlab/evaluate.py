@@ -271,6 +271,8 @@ def evaluate_split(
     ``normalisations`` (model key -> kind, ``attnlab.nn.archs.normalisations_of``; default
     all softmax) shape the entropy statistics and tag the samples' maps.
     """
+    if getattr(dataset, "streams", None) is not None:  # a language model: its fixed windows
+        return evaluate_lm(model, dataset, split, device=device, batch_size=batch_size)
     kinds = dict(normalisations or {})
     cfg = decode_cfg or DecodeConfig()
     examples = list(dataset.splits.split(split))
@@ -410,6 +412,86 @@ def with_training_cost(cost: dict[str, Any], recorded: Mapping[str, Any] | None)
     previous = (recorded or {}).get("cost") or {}
     for key in ("train_tokens_per_s", "train_peak_memory_mb"):
         cost[key] = previous.get(key)
+LM_BATCH_LOGITS = 1 << 22  # logits per evaluation batch of an LM (rows x block x vocabulary)
+
+
+def lm_scores(loss_sum: float, tokens: int) -> dict[str, float]:
+    """Mean cross-entropy (nats per token), its perplexity exp(loss) and bits per token
+    loss / ln 2 (bits per character with the char tokenizer)."""
+    loss = loss_sum / max(tokens, 1)
+    perplexity = math.exp(loss) if loss < 700 else math.inf  # exp overflows past ~709
+    return {
+        "loss": loss,
+        "ppl": math.exp(min(loss, 50.0)),  # the capped figure every eval event carries
+        "perplexity": perplexity,
+        "bits_per_token": loss / math.log(2),
+    }
+
+
+@torch.no_grad()
+def evaluate_lm(
+    model: Any,
+    dataset: Any,
+    split: str = "dev",
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 0,
+) -> dict[str, Any]:
+    """An LM's scores on the fixed windows of ``split`` (``TokenStreams.eval_starts``): every
+    position of every window is one predicted token, its context the window's tokens before
+    it, as in nanoGPT's ``estimate_loss`` (which averages over random windows instead).
+    Returns ``split``, ``n`` (windows), ``tokens`` and ``lm_scores``; ``samples`` is empty."""
+    streams = dataset.streams
+    block = streams.block_size
+    rows = batch_size or max(1, min(256, LM_BATCH_LOGITS // (block * len(dataset.tgt_vocab))))
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    loss_sum, tokens, windows = 0.0, 0, 0
+    for cpu_batch in streams.eval_batches(split, rows):
+        batch = cpu_batch.to(device)
+        out = model(batch.src, batch.src_mask, batch.tgt_in)
+        loss_sum += float(token_loss_sum(out.logits, batch.tgt_out))  # summed in float64
+        tokens += batch.n_tokens
+        windows += batch.tgt_in.shape[0]
+    model.train(was_training)
+    return {
+        "split": split,
+        "n": windows,
+        "tokens": tokens,
+        **lm_scores(loss_sum, tokens),
+        "samples": [],
+    }
+
+
+@torch.no_grad()
+def nanogpt_estimate(
+    model: Any,
+    dataset: Any,
+    split: str = "dev",
+    *,
+    iters: int = 20,
+    batch_size: int = 12,
+    seed: int = 1337,
+    device: torch.device | str = "cpu",
+) -> float:
+    """nanoGPT's ``estimate_loss`` for ``split``: the mean of ``iters`` batch losses, each
+    over ``batch_size`` windows at uniform random offsets (``attnlab.data.lm.random_starts``
+    seeded by (``seed``, batch index)); a noisy estimate of ``evaluate_lm``'s loss."""
+    from attnlab.data.lm import random_starts, window_batch
+
+    streams = dataset.streams
+    ids, block = streams.split(split), streams.block_size
+    was_training = model.training
+    model.eval()
+    losses = []
+    for i in range(iters):
+        starts = random_starts(len(ids), block, batch_size, seed, i)
+        batch = window_batch(ids, starts, block).to(torch.device(device))
+        out = model(batch.src, batch.src_mask, batch.tgt_in)
+        losses.append(float(token_loss_sum(out.logits, batch.tgt_out)) / batch.n_tokens)
+    model.train(was_training)
+    return sum(losses) / max(len(losses), 1)
 
 
 def attention_statistics(

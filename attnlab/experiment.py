@@ -22,6 +22,7 @@ from attnlab.config import (
     VOCABULARY_KEYS,
     ExperimentConfig,
     ModelConfig,
+    TrainConfig,
     _check_value,
     _coerce,
     _put_param,
@@ -31,6 +32,7 @@ from attnlab.config import (
     safe_name,
     to_dict,
 )
+from attnlab.data.task_registry import task_metrics
 from attnlab.data.tasks import TASKS
 from attnlab.decode.resolve import check_coverage, check_decode
 from attnlab.errors import AttnlabError, did_you_mean, unknown_choice
@@ -215,6 +217,22 @@ def validate(config: ExperimentConfig) -> ExperimentConfig:
         raise AttnlabError(
             f"train.prefix_loss=true needs model.arch=decoder-only (model.arch={m.arch} "
             "reads its source with an encoder, which predicts nothing)"
+        )
+    declared = task_metrics(d.task)
+    if declared and config.train.metric not in (*declared, TrainConfig.metric):
+        raise AttnlabError(
+            f"train.metric={config.train.metric}: data.task={d.task} reports "
+            f"{', '.join(declared)}; pick one of those"
+        )
+    if d.task == "lm" and config.train.batch_tokens > 0:
+        raise AttnlabError(
+            f"train.batch_tokens={config.train.batch_tokens}: a language model's batch is "
+            "train.batch_size windows of data.block_size tokens; set train.batch_tokens=0"
+        )
+    if d.task == "lm" and not spec.reads_source_causally:
+        raise AttnlabError(
+            f"data.task=lm needs model.arch=decoder-only (model.arch={m.arch} is an "
+            "encoder-decoder, and a language model has no source to encode)"
         )
     for key, value in m.attn_params.items():
         if "." in key:

@@ -3,10 +3,11 @@
 Scalars (tag: source): ``train/loss``, ``train/lr``, ``train/tokens_per_s``,
 ``train/grad_norm``, ``train/tf_ratio`` from ``step`` events; ``dev/loss``, ``dev/ppl``,
 ``dev/bleu``, ``dev/bleu_lc``, ``dev/chrf``, ``dev/exact_match``,
-``dev/alignment_accuracy``, ``dev/aer`` and ``entropy/<role>/layer<l>/head<h>`` from
-``eval`` events; text ``samples/<index>`` (source, reference, hypothesis) from ``sample``
-events. Written with tensorboardX (the optional ``[tensorboard]`` extra), each value at its
-event's step and wall time.
+``dev/alignment_accuracy``, ``dev/aer``, an LM's ``dev/perplexity`` and
+``dev/bits_per_token``, and ``entropy/<role>/layer<l>/head<h>`` from ``eval`` events; text
+``samples/<index>`` (source, reference, hypothesis) from ``sample`` events. Written with
+tensorboardX (the optional ``[tensorboard]`` extra), each value at its event's step and wall
+time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ EVAL_SCALARS = (
     "exact_match",
     "alignment_accuracy",
     "aer",
+    "perplexity",  # a language model's (data.task = "lm"); absent elsewhere
+    "bits_per_token",
 )
 
 

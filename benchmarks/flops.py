@@ -30,8 +30,11 @@ def model_flops(model: Any, src_lens: list[int], tgt_lens: list[int]) -> float:
     enc = sum(
         1 for n in names if n.startswith("encoder_layers.") and n.endswith("self_attn.attn.q_proj")
     )
+    # the decoder's self-attentions: an encoder-decoder's decoder_layers, a decoder-only's layers
     dec = sum(
-        1 for n in names if n.startswith("decoder_layers.") and n.endswith("self_attn.attn.q_proj")
+        1
+        for n in names
+        if not n.startswith("encoder_layers.") and n.endswith("self_attn.attn.q_proj")
     )
     d = model.get_submodule(next(n for n in names if n.endswith("q_proj"))).weight.shape[0]
     attention = 0.0
@@ -54,19 +57,29 @@ def flops_per_target_token(model: Any, examples: Sequence[Any]) -> float:
     return model_flops(model, src_lens, tgt_lens) / max(sum(tgt_lens), 1)
 
 
-def matmul_flops_per_s(n: int = 2048, repeats: int = 10, threads: int = 2) -> float:
-    """The best float32 FLOP/s of an n x n @ n x n matmul over ``repeats`` (2 n^3 FLOPs)."""
+def matmul_flops_per_s(
+    n: int = 2048, repeats: int = 10, threads: int = 2, device: str = "cpu"
+) -> float:
+    """The best float32 FLOP/s of an n x n @ n x n matmul over ``repeats`` (2 n^3 FLOPs);
+    on CUDA each timing waits for the kernel (TF32 stays as torch's default: off)."""
     import torch
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen)
-    b = torch.randn(n, n, generator=gen)
-    out = torch.empty(n, n)
+    a = torch.randn(n, n, generator=gen).to(device)
+    b = torch.randn(n, n, generator=gen).to(device)
+    out = torch.empty(n, n, device=device)
+
+    def sync() -> None:
+        if device != "cpu":
+            torch.cuda.synchronize()
+
     torch.mm(a, b, out=out)  # warm-up
+    sync()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         torch.mm(a, b, out=out)
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 / best

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from attnlab.cli import cli
 
-COMMANDS = ["train", "eval", "translate", "variants", "presets", "runs", "export"]
+COMMANDS = ["train", "eval", "translate", "generate", "variants", "presets", "runs", "export"]
 
 
 def invoke(*args, input=None):

@@ -91,6 +91,23 @@ def test_model_flops_by_hand_for_a_one_layer_transformer():
     assert gpu_check.model_flops(model, src, tgt) == pytest.approx(dense + attention)
 
 
+def test_model_flops_by_hand_for_a_two_layer_decoder_only_lm():
+    from attnlab.config import ExperimentConfig, ModelConfig
+    from attnlab.nn.model import build_model
+
+    d, ff, vocab, layers = 8, 16, 10, 2
+    config = ExperimentConfig(
+        model=ModelConfig(arch="decoder-only", d_model=d, heads=2, ff=ff, dec_layers=layers)
+    )
+    model = build_model(config, vocab, vocab)
+    windows = [6, 6, 6]  # an LM batch: empty sources, windows of 6 tokens
+    per_token = layers * (4 * d * d + 2 * d * ff) + vocab * d  # attention q k v o; ff; output
+    dense = 6 * per_token * sum(windows)
+    attention = sum(12 * layers * d * t * t for t in windows)
+    flops = gpu_check.model_flops(model, [0] * len(windows), windows)
+    assert flops == pytest.approx(dense + attention)
+
+
 def test_profile_summary_counts_device_time_once_and_per_step():
     """The device's busy time is the kernels' own time (as the profiler's "Self CUDA time
     total"): not again through the host operator that launched a kernel, nor through an

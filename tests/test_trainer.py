@@ -315,7 +315,7 @@ def test_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     assert device_module.resolve_device("auto").type == "cuda"
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer", "decoder-only"])
+@pytest.mark.parametrize("arch", ["rnn", "transformer", "decoder-only", "lm"])
 def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_step(tmp_path, arch):
     """The trainer's real optimizer (fused AdamW on CPU) between evals; each eval event must be
     what a fresh ``attnlab eval`` of the checkpoint written at that step reports, exactly."""
@@ -344,8 +344,16 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     ]
     if arch == "transformer":
         overrides += ["model.layers=1", "model.heads=2", "model.ff=32"]
-    if arch == "decoder-only":
+    if arch in ("decoder-only", "lm"):
         overrides += ["model.dec_layers=2", "model.d_model=32", "model.heads=2", "model.ff=32"]
+    keys = ("bleu", "chrf", "exact_match", "loss")
+    if arch == "lm":  # a decoder-only language model on a text file: its fixed dev windows
+        text = tmp_path / "text.txt"
+        text.write_text("".join(f"line {i % 37} of {i % 11}.\n" for i in range(300)))
+        overrides[-1] = "model.arch=decoder-only"
+        overrides += [f"data.path={text}", "data.task=lm", "data.tokenizer=char"]
+        overrides += ["data.block_size=24", "data.dev_windows=30", "data.dev_fraction=0.3"]
+        keys = ("loss", "perplexity", "bits_per_token", "n", "tokens")
     config = apply_overrides(ExperimentConfig(name="evalcheck"), overrides)
     run_dir = tmp_path / "run"
     snapshots: dict[int, object] = {}
@@ -359,15 +367,15 @@ def test_every_eval_event_equals_attnlab_eval_of_the_checkpoint_saved_at_that_st
     Trainer(config, run_dir, on_event=on_event, device="cpu").run()
     evals = [e for e in iter_events(run_dir) if e["type"] == "eval"]
     assert [e["step"] for e in evals] == [10, 20, 30, 40]
-    assert len({e["bleu"] for e in evals}) > 1  # the model changed between evals
+    assert len({e[keys[0]] for e in evals}) > 1  # the model changed between evals
     for event in evals:
-        assert event["n"] == 30  # train.eval_sentences of the 40 dev sentences
+        assert event["n"] == 30  # train.eval_sentences of the 40 dev sentences (LM: windows)
         snapshot = str(snapshots[event["step"]])
         result = CliRunner().invoke(cli, ["eval", snapshot, "--max-sentences", "30", "--json"])
         assert result.exit_code == 0, result.output
         fresh = json.loads(result.output)
         assert fresh["step"] == event["step"]
-        for key in ("bleu", "chrf", "exact_match", "loss"):
+        for key in keys:
             assert fresh[key] == event[key], (event["step"], key, fresh[key], event[key])
 
 

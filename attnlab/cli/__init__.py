@@ -1,10 +1,10 @@
 """The ``attnlab`` command line (click). Every command has ``--help``.
 
 One module per command group, each parsing its arguments and calling the engine:
-``train`` (train), ``evaluate`` (eval, translate), ``inspect`` (heads, compare, average),
-``data`` (data stats / show), ``runs`` (runs, export), ``study`` (study run / show),
-``catalog`` (variants, decoders, presets), ``history`` (export-history, translate --at-step);
-``common`` holds what they share, ``ct2`` the
+``train`` (train), ``evaluate`` (eval, translate), ``generate`` (generate),
+``inspect`` (heads, compare, average), ``data`` (data stats / show), ``runs`` (runs, export),
+``study`` (study run / show), ``catalog`` (variants, decoders, presets), ``history``
+(export-history, translate --at-step); ``common`` holds what they share, ``ct2`` the
 CTranslate2 side of export and translate, ``significance`` compare's paired tests. A new
 command goes into the module of its group, or into a new module with a ``COMMANDS`` tuple
 listed in COMMAND_MODULES below.
@@ -25,12 +25,12 @@ from typing import Any
 import click
 
 from attnlab import __version__
-from attnlab.cli import catalog, data, evaluate, history, inspect, runs, study, train
+from attnlab.cli import catalog, data, evaluate, generate, history, inspect, runs, study, train
 from attnlab.cli.common import one_line, say
 from attnlab.errors import AttnlabError
 
 # Each module's COMMANDS are added to the group (a click group such as ``data`` counts as one).
-COMMAND_MODULES = (train, evaluate, inspect, data, runs, study, catalog, history)
+COMMAND_MODULES = (train, evaluate, generate, inspect, data, runs, study, catalog, history)
 
 
 class AttnlabGroup(click.Group):

@@ -112,6 +112,18 @@ def show_command(
 
     config = _data_config(path, preset, overrides)
     dataset = load_dataset(config.data)
+    if dataset.streams is not None:  # a language model: its first fixed windows of the split
+        windows = Table(show_lines=True)
+        windows.add_column("#", justify="right")
+        windows.add_column("start", justify="right")
+        windows.add_column(f"window ({dataset.streams.block_size} tokens; the target is it +1)")
+        ids = dataset.streams.split(split)
+        for i, start in enumerate(dataset.streams.eval_starts(split)[:count].tolist()):
+            tokens = dataset.tgt_vocab.decode(ids[start : start + dataset.streams.block_size])
+            text = dataset.tgt_tokenizer.decode(tokens)
+            windows.add_row(str(i), f"{start:,}", Text(text))  # the text as written
+        Console().print(windows)
+        return
     table = Table(show_lines=True)
     table.add_column("#", justify="right")
     table.add_column("source")

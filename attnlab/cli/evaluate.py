@@ -132,11 +132,13 @@ def eval_command(
     table.add_column("value", overflow="fold")  # wrap, never cut, the BLEU signature
     for key, digits in (
         ("n", 0),
+        ("tokens", 0),  # a language model's: the tokens of its fixed windows
         ("bleu", 2),
         ("chrf", 2),
         ("exact_match", 4),
         ("loss", 4),
-        ("ppl", 3),
+        ("ppl" if "perplexity" not in result else "perplexity", 3),
+        ("bits_per_token", 4),
         ("alignment_accuracy", 4),
     ):
         if result.get(key) is not None:
@@ -154,8 +156,11 @@ def eval_command(
         shift = gold.get("shift_att")
         if shift is not None and shift["aer"] is not None:
             table.add_row(f"AER (Shift-Att, layer {shift['layer']})", fmt(shift["aer"], 4))
-    table.add_row("BLEU signature", result.get("bleu_signature", ""))
     console = rich_console()
+    if "bleu_by_length" not in result:  # a language model: no sentences, no BLEU
+        console.print(table)
+        return
+    table.add_row("BLEU signature", result.get("bleu_signature", ""))
     console.print(table)
     buckets = Table(title="BLEU by source length")
     for column in ("bucket", "n", "bleu"):

@@ -42,17 +42,20 @@ def runs(directory: Path, verbose: bool) -> None:
             "BLEU": _cell(r.best_bleu, 1),
             "chrF": _cell(r.best_chrf, 1),
             "EM": _cell(r.best_exact_match, 2),
+            "loss": _cell(r.best_loss, 3),
             "tok/s": _cell(r.tokens_per_s, 0),
             "status": str(r.status),
         }
         for r in found
     ]
-    columns, _ = _runs_columns(rows, console.width if console.is_terminal else None)
+    # A language model is scored by its dev loss (no BLEU): the column shows when one is listed.
+    lm_listed = any(r.best_bleu is None and r.best_loss is not None for r in found)
+    columns, _ = _runs_columns(rows, console.width if console.is_terminal else None, lm_listed)
     if not console.is_terminal:  # piped: every column, nothing abbreviated (docs/cli.md)
         console.width = max(console.width, sum(_widths(rows, columns)) + 1)
     table = Table(title=f"runs in {directory}", box=box.SIMPLE_HEAD)
     for column in columns:
-        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "tok/s")
+        numeric = column in ("params", "steps", "BLEU", "chrF", "EM", "loss", "tok/s")
         # the run name folds onto a second line rather than being cut: it must stay copyable
         table.add_column(
             column,
@@ -97,30 +100,59 @@ def _cell(value: float | int | None, digits: int = 2) -> str:
     return text if len(text) <= RUNS_CELL else f"{value:.3g}"
 
 
-RUNS_ORDER = ("run", "task", "model", "params", "steps", "BLEU", "chrF", "EM", "tok/s", "status")
+RUNS_ORDER = (
+    "run",
+    "task",
+    "model",
+    "params",
+    "steps",
+    "BLEU",
+    "chrF",
+    "EM",
+    "loss",
+    "tok/s",
+    "status",
+)
 # Most telling first; what does not fit the terminal is left out. The run name is never cut
 # (a name copied from this table must work as ``attnlab eval runs/NAME``): the model column
 # goes before it would, and a name wider than the terminal wraps.
-RUNS_PRIORITY = ("run", "BLEU", "chrF", "EM", "status", "model", "tok/s", "steps", "task", "params")
+RUNS_PRIORITY = (
+    "run",
+    "loss",
+    "BLEU",
+    "chrF",
+    "EM",
+    "status",
+    "model",
+    "tok/s",
+    "steps",
+    "task",
+    "params",
+)
 
 
-def _runs_columns(rows: list[dict[str, str]], width: int | None) -> tuple[list[str], int]:
+def _runs_columns(
+    rows: list[dict[str, str]], width: int | None, with_loss: bool = False
+) -> tuple[list[str], int]:
     """The ``attnlab runs`` columns that fit ``width`` (by priority; all of them when None, as
-    for piped output) and the run-name width (always the longest name)."""
+    for piped output) and the run-name width (always the longest name). The dev ``loss``
+    column only ``with_loss`` (a language model is listed)."""
+    order = [c for c in RUNS_ORDER if with_loss or c != "loss"]
+    priority = [c for c in RUNS_PRIORITY if with_loss or c != "loss"]
 
     def need(column: str) -> int:  # content or header, plus padding and separator (3)
         return max([len(column), *(len(r[column]) for r in rows)]) + 3
 
     run_width = need("run") - 3
     if width is None:
-        return list(RUNS_ORDER), run_width
+        return order, run_width
     used = 1 + run_width + 3  # 1: the table's outer edge
     chosen = ["run"]
-    for column in RUNS_PRIORITY[1:]:
+    for column in priority[1:]:
         if used + need(column) <= width:
             chosen.append(column)
             used += need(column)
-    return [c for c in RUNS_ORDER if c in chosen], run_width
+    return [c for c in order if c in chosen], run_width
 
 
 @click.command()

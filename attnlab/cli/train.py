@@ -43,13 +43,20 @@ class TrainProgress:
             TextColumn("loss {task.fields[loss]}"),
             TextColumn("mean {task.fields[tps]} tok/s"),
             TextColumn("ETA {task.fields[eta]}"),
-            TextColumn("dev BLEU {task.fields[bleu]}"),
+            TextColumn("dev {task.fields[score]}"),
             console=rich_console(stderr=True),
             transient=False,
         )
         self.task = self.progress.add_task(
-            "train", total=max_steps, completed=start_step, loss="–", tps="–", bleu="–", eta="–"
+            "train",
+            total=max_steps,
+            completed=start_step,
+            loss="–",
+            tps="–",
+            score="BLEU –",
+            eta="–",
         )
+        self.metric = ""  # the task's first declared metric (an LM's loss); "": BLEU
 
     def __enter__(self) -> TrainProgress:
         if self.progress is not None:
@@ -91,6 +98,10 @@ class TrainProgress:
             return
         if self._stopped:
             return
+        if isinstance(typed, Start):
+            self.metric = typed.metrics[0] if typed.metrics else ""  # the task's first metric
+            if self.metric:
+                self.progress.update(self.task, score=f"{self.metric} –")
         if isinstance(typed, Step):
             self.progress.update(
                 self.task,
@@ -100,7 +111,12 @@ class TrainProgress:
                 eta=_duration(self.eta_s(typed.step)),
             )
         elif isinstance(typed, Eval):
-            self.progress.update(self.task, completed=typed.step, bleu=fmt(typed.bleu))
+            score = (
+                f"{self.metric} {fmt(typed.metric(self.metric), 4)}"
+                if self.metric
+                else f"BLEU {fmt(typed.bleu)}"
+            )
+            self.progress.update(self.task, completed=typed.step, score=score)
         elif isinstance(typed, (Checkpoint, Done)):
             self.progress.update(self.task, completed=typed.step)
         elif isinstance(typed, Error):
@@ -139,11 +155,20 @@ def _summary_table(summary: dict[str, Any]) -> Any:
         ("mean tokens/s", fmt(summary.get("tokens_per_s"), 0)),
         ("best step", fmt(best.get("step"))),
         ("best chosen by", fmt(best.get("chosen_by"))),
-        ("dev BLEU", fmt(best.get("bleu"))),
-        ("dev chrF", fmt(best.get("chrf"))),
-        ("dev exact match", fmt(best.get("exact_match"), 3)),
-        ("dev loss / ppl", f"{fmt(best.get('loss'), 4)} / {fmt(best.get('ppl'), 3)}"),
     ]
+    if best.get("bits_per_token") is not None:  # a language model's metrics
+        rows += [
+            ("dev loss (nats/token)", fmt(best.get("loss"), 4)),
+            ("dev perplexity", fmt(best.get("perplexity"), 3)),
+            ("dev bits/token", fmt(best.get("bits_per_token"), 4)),
+        ]
+    else:
+        rows += [
+            ("dev BLEU", fmt(best.get("bleu"))),
+            ("dev chrF", fmt(best.get("chrf"))),
+            ("dev exact match", fmt(best.get("exact_match"), 3)),
+            ("dev loss / ppl", f"{fmt(best.get('loss'), 4)} / {fmt(best.get('ppl'), 3)}"),
+        ]
     if best.get("alignment_accuracy") is not None:
         rows.append(("dev alignment accuracy", fmt(best["alignment_accuracy"], 3)))
     for key, value in rows:
@@ -243,10 +268,12 @@ def train(
         # "error: ..." is the one line that says what went wrong (on stderr); the summary of
         # such a run must not read as a second one.
         label = "ended on an error" if summary["reason"] == "error" else summary["reason"]
-        click.echo(
-            f"{label}: step {summary['step']}, dev BLEU {fmt(best.get('bleu'))}, "
-            f"exact match {fmt(best.get('exact_match'), 3)}, {summary['wall_s']:.1f} s"
+        scores = (
+            f"dev loss {fmt(best.get('loss'), 4)}, bits/token {fmt(best.get('bits_per_token'), 4)}"
+            if best.get("bits_per_token") is not None  # a language model
+            else f"dev BLEU {fmt(best.get('bleu'))}, exact match {fmt(best.get('exact_match'), 3)}"
         )
+        click.echo(f"{label}: step {summary['step']}, {scores}, {summary['wall_s']:.1f} s")
     else:
         rich_console().print(_summary_table(summary))
     if summary["exit_code"]:

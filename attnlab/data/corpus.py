@@ -75,7 +75,10 @@ MULTI30K_HINT = (
 
 
 def check_source_paths(cfg: DataConfig) -> None:
-    """Refuse a missing corpus file or folder before anything is created (a run directory)."""
+    """Refuse a missing corpus file or folder (or an LM's text file) before anything is
+    created (a run directory)."""
+    if cfg.task == "lm" and cfg.path:
+        resolve_path(cfg.path, "data.path")
     if cfg.task != "corpus":
         return
     for raw, name in ((cfg.src_file, "data.src_file"), (cfg.tgt_file, "data.tgt_file")):

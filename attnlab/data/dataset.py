@@ -78,10 +78,20 @@ def alphabet_vocabs(
     return Vocab(src), Vocab(tgt)
 
 
-def load_dataset(data_cfg: DataConfig, cache_dir: Path | None = None) -> Dataset:
-    """The dataset a config describes: a toy task, or ``task = "corpus"`` (see ``corpus``)."""
+def load_dataset(
+    data_cfg: DataConfig, cache_dir: Path | None = None, reuse: Dataset | None = None
+) -> Dataset:
+    """The dataset a config describes: a toy task, ``task = "corpus"`` (see ``corpus``) or a
+    task that builds its own (``TaskSpec.dataset``: "lm"). ``reuse``: a dataset (a
+    checkpoint's) whose tokenizer and vocabulary such a task encodes with; the others ignore
+    it (their callers swap the vocabularies in)."""
     if data_cfg.task == "corpus":
         from attnlab.data.corpus import load_corpus_dataset
 
         return load_corpus_dataset(data_cfg, cache_dir)
+    from attnlab.data.tasks import TASKS
+
+    builder = getattr(TASKS.get(data_cfg.task).meta, "dataset", None)
+    if builder is not None:
+        return builder(data_cfg, reuse)
     return _toy_dataset(data_cfg)

@@ -30,6 +30,8 @@ class Dataset:
     tgt_tokenizer: Tokenizer
     has_alignment: bool
     name: str  # the toy task's name, or "corpus"
+    # A language model's token ids (attnlab.data.lm.TokenStreams; None: sentence pairs).
+    streams: Any = None
 
     @property
     def stats(self) -> dict[str, object]:

@@ -88,6 +88,9 @@ def dataset_stats(
     }
     if isinstance(out["tokenizer"], str):
         out["tokenizer"] = {"src": out["tokenizer"], "tgt": out["tokenizer"]}
+    if dataset.streams is not None:  # a language model: token streams, not sentence pairs
+        out["lm"] = lm_stats(dataset.streams, batch_size)
+        return out
     for key in (
         "sources",
         "empty_skipped",
@@ -129,6 +132,45 @@ def dataset_stats(
     return out
 
 
+def lm_stats(streams: Any, batch_size: int) -> dict[str, Any]:
+    """An LM's splits: tokens, non-overlapping windows of ``block_size`` (+ 1) tokens, the
+    dev windows scored, and what one training step reads."""
+    from attnlab.data.lm import window_starts
+
+    block = streams.block_size
+    splits = {
+        name: {
+            "tokens": int(len(ids)),
+            "windows": int(len(window_starts(len(ids), block))),
+        }
+        for name, ids in (("train", streams.train), ("dev", streams.dev))
+    }
+    return {
+        "block_size": block,
+        "windows": streams.windows,
+        "splits": splits,
+        "dev_windows_scored": int(len(streams.eval_starts("dev"))),
+        "tokens_per_step": batch_size * block,
+    }
+
+
+def _render_lm(header: Any, lm: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"splits (windows of {lm['block_size']} tokens)", title_justify="left")
+    for col in ("split", "tokens", "windows"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for split, s in lm["splits"].items():
+        table.add_row(split, f"{s['tokens']:,}", f"{s['windows']:,}")
+    note = (
+        f"test is the dev split; dev is scored on {lm['dev_windows_scored']:,} fixed windows; "
+        f"train: {lm['windows']} windows, {lm['tokens_per_step']:,} tokens per step"
+    )
+    return Group(header, table, Text(note))
+
+
 def render_stats(stats: dict[str, Any]) -> Any:
     """A rich renderable (tables + bar histograms) for ``dataset_stats`` output."""
     from rich.console import Group
@@ -144,6 +186,8 @@ def render_stats(stats: dict[str, Any]) -> Any:
         f"  vocab: src {vocab['src']}, tgt {vocab['tgt']}"
         + (" (shared)" if vocab["shared"] else ""),
     )
+    if "lm" in stats:
+        return _render_lm(header, stats["lm"])
     parts: list[Any] = [header]
     if "sources" in stats:
         for split, source in stats["sources"].items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from attnlab.config import DataConfig
 from attnlab.data.example import Splits
@@ -60,6 +61,12 @@ class TaskSpec:
     # with other data.train_size then share it (compare, --significance). None: a plug-in
     # without one gets the symbols its sample uses.
     alphabet: Alphabet | None = None
+    # A task that builds its whole dataset (data config, a dataset whose vocabulary to reuse
+    # or None -> attnlab.data.indexed.Dataset) instead of generating sentence pairs: "lm".
+    dataset: Callable[..., Any] | None = None
+    # The dev metrics the task's evaluation reports (attnlab.study.metrics has each one's
+    # label and direction); empty: the sentence-pair metrics (BLEU, chrF, exact match, loss).
+    metrics: tuple[str, ...] = ()
 
 
 def fields_read(task: str) -> tuple[str, ...]:
@@ -70,6 +77,21 @@ def fields_read(task: str) -> tuple[str, ...]:
     if task in TASKS.names():
         return tuple(getattr(TASKS.get(task).meta, "reads", TOY_FIELDS))
     return ()
+
+
+def task_metrics(task: str) -> tuple[str, ...]:
+    """The dev metrics ``task`` declares (empty: the sentence-pair ones, BLEU and the rest)."""
+    if task in TASKS.names():
+        return tuple(getattr(TASKS.get(task).meta, "metrics", ()) or ())
+    return ()
+
+
+def run_metric(task: str, metric: str) -> str:
+    """The ``train.metric`` a run of ``task`` picks its best checkpoint by: ``metric`` when
+    the task reports it, else the task's first declared metric (an LM run left at the default
+    "bleu" is chosen by its loss)."""
+    declared = task_metrics(task)
+    return metric if not declared or metric in declared else declared[0]
 
 
 TASKS: Registry[Callable[[DataConfig], Splits]] = Registry("task")

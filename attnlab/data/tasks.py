@@ -6,7 +6,7 @@ module also imports attnlab.data.toy, whose decorators register the built-in tas
 
 from __future__ import annotations
 
-from attnlab.data import listops, synthetic, toy  # noqa: F401  (register the built-in tasks)
-from attnlab.data.task_registry import TASKS, TaskSpec
+from attnlab.data import listops, lm, synthetic, toy  # noqa: F401  (register the built-in tasks)
+from attnlab.data.task_registry import TASKS, TaskSpec, task_metrics
 
-__all__ = ["TASKS", "TaskSpec"]
+__all__ = ["TASKS", "TaskSpec", "task_metrics"]

@@ -42,12 +42,23 @@ def filter_log_probs(
     return torch.log_softmax(scaled, dim=-1)
 
 
+def draw(
+    log_probs: Tensor,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Tensor:
+    """One token per row of log_probs[N, V] drawn from the filtered distribution -> [N]."""
+    filtered = filter_log_probs(log_probs, temperature, top_k, top_p)
+    return torch.multinomial(filtered.exp(), 1, generator=generator).squeeze(1)
+
+
 def make_sampler(cfg: DecodeConfig, generator: torch.Generator):
     """A TokenPicker that draws from the filtered distribution with ``generator``."""
 
     def pick(log_probs: Tensor, rows: Tensor) -> Tensor:
-        filtered = filter_log_probs(log_probs, cfg.temperature, cfg.top_k, cfg.top_p)
-        return torch.multinomial(filtered.exp(), 1, generator=generator).squeeze(1)
+        return draw(log_probs, generator, cfg.temperature, cfg.top_k, cfg.top_p)
 
     return pick
 

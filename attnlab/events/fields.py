@@ -75,6 +75,7 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
         "roles": NAMES,
         "dropped_pairs": INTEGER,
         "world_size": INTEGER,
+        "metrics": TOKENS,
     },
     "step": {
         **dict.fromkeys(
@@ -101,7 +102,8 @@ FIELD_TYPES: dict[str, dict[str, FieldType]] = {
         "chrf_signature": TEXT,
         "bleu_lc_signature": TEXT,
         "n": INTEGER,
-        **dict.fromkeys(("loss", "ppl", "elapsed_s"), NUMBER),
+        **dict.fromkeys(("loss", "ppl", "perplexity", "bits_per_token", "elapsed_s"), NUMBER),
+        "tokens": INTEGER,
         **dict.fromkeys(("bleu", "chrf", "bleu_lc"), PERCENT),
         **dict.fromkeys(("exact_match", "alignment_accuracy", "aer"), FRACTION),
         "attention_entropy": ROLE_GRIDS,

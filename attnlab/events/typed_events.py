@@ -133,6 +133,9 @@ class Start(Event):
     host: str = ""
     dropped_pairs: int = 0  # training pairs over data.train_max_tokens
     world_size: int = 1  # data-parallel processes
+    # The dev metrics the run's task declares (attnlab.data.task_registry.task_metrics; an
+    # LM: loss, perplexity, bits_per_token), what readers show instead of BLEU; absent: BLEU.
+    metrics: list[str] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass
@@ -182,6 +185,11 @@ class Eval(Event):
     # What the run costs (attnlab.evaluate.COST_KEYS): parameters, training throughput and
     # peak memory so far, this evaluation's decoding speed, KV-cache bytes per token.
     cost: dict[str, float | None] | None = field(default=None, metadata=OPTIONAL)
+    # A language model's (data.task = "lm"; attnlab.evaluate.lm_scores): exp(loss) uncapped,
+    # loss / ln 2, and the tokens scored; absent for sentence-pair tasks.
+    perplexity: float | None = field(default=None, metadata=OPTIONAL)
+    bits_per_token: float | None = field(default=None, metadata=OPTIONAL)
+    tokens: int | None = field(default=None, metadata=OPTIONAL)
     best: bool = False
     elapsed_s: float | None = None
 

@@ -137,7 +137,15 @@ def _json_text(obj: Any) -> str:
 def _tensor_bytes(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> bytes:
     from safetensors.torch import save as safetensors_bytes
 
-    cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    cpu: dict[str, Tensor] = {}
+    storages: set[int] = set()
+    for key, value in tensors.items():
+        tensor = value.detach().to("cpu").contiguous()
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in storages:  # a tied weight (embeddings = output layer): its own copy,
+            tensor = tensor.clone()  # as safetensors refuses shared memory
+        storages.add(storage)
+        cpu[key] = tensor
     return safetensors_bytes(cpu, metadata=metadata)
 
 

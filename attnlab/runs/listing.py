@@ -40,6 +40,7 @@ class RunSummary:
     tokens_per_s: float | None  # mean over the run's training time (older runs: last step's)
     wall_s: float | None
     status: str  # running | finished | interrupted | stopped | error | incomplete
+    best_loss: float | None = None  # the lowest dev loss (a language model's score)
     skipped_lines: int = 0  # malformed lines of events.jsonl that were skipped
     warnings: list[str] = field(default_factory=list)  # one line each, for the user
     # A study's run (attnlab.study.listing): the study's and the cell's name; "" otherwise.
@@ -97,6 +98,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
             summary.best_bleu = _larger(summary.best_bleu, event.bleu)
             summary.best_chrf = _larger(summary.best_chrf, event.chrf)
             summary.best_exact_match = _larger(summary.best_exact_match, event.exact_match)
+            summary.best_loss = _smaller(summary.best_loss, event.loss)  # lower is better
         elif isinstance(event, Error):
             errored = True
         elif isinstance(event, Done):
@@ -129,6 +131,10 @@ def summarize_run(run_dir: Path) -> RunSummary:
 def _given(value: Any, before: Any) -> Any:
     """A logged figure, or the earlier one where this event has none."""
     return before if value is None else value
+
+
+def _smaller(best: float | None, value: float | None) -> float | None:
+    return value if value is not None and (best is None or value < best) else best
 
 
 def _larger(best: float | None, value: float | None) -> float | None:

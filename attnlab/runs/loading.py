@@ -335,7 +335,10 @@ def load_checkpoint_data(loaded: LoadedModel, data: Any = None) -> Any:
     from attnlab.data.dataset import load_dataset
 
     try:
-        dataset = load_dataset(data if data is not None else loaded.config.data)
+        # reuse: a task that encodes its own data (an LM's token ids) uses these vocabularies
+        dataset = load_dataset(
+            data if data is not None else loaded.config.data, reuse=loaded.dataset
+        )
     except AttnlabError as err:
         raise AttnlabError(
             f"{meta_source(loaded.path)}: its data settings do not load: {err}"

@@ -275,4 +275,9 @@ def keep_checkpoint_vocabularies(run_dir: Path, dataset: Any) -> Any:
     src_vocab, tgt_vocab, _src_tok, _tgt_tok = vocab_and_tokenizers_from_meta(meta)
     if src_vocab.itos == dataset.src_vocab.itos and tgt_vocab.itos == dataset.tgt_vocab.itos:
         return dataset
+    if getattr(dataset, "streams", None) is not None:  # its ids are encoded: cannot swap
+        raise AttnlabError(
+            f"{run_dir}: data.path's vocabulary is not the one the checkpoint was trained "
+            "with (the text or data.tokenizer changed); resume with the same text"
+        )
     return dataclasses.replace(dataset, src_vocab=src_vocab, tgt_vocab=tgt_vocab)

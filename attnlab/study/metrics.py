@@ -25,6 +25,9 @@ METRICS: dict[str, Metric] = {
     "loss": Metric("loss", 3, False, 0.0),
     "alignment_accuracy": Metric("align. acc.", 3, True, 0.0, 1.0),
     "aer": Metric("AER", 3, False, 0.0, 1.0),
+    # a language model's (data.task = "lm")
+    "perplexity": Metric("perplexity", 2, False, 1.0),
+    "bits_per_token": Metric("bits/token", 3, False, 0.0),
 }
 DEFAULT_METRICS = ("exact_match", "bleu", "chrf")
 # What a run costs (the score file's "cost", attnlab.evaluate.COST_KEYS), shown beside the

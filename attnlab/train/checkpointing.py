@@ -197,6 +197,11 @@ class EvaluationAndCheckpoints:
         if self.config.train.attention_history <= 0:
             return
         reason = history_off_reason(self.config)
+        if reason is None and self.dataset.streams is not None:
+            reason = (
+                "train.attention_history: a language model has no dev sentences to keep "
+                "maps of; no attention history is stored"
+            )
         if reason is not None:
             if not getattr(self, "_history_noted", False):
                 self._history_noted = True

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from attnlab.data.batching import Batch
 from attnlab.nn.archs import arch_spec
+from attnlab.train.optim import weight_decay_groups
 
 # A step that can be captured: (device batch, target-token count) -> (summed loss, norm | None).
 StepFn = Callable[[Batch, Tensor], tuple[Tensor, Tensor | None]]
@@ -75,7 +76,7 @@ def make_graph_optimizer(
     dtype = params[0].dtype if params else torch.float32
     lr = torch.tensor(cfg.lr, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     return torch.optim.AdamW(
-        params,
+        weight_decay_groups(params, cfg),
         lr=lr.to(device),
         betas=tuple(cfg.betas),
         weight_decay=cfg.weight_decay,

@@ -111,16 +111,24 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     raise AttnlabError(f"unknown train.schedule {cfg.schedule!r}")  # pragma: no cover
 
 
+# The dev metrics where lower is better (the rest: higher); attnlab.study.metrics agrees.
+LOWER_IS_BETTER = frozenset({"loss", "perplexity", "bits_per_token", "aer"})
+
+
 def metric_improved(metric: str, value: float, best: float | None) -> bool:
-    """Higher is better except for loss."""
+    """Higher is better except for the loss, an LM's perplexity and bits, and AER."""
     if best is None:
         return True
-    return value < best if metric == "loss" else value > best
+    return value < best if metric in LOWER_IS_BETTER else value > best
 
 
 # What breaks a tie in the chosen metric (exact match often stays at 0 for many evals):
 # the dev loss, then BLEU; for ``loss`` itself, BLEU then chrF.
-TIE_BREAKERS = {"loss": ("bleu", "chrf")}
+TIE_BREAKERS = {
+    "loss": ("bleu", "chrf"),
+    "perplexity": ("loss",),
+    "bits_per_token": ("loss",),
+}
 DEFAULT_TIE_BREAKERS = ("loss", "bleu")
 
 

@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import torch
 
 from attnlab.config import ExperimentConfig, to_dict
 from attnlab.data.batching import Batch, make_batch, plan_batches
-from attnlab.data.example import Example
+from attnlab.data.task_registry import run_metric, task_metrics
 from attnlab.device import autocast, describe, resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.evaluate import token_loss_sum
@@ -86,6 +87,7 @@ from attnlab.train.distributed import (
     PeerFailed,
     shard_plan,
 )
+from attnlab.train.optim import weight_decay_groups
 from attnlab.train.schedules import (
     LRSchedule,
     teacher_forcing_ratio,
@@ -100,9 +102,9 @@ def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
     kernel over all parameters instead of a Python loop over ~100 tensors, ~5 % of a step here."""
     kwargs = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay}
     try:
-        return torch.optim.AdamW(model.parameters(), fused=True, **kwargs)
+        return torch.optim.AdamW(weight_decay_groups(model.parameters(), cfg), fused=True, **kwargs)
     except (RuntimeError, ValueError, TypeError):
-        return torch.optim.AdamW(model.parameters(), **kwargs)
+        return torch.optim.AdamW(weight_decay_groups(model.parameters(), cfg), **kwargs)
 
 
 def seed_everything(seed: int) -> None:
@@ -172,6 +174,11 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         from attnlab.data.dataset import load_dataset
         from attnlab.nn.model import build_model, count_parameters
 
+        # The metric the task reports that "best" means (an LM left at the default "bleu":
+        # its loss); the run's config.toml records it.
+        metric = run_metric(self.config.data.task, self.config.train.metric)
+        if metric != self.config.train.metric:
+            self.config = self.config.replace(train=replace(self.config.train, metric=metric))
         cfg = self.config.train
         seed_everything(cfg.seed)
         self.dist = distributed.init(self.device_name)  # one process: rank 0 of 1, no-op
@@ -185,6 +192,8 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         self.padding = bucket_padding(cfg, self.device, self.graphs_on)  # None: own shapes
         if self.dataset is None:  # rank 0 prepares the corpus cache, the others then read it
             self.dataset = self.dist.primary_first(lambda: load_dataset(self.config.data))
+        if self.dataset.streams is not None:  # LM windows: one shape already, no filler
+            self.padding = None
         if self.resume:  # the ids its weights were trained with (older toy vocabularies)
             self.dataset = keep_checkpoint_vocabularies(self.run_dir, self.dataset)
         self.dataset_meta = self.dataset.meta()
@@ -478,6 +487,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                     host=socket.gethostname(),
                     dropped_pairs=int(self.dataset.stats.get("train_too_long_dropped", 0) or 0),
                     world_size=self.dist.world_size,
+                    metrics=list(task_metrics(self.config.data.task)) or None,
                 )
             )
             self.started = True
@@ -531,7 +541,6 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
         cfg = self.config.train
         model, optimizer = self.model, self.optimizer
         self._trainable = [p for p in model.parameters() if p.requires_grad]
-        src_vocab, tgt_vocab = self.dataset.src_vocab, self.dataset.tgt_vocab
         batches = self._batches()
         window_loss = torch.zeros((), device=self.device)  # summed token loss since last log
         window_tokens, window_steps = 0, 0
@@ -585,8 +594,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
                 self._check_finite(self._global_loss(window_loss))
 
         while self.step < cfg.max_steps:
-            examples = next(batches)  # this rank's share of the step (see _batches)
-            cpu_batch = make_batch(examples, src_vocab, tgt_vocab)
+            cpu_batch = next(batches)  # this rank's share of the step (see _batches)
             if self.padding is not None:  # a static bucket shape; same loss and gradients
                 cpu_batch = self.padding.apply(cpu_batch)
             if self.device.type == "cuda":
@@ -637,12 +645,21 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             self._save("last")
         return "finished"
 
-    def _batches(self) -> Iterator[list[Example]]:
-        """Endless shuffled epochs; resumes at (epoch, batch_in_epoch). Every rank computes the
-        same seeded plan and takes its share (``shard_plan``); ``batch_in_epoch`` counts plan
-        batches, so a run resumes with any number of processes."""
+    def _batches(self) -> Iterator[Batch]:
+        """Endless shuffled epochs of CPU batches; resumes at (epoch, batch_in_epoch). Every
+        rank computes the same seeded plan and takes its share (``shard_plan``);
+        ``batch_in_epoch`` counts plan batches, so a run resumes with any number of processes.
+        A language model's batch is a pure function of (train.seed, step) instead
+        (attnlab.data.lm), the step read when the batch is drawn."""
         cfg = self.config.train
+        streams = self.dataset.streams
+        if streams is not None:
+            while True:
+                yield streams.train_batch(
+                    self.step, cfg.batch_size, cfg.seed, self.dist.rank, self.dist.world_size
+                )
         train = self.dataset.splits.train
+        src_vocab, tgt_vocab = self.dataset.src_vocab, self.dataset.tgt_vocab
         while True:
             plan = plan_batches(
                 train,
@@ -655,7 +672,7 @@ class Trainer(EvaluationAndCheckpoints, ControlAndSignals):
             )
             share = shard_plan(len(plan), self.dist.world_size, self.dist.rank, self.batch_in_epoch)
             for index in share:
-                yield [train[i] for i in plan[index]]
+                yield make_batch([train[i] for i in plan[index]], src_vocab, tgt_vocab)
             self.epoch += 1
             self.batch_in_epoch = 0
 

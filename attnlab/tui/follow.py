@@ -84,6 +84,10 @@ class Curves:
     # attention_normalisation): a sub-stochastic role's entropy counts ∅ as an outcome; a
     # signed role has none
     entropy_kind: dict[str, str] = field(default_factory=dict)
+    # The dev metrics the run's task declares (attnlab.data.task_registry.task_metrics; an
+    # LM: loss, perplexity, bits_per_token), name -> one value per eval step; empty for the
+    # sentence-pair tasks, whose BLEU / chrF / exact match are the series above.
+    task: dict[str, list[float]] = field(default_factory=dict)
 
     def entropy_label(self, role: str) -> str:
         """The entropy plot's label of ``role``: ``cross (∅ counted)`` when sub-stochastic."""
@@ -112,6 +116,33 @@ def mean_entropy(layers: Any) -> float:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ]
     return sum(values) / len(values) if values else float("nan")
+
+
+SENTENCE_METRICS_TITLE = "dev metrics (0-100)"
+
+
+def metric_panel(c: Curves) -> tuple[str, tuple[float, float] | None, list[Any]]:
+    """The Train view's metric plot: (title, bounds, series). A task that declares its
+    metrics (an LM) plots them, less the loss (the loss plot has it), on their own scale;
+    the sentence-pair tasks plot BLEU, chrF and exact match on 0-100."""
+    if c.task:
+        names = [n for n in c.task if n != "loss"] or list(c.task)
+        labels = [metric_label(n) for n in names]
+        series = [(label, c.eval_step, c.task[n]) for label, n in zip(labels, names, strict=True)]
+        return "dev " + " / ".join(labels), None, series
+    series = [
+        ("BLEU", c.eval_step, c.bleu),
+        ("chrF", c.eval_step, c.chrf),
+        ("exact %", c.eval_step, c.exact_match),
+    ]
+    return SENTENCE_METRICS_TITLE, (0.0, 100.0), series
+
+
+def metric_label(name: str) -> str:
+    """A task-declared metric's short label (attnlab.study.metrics), e.g. ``bits/token``."""
+    from attnlab.study.metrics import metric
+
+    return metric(name).label
 
 
 def _kind(value: Any) -> str:
@@ -322,6 +353,8 @@ class RunFollower:
     def _on_start(self, e: ev.Start) -> None:
         self.name = e.name or Path(e.run_dir or self.run_dir).name
         self.config = e.config
+        for name in e.metrics or ():  # the metrics the run's task declares (an LM's)
+            self.curves.task.setdefault(name, [])
         train = self.config.get("train")
         self.max_steps = _count(e.max_steps) or _count(
             train.get("max_steps") if isinstance(train, dict) else 0
@@ -363,17 +396,20 @@ class RunFollower:
         c.lr.append(self.lr)
 
     def _on_eval(self, e: ev.Eval) -> None:
+        c = self.curves
         if e.split not in ("dev", "val", "valid"):
-            self._log(e, f"eval {e.split}: BLEU {_num(e.bleu):.2f}")
+            figure = f"loss {_num(e.loss):.3f}" if c.task else f"BLEU {_num(e.bleu):.2f}"
+            self._log(e, f"eval {e.split}: {figure}")
             return
         self.last_eval = e
         if self._timed_to is not None:  # how long it took since the step event before it
             took = _num(e.elapsed_s, float("nan")) - self._timed_to[1]
             if took == took and took >= 0:
                 self._evals_timed.append((e.step, took))
-        c = self.curves
         c.eval_step.append(e.step)
         c.dev_loss.append(_num(e.loss))
+        for name, values in c.task.items():
+            values.append(_num(e.metric(name)))
         c.bleu.append(_num(e.bleu))
         c.chrf.append(_num(e.chrf))
         c.exact_match.append(exact_match_percent(e.exact_match))
@@ -393,8 +429,13 @@ class RunFollower:
                 "chrf": e.chrf,
                 "exact_match": e.exact_match,
                 "loss": e.loss,
+                **{name: e.metric(name) for name in c.task},
             }
         mark = " *best*" if e.best else ""
+        if c.task:  # the task's own metrics, e.g. loss 1.234  perplexity 3.43  bits/token 1.78
+            figures = "  ".join(f"{metric_label(n)} {_num(e.metric(n)):.3f}" for n in c.task)
+            self._log(e, f"eval dev: {figures}{mark}")
+            return
         self._log(
             e,
             f"eval dev: loss {_num(e.loss):.3f}  BLEU {_num(e.bleu):.2f}  "

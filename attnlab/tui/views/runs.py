@@ -40,6 +40,8 @@ COLUMNS = (
     "wall",
     "status",
 )
+COMPARE_BLEU_TITLE = "dev BLEU of marked runs"
+COMPARE_LOSS_TITLE = "dev loss of marked runs"  # when every marked run is a language model
 # Content widths (without the two padding cells DataTable adds); "run" takes what is left.
 WIDTHS = {
     "": 1,
@@ -162,7 +164,7 @@ class RunsView(Vertical):
         yield Static("", id="runs-status")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare"):
-            yield MetricPlot("dev BLEU of marked runs", bounds=(0.0, 100.0), id="compare-curves")
+            yield MetricPlot(COMPARE_BLEU_TITLE, bounds=(0.0, 100.0), id="compare-curves")
             yield BarsPlot("BLEU by source length", bounds=(0.0, 100.0), id="compare-bars")
             yield MetricPlot("cross-attention entropy (nats)", id="compare-entropy")
 
@@ -335,15 +337,19 @@ class RunsView(Vertical):
 
     def _update_compare(self) -> None:
         series = []
+        losses = []  # the dev loss: what language models (no BLEU) are compared by
         entropy = []
         groups: list[str] = []
         bars: list[tuple[str, list[float]]] = []
+        followers = []
         for key in sorted(self.marked):
             follower = self._followers.setdefault(key, RunFollower(Path(key)))
             follower.poll()
+            followers.append(follower)
             label = run_label(Path(key).name, 28)  # keeps the variant, cuts the stamp
             c = follower.curves
             series.append((label, c.eval_step, c.bleu))
+            losses.append((label, c.eval_step, c.dev_loss))
             # cross-attention: the one role every architecture has (RNN and Transformer alike)
             entropy.append((label, c.eval_step, c.entropy.get("cross", [])))
             buckets = c.bleu_by_length
@@ -353,7 +359,12 @@ class RunsView(Vertical):
                     groups = names
                 by_name = {str(b.get("bucket")): float(b.get("bleu") or 0.0) for b in buckets}
                 bars.append((label, [by_name.get(g, 0.0) for g in groups]))
-        self.query_one("#compare-curves", MetricPlot).set_series(series)
+        curves = self.query_one("#compare-curves", MetricPlot)
+        # Every marked run declares its task's metrics (language models): their dev loss.
+        by_loss = bool(followers) and all(f.curves.task for f in followers)
+        curves.title = COMPARE_LOSS_TITLE if by_loss else COMPARE_BLEU_TITLE
+        curves.bounds = None if by_loss else (0.0, 100.0)
+        curves.set_series(losses if by_loss else series)
         self.query_one("#compare-bars", BarsPlot).set_bars(groups, bars)
         self.query_one("#compare-entropy", MetricPlot).set_series(entropy)
         self._show_panels()  # the overlay appears once a marked run logged attention_entropy

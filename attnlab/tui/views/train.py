@@ -30,9 +30,12 @@ from attnlab.tui.follow import (
     ENTROPY_TITLE,
     FAILED,
     PAUSED,
+    SENTENCE_METRICS_TITLE,
     STARTING,
     RunFollower,
     format_duration,
+    metric_label,
+    metric_panel,
 )
 from attnlab.tui.widgets.plots import LegendWrapped, MetricPlot, align_legends
 from attnlab.viz.text import run_label
@@ -97,7 +100,7 @@ class TrainView(Vertical):
             yield OptionList(id="train-queue")
         with Horizontal(id="train-plots"):
             yield MetricPlot("loss", id="loss-plot")
-            yield MetricPlot("dev metrics (0-100)", bounds=(0.0, 100.0), id="metric-plot")
+            yield MetricPlot(SENTENCE_METRICS_TITLE, bounds=(0.0, 100.0), id="metric-plot")
             yield MetricPlot(ENTROPY_TITLE, id="entropy-plot")
         with Horizontal(id="train-bottom"):
             table: DataTable[str] = DataTable(id="samples", cursor_type="row", zebra_stripes=True)
@@ -247,13 +250,10 @@ class TrainView(Vertical):
                 self.query_one("#loss-plot", MetricPlot).set_series(
                     [("train", c.train_step, c.train_loss), ("dev", c.eval_step, c.dev_loss)]
                 )
-                self.query_one("#metric-plot", MetricPlot).set_series(
-                    [
-                        ("BLEU", c.eval_step, c.bleu),
-                        ("chrF", c.eval_step, c.chrf),
-                        ("exact %", c.eval_step, c.exact_match),
-                    ]
-                )
+                plot = self.query_one("#metric-plot", MetricPlot)
+                title, bounds, series = metric_panel(c)  # the task's metrics, else BLEU & co.
+                plot.title, plot.bounds = title, bounds
+                plot.set_series(series)
                 entropy = self.query_one("#entropy-plot", MetricPlot)
                 # Signed weights have no entropy: the legend says which role is missing (in
                 # the title it pushed the title itself off a narrow plot).
@@ -384,7 +384,11 @@ class TrainView(Vertical):
             have_loss = follower.loss == follower.loss  # NaN until the first step event
             if have_loss:
                 parts.append(f"loss {follower.loss:.3f}")
-            if follower.last_eval:
+            if follower.last_eval and follower.curves.task:  # the task's first: an LM's loss
+                name = next(iter(follower.curves.task))
+                value = follower.last_eval.metric(name)
+                parts.append(f"dev {metric_label(name)} {float(value or 0):.3f}")
+            elif follower.last_eval:
                 parts.append(f"BLEU {float(follower.last_eval.bleu or 0):.1f}")
             if have_loss:
                 processes = f" ({follower.world_size} processes)" if follower.world_size > 1 else ""
