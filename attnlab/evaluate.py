@@ -412,6 +412,8 @@ def with_training_cost(cost: dict[str, Any], recorded: Mapping[str, Any] | None)
     previous = (recorded or {}).get("cost") or {}
     for key in ("train_tokens_per_s", "train_peak_memory_mb"):
         cost[key] = previous.get(key)
+
+
 LM_BATCH_LOGITS = 1 << 22  # logits per evaluation batch of an LM (rows x block x vocabulary)
 
 
