@@ -272,7 +272,9 @@ def evaluate_split(
     all softmax) shape the entropy statistics and tag the samples' maps.
     """
     if getattr(dataset, "streams", None) is not None:  # a language model: its fixed windows
-        return evaluate_lm(model, dataset, split, device=device, batch_size=batch_size)
+        result = evaluate_lm(model, dataset, split, device=device, batch_size=batch_size)
+        result["cost"] = model_cost(model, None)  # scoring windows decodes no sentences
+        return result
     kinds = dict(normalisations or {})
     cfg = decode_cfg or DecodeConfig()
     examples = list(dataset.splits.split(split))
