@@ -139,7 +139,9 @@ class Bench:
         return Ran(proc.returncode, out, err, time.monotonic() - began, rss)
 
     def train_run(self, name: str, *sets: str, steps: int = 2) -> Path:
-        """A finished tiny run (the base many cases copy)."""
+        """A finished tiny run (the base many cases copy); one already in ``--work`` is reused."""
+        if (self.work / name / "checkpoints" / "last").is_dir():
+            return self.work / name
         items = (*TINY, f"train.max_steps={steps}", f"train.eval_every={steps}", *sets)
         args = ["train", "--quiet", "--out", str(self.work), "--run-name", name]
         ran = self.run(args + [a for s in items for a in ("--set", s)], timeout=300)
@@ -1133,12 +1135,14 @@ def case_float_cells(b: Bench, directory: Path) -> Outcome:
 def case_incomplete_status(b: Bench, base: Path) -> Outcome:
     o = Outcome(8, "a run folder with only config.toml", issue=43)
     folder = b.work / "incomplete-runs"
+    shutil.rmtree(folder, ignore_errors=True)  # the bench's own, from an earlier --work
     for i in range(3):
         (folder / f"r{i}").mkdir(parents=True)
         shutil.copy(base / "config.toml", folder / f"r{i}" / "config.toml")
     ran = b.run(["runs", str(folder)], timeout=30)
     judge(o, ran, refused=False)
-    statuses = [line.split()[-1] for line in ran.out.splitlines() if line.strip()[:1] == "r"]
+    rows = [line.split() for line in ran.out.splitlines()]
+    statuses = [row[-1] for row in rows if row and row[0] in ("r0", "r1", "r2")]
     if statuses != ["incomplete"] * 3:  # the title names the folder: only the rows count
         o.bad("silent_wrong", f"statuses {statuses}, not incomplete")
     return o
@@ -1175,6 +1179,7 @@ def case_special_study_file(b: Bench, kind: str) -> Outcome:
 def case_many_broken_runs(b: Bench, base: Path) -> Outcome:
     o = Outcome(13, "attnlab runs over 40 broken runs", issue=43)
     folder = b.work / "broken-runs"
+    shutil.rmtree(folder, ignore_errors=True)  # the bench's own, from an earlier --work
     for i in range(40):
         run = folder / f"r{i:02d}"
         run.mkdir(parents=True)
@@ -1204,12 +1209,8 @@ def case_compare_train_size(b: Bench, base: Path) -> Outcome:
 def cases_43(b: Bench) -> list[tuple[int, Callable[[], Outcome]]]:
     import importlib.util
 
-    base = b.work / "base" if (b.work / "base").is_dir() else b.train_run("base")
-    kept_run = (
-        b.work / "kept"
-        if (b.work / "kept").is_dir()
-        else b.train_run("kept", "train.keep_last=2", "train.eval_every=2", steps=4)
-    )
+    base = b.train_run("base")
+    kept_run = b.train_run("kept", "train.keep_last=2", "train.eval_every=2", steps=4)
     found: list[tuple[int, Callable[[], Outcome]]] = []
     if importlib.util.find_spec("ctranslate2") is not None:
         tf = b.train_run("tf", *TINY_TRANSFORMER)
