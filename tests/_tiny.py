@@ -7,6 +7,9 @@ from it); ``batch()`` pads token lists into the model's inputs.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
@@ -55,3 +58,23 @@ def batch(sources: list[list[int]], targets: list[list[int]]) -> tuple[Tensor, T
         src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
         tgt_in[row, : 1 + len(t)] = torch.tensor([BOS_ID, *t], dtype=torch.long)
     return src, src != PAD_ID, tgt_in
+
+
+def finished_study_run(run: Path, score: dict) -> None:
+    """A finished study run on disk with ``score`` as its study-score.json (no training)."""
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text('name = "fake"\n[data]\ntask = "reverse"\n', encoding="utf-8")
+    events = [
+        {"type": "eval", "time": 1.0, "step": 5, "split": "dev", "bleu": score["bleu"]},
+        {
+            "type": "done",
+            "time": 2.0,
+            "step": 10,
+            "reason": "finished",
+            "best": {},
+            "elapsed_s": 1.0,
+            "tokens_per_s": 1.0,
+        },
+    ]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "study-score.json").write_text(json.dumps(score), encoding="utf-8")

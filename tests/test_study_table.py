@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _tiny import finished_study_run as _finished_run
 from click.testing import CliRunner
 
 from attnlab.cli import cli
@@ -20,25 +21,6 @@ scipy_stats = pytest.importorskip("scipy.stats")
 SEEDS = [1, 2, 3]
 CELLS = {"base": 0.5, "better": 0.8, "same": 0.5}
 REFS = [f"{i} {i + 1} {i + 2}" for i in range(40)]
-
-
-def _finished_run(run: Path, score: dict) -> None:
-    run.mkdir(parents=True)
-    (run / "config.toml").write_text('name = "fake"\n[data]\ntask = "reverse"\n', encoding="utf-8")
-    events = [
-        {"type": "eval", "time": 1.0, "step": 5, "split": "dev", "bleu": score["bleu"]},
-        {
-            "type": "done",
-            "time": 2.0,
-            "step": 10,
-            "reason": "finished",
-            "best": {},
-            "elapsed_s": 1.0,
-            "tokens_per_s": 1.0,
-        },
-    ]
-    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    (run / "study-score.json").write_text(json.dumps(score), encoding="utf-8")
 
 
 def _score(rng: random.Random, accuracy: float) -> dict:

@@ -106,6 +106,8 @@ def _checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, "not a JSON object"
     if score.get("version") != SCORE_VERSION:
         return None, f"version {score.get('version')!r}, expected {SCORE_VERSION}"
+    if "bits_per_token" in score:  # a language model's: its loss scores, no sentence pairs
+        return _checked_lm(score)
     sentences = score.get("sentences")
     if not isinstance(sentences, dict):
         return None, "no sentences"
@@ -119,6 +121,21 @@ def _checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
         if not math.isfinite(value):
             return None, f"{key} is {value}"
     n = score.get("n", len(lists[0]))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return None, f"n is {n!r}, not a count"
+    return score, None
+
+
+def _checked_lm(score: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """A language model's score (attnlab.evaluate.evaluate_lm): finite loss and bits per
+    token, a perplexity that is a number (inf only past exp's range), windows counted."""
+    for key in ("loss", "bits_per_token", "perplexity"):
+        value = score.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None, f"{key} is {value!r}, not a number"
+        if math.isnan(value) or (key != "perplexity" and not math.isfinite(value)):
+            return None, f"{key} is {value}"
+    n = score.get("n")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         return None, f"n is {n!r}, not a count"
     return score, None

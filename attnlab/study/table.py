@@ -270,6 +270,8 @@ def _sentence_test(
 ) -> tuple[float | None, int | None]:
     """Paired over sentences, seeds pooled by seed (only seeds both have); None when the two
     cells were scored on different references (a different data setting)."""
+    if metric not in TEXT_METRICS and metric != "exact_match":
+        return None, None  # no test over sentences (an LM's loss: its windows are not kept)
     stats = _stats()
     pooled = _pooled(base, cell)
     if pooled is None:

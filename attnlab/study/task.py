@@ -214,7 +214,7 @@ def _lost_lock_race(run_dir: Path, line: str) -> bool:
 
 def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
     """Train (new or resumed, as the run directory says) and score one run."""
-    from attnlab.study.score import read_score
+    from attnlab.study.score import read_score, score_problem
 
     outcome = RunOutcome(task.run_name, task.cell, task.seed, SCORED)
     run_dir = task.run_dir
@@ -304,5 +304,6 @@ def execute(task: RunTask, children: Children | None = None) -> RunOutcome:
             outcome.state, outcome.error = INTERRUPTED, "interrupted while scoring"
         else:
             outcome.state = FAILED
-            outcome.error = f"scoring failed: {line or f'exit code {code}'}"
+            why = line or (score_problem(run_dir) if code == 0 else None) or f"exit code {code}"
+            outcome.error = f"scoring failed: {why}"
     return outcome
