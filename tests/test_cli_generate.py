@@ -5,35 +5,10 @@ refusals are one line with exit code 2."""
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
 from attnlab.cli import cli
-
-WORDS = ["the king", "my lord", "good night", "sweet prince"]
-LM_SETS = {
-    "data.task": "lm",
-    "data.tokenizer": "char",
-    "data.block_size": 12,
-    "data.dev_fraction": 0.1,
-    "model.arch": "decoder-only",
-    "model.d_model": 16,
-    "model.heads": 2,
-    "model.ff": 32,
-    "model.dec_layers": 1,
-    "model.positions": "learned",
-    "model.dropout": 0.0,
-    "train.max_steps": 40,
-    "train.batch_size": 8,
-    "train.eval_every": 40,
-    "train.metric": "loss",
-    "train.lr": 0.01,
-    "train.samples": 0,
-    "train.attention_history": 0,
-}
 
 
 def invoke(*args, input=None):
@@ -42,18 +17,6 @@ def invoke(*args, input=None):
 
 def error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error: ")]
-
-
-@pytest.fixture(scope="module")
-def lm_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("lm")
-    rng = random.Random(0)
-    (root / "t.txt").write_text("\n".join(rng.choice(WORDS) for _ in range(300)) + "\n")
-    sets = {**LM_SETS, "data.path": str(root / "t.txt")}
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    result = invoke("train", "--out", str(root), "--run-name", "lm", "--quiet", *args)
-    assert result.exit_code == 0, result.output
-    return root / "lm"
 
 
 def test_the_continuation_is_the_engines_and_a_seed_fixes_it(lm_run):

@@ -106,7 +106,8 @@ def _load(path: Path) -> Any:
         return _models[key]
 
 
-def _examples(loaded: Any, split: str) -> list[Any]:
+def _data(loaded: Any) -> Any:
+    """The run's dataset (its splits, an LM's token streams), read once per configuration."""
     from attnlab.config import dumps_toml
     from attnlab.runs import load_checkpoint_data
 
@@ -115,7 +116,11 @@ def _examples(loaded: Any, split: str) -> list[Any]:
         if key not in _datasets:
             _datasets.clear()
             _datasets[key] = load_checkpoint_data(loaded)
-        return _datasets[key].splits.split(split)
+        return _datasets[key]
+
+
+def _examples(loaded: Any, split: str) -> list[Any]:
+    return _data(loaded).splits.split(split)
 
 
 def decoder_choices() -> list[tuple[str, str]]:
@@ -149,6 +154,8 @@ def _analyse(request: InspectRequest) -> InspectResult:
 
     path = checkpoint_path(request.run_dir, request.checkpoint)
     loaded = _load(path)
+    if loaded.config.data.task == "lm":
+        return _analyse_lm(request, loaded, path)
     model, ds = loaded.model, loaded.dataset
     ref = gold = None
     if request.text.strip():
@@ -272,3 +279,79 @@ def select_selected(mask: np.ndarray, layer: int, head: int | None) -> np.ndarra
     if head is None:
         return union_over_heads(per_layer, 0)
     return per_layer[min(max(head, 0), per_layer.shape[0] - 1)]
+
+
+# A language model in Inspect: at most this many new tokens, greedy, within one context window
+# (the model never saw a later position), so the causal map covers the whole text it read.
+LM_MAX_NEW = 48
+_SHOWN = {"\n": "⏎", "\t": "⇥", " ": "▁"}  # a map label that shows its character
+
+
+def _analyse_lm(request: InspectRequest, loaded: Any, path: Path) -> InspectResult:
+    """Continue a prompt (the typed text, else the first half of dev window ``index``, whose
+    second half is the reference) greedily and return the causal self-attention of prompt ⊕
+    continuation: ``dec_self`` [L, H, N, N], rows and columns the tokens read."""
+    import torch
+
+    from attnlab.data.oov import unknown_tokens
+    from attnlab.decode.generate import Sampling, causal_map, generate
+    from attnlab.errors import AttnlabError
+
+    model, ds = loaded.model, loaded.dataset
+    block = int(loaded.config.data.block_size)
+    ref = None
+    if request.text.strip():
+        tokens = list(ds.tokenize_source(request.text))
+        unknown = unknown_tokens(ds.src_vocab, tokens)
+        if unknown:
+            shown = ", ".join(repr(t) for t in unknown[:8])
+            raise AttnlabError(f"the prompt has tokens the run never saw in training: {shown}")
+        ids = ds.src_vocab.encode(tokens)
+    else:
+        streams = _data(loaded).streams
+        starts = streams.eval_starts(request.split)
+        if not len(starts):
+            raise AttnlabError(f"the {request.split} split has no window of {block} tokens")
+        if not 0 <= request.index < len(starts):
+            raise AttnlabError(
+                f"sample index {request.index} is out of range [0, {len(starts) - 1}]"
+            )
+        window = streams.split(request.split)[int(starts[request.index]) :][:block]
+        ids = [int(i) for i in window[: block // 2]]
+        ref = ds.tgt_vocab.decode([int(i) for i in window[block // 2 :]][:LM_MAX_NEW])
+    ids = ids[-(block // 2) :] if len(ids) > block // 2 else ids  # room for the continuation
+    if not ids:
+        raise AttnlabError("the prompt is empty")
+    new_count = max(1, min(LM_MAX_NEW, block - len(ids)))
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        new = generate(model, [ids], new_count, Sampling(temperature=0.0))[0].tolist()
+        maps = causal_map(model, ids + new).float().cpu().numpy()  # [L, H, N, N]
+        text = torch.tensor([ids + new[:-1]], device=device)
+        empty = text[:, :0]
+        logits = model(empty, empty.bool(), text).logits[0, len(ids) - 1 :].cpu()
+        score = float(
+            torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(new)[:, None]).sum()
+        )
+    labels = [_SHOWN.get(t, t) for t in ds.tgt_vocab.decode(ids + new)]
+    prompt = ds.tgt_vocab.decode(ids)
+    hypothesis = HypothesisMaps(
+        ds.tgt_vocab.decode(new), score, False, {"dec_self": maps}, {"dec_self": (labels, labels)}
+    )
+    from attnlab.nn.archs import normalisations_of
+
+    note = (
+        f"a language model: the first {len(ids)} tokens are the prompt, the last "
+        f"{len(new)} the greedy continuation"
+    )
+    return InspectResult(
+        request,
+        str(path),
+        int(loaded.step),
+        prompt,
+        ref,
+        None,
+        [hypothesis],
+        notes=[note],
+        normalisations=normalisations_of(loaded.config),
+    )
