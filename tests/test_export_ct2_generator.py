@@ -233,3 +233,30 @@ def test_export_and_translate_a_decoder_only_run_on_the_command_line(tmp_path):
     assert ours.exit_code == 0 and theirs.exit_code == 0, theirs.output
     assert theirs.output.splitlines() == ours.output.splitlines()
     assert len(theirs.output.splitlines()) == len(texts)
+
+
+@needs_ct2
+def test_a_language_model_exports_and_continues_prompts_as_attnlab_generate(lm_run, tmp_path):
+    """An LM run (one table, an empty source): the Generator continues the prompt's own
+    tokens, greedy, with the tokens attnlab's KV-cached generate gives."""
+    import ctranslate2
+
+    from attnlab.decode.generate import Sampling, generate
+    from attnlab.exporters.ctranslate2 import export_ctranslate2
+    from attnlab.runs import load_checkpoint
+
+    out = export_ctranslate2(lm_run, tmp_path / "lm-ct2")
+    meta = json.loads((out / "attnlab.json").read_text())
+    assert meta["model_type"] == "generator" and meta["shared_table"] is True
+    generator = ctranslate2.Generator(str(out), intra_threads=1)
+    loaded = load_checkpoint(lm_run / "checkpoints" / "best")
+    vocab = loaded.dataset.src_vocab
+    prompts = ["the k", "my", "good n", "sweet", "t", "prince\nmy"]
+    for prompt in prompts:
+        tokens = loaded.dataset.tokenize_source(prompt)
+        new = 12 - len(tokens)  # within the run's context of 12
+        ours = generate(loaded.model, [vocab.encode(tokens)], new, Sampling(temperature=0.0))
+        theirs = generator.generate_batch(
+            [tokens], max_length=new, sampling_topk=1, include_prompt_in_result=False
+        )[0]
+        assert theirs.sequences[0] == vocab.decode(ours[0].tolist()), prompt
