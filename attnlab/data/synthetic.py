@@ -26,11 +26,12 @@ The source length is ``data.max_len`` (``data.test_max_len`` for test, when set)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from attnlab.config import DataConfig
+from attnlab.data.arrays import ArrayExamples, ragged
 from attnlab.data.example import Example, Splits
 from attnlab.data.task_registry import TASKS, TaskSpec
 from attnlab.errors import AttnlabError
@@ -55,14 +56,10 @@ def split_generator(task: str, split: str, seed: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def _examples(src: np.ndarray, tgt: np.ndarray, alignment: np.ndarray) -> list[Example]:
-    symbols = np.array([str(i) for i in range(int(max(src.max(), tgt.max())) + 1)], dtype=object)
-    out = []
-    for s, t, a in zip(
-        symbols[src].tolist(), symbols[tgt].tolist(), alignment.tolist(), strict=True
-    ):
-        out.append(Example(tuple(s), tuple(t), " ".join(s), " ".join(t), tuple(a)))
-    return out
+def _examples(src: np.ndarray, tgt: np.ndarray, alignment: np.ndarray) -> ArrayExamples:
+    """The split's matrices as examples built when read (attnlab.data.arrays)."""
+    symbols = [str(i) for i in range(int(max(src.max(), tgt.max())) + 1)]
+    return ArrayExamples(symbols, ragged(src), ragged(tgt), ragged(alignment))
 
 
 def generate_splits(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
@@ -70,7 +67,7 @@ def generate_splits(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
     lengths = {"train": cfg.max_len, "dev": cfg.max_len, "test": cfg.test_max_len or cfg.max_len}
     sizes = {"train": cfg.train_size, "dev": cfg.dev_size, "test": cfg.test_size}
     seen: set[bytes] = set()
-    out: dict[str, list[Example]] = {}
+    out: dict[str, Sequence[Example]] = {}
     overlap = 0
     for split in ("train", "dev", "test"):
         rng = split_generator(task, split, cfg.seed)
