@@ -29,7 +29,8 @@ def small_threshold(monkeypatch):
 
 
 def config(task: str, **extra) -> DataConfig:
-    return DataConfig(task=task, train_size=40, dev_size=8, test_size=8, **{**FIELDS[task], **extra})
+    sizes = dict(train_size=40, dev_size=8, test_size=8)
+    return DataConfig(task=task, **sizes, **{**FIELDS[task], **extra})
 
 
 @pytest.mark.parametrize("task", sorted(FIELDS))
