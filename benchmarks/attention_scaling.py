@@ -17,6 +17,21 @@ scores, gradients) at its largest simultaneous total, as the OS saw it. Time is 
 least disturbed by other processes on a shared machine). Threads: $OMP_NUM_THREADS, default 1.
 
 The growth exponent is the log-log slope from T = 1024 to T = 4096: 1 = linear, 2 = quadratic.
+
+Trained-model rows (``--trained``): for T in 512, 1024, 2048, 4096, one training step (forward,
+backward, Adam update) of a small Transformer — d_model 128, 4 heads, ff 256, 2 + 2 layers —
+on a batch of 2 selective-copy sources of T tokens with 16-token targets, per variant as the
+encoder self-attention (and the decoder's, where the variant can be causal; else scaled-dot;
+cross-attention scaled-dot). Each (variant, T) runs in a fresh child process as above: a
+warm-up step at T = 16, then the resident high-water mark's growth over the step at T (on CUDA
+``torch.cuda.max_memory_allocated``) and the fastest of ``--repeats`` steps. Every T runs all
+its variants in turn (side by side, the same machine load), and each is given as a ratio to
+scaled-dot at the same T: speed = scaled-dot's time / the variant's, memory = the variant's
+peak / scaled-dot's, beside the seed article's claims (Longformer 1.8× speed and 45 % memory,
+Linformer 3.2× and 30 %, at 4096).
+
+    .venv/bin/python benchmarks/attention_scaling.py --trained            # T = 512 ... 4096
+    .venv/bin/python benchmarks/attention_scaling.py --trained --quick    # smoke: T = 512, 1024
 """
 
 from __future__ import annotations
@@ -96,6 +111,127 @@ def worker(name: str, length: int, need_weights: bool, causal: bool, repeats: in
     return {"ms": 1000 * min(timed), "mb": peak_kib / 1024}
 
 
+TRAINED_LENGTHS = (512, 1024, 2048, 4096)
+TRAINED_VARIANTS = (
+    "scaled-dot",
+    "sliding-window",
+    "linformer",
+    "performer",
+    "linear",
+    "nsa",
+    "decayed-linear",
+    "gqa",
+    "mla",
+)
+# The seed article's table: (speed, memory) relative to standard attention at 4096 tokens.
+SEED_CLAIMS = {"sliding-window": (1.8, 0.45), "linformer": (3.2, 0.30)}
+
+
+def trained_worker(name: str, length: int, repeats: int, device_name: str) -> dict:
+    """One training step of the small Transformer with ``name`` as its self-attention."""
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.experiment import apply_overrides, load_preset
+    from attnlab.nn.attention import ATTENTION
+    from attnlab.nn.model import build_model
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.manual_seed(0)
+    device = torch.device(device_name)
+    causal = "causal-self" in ATTENTION.get(name).meta.roles
+    overrides = [
+        f"data.max_len={length}",
+        "model.d_model=128",
+        "model.heads=4",
+        "model.ff=256",
+        "model.enc_layers=2",
+        "model.dec_layers=2",
+        f"model.self_attention={name}",
+        f"model.decoder_self_attention={name if causal else 'scaled-dot'}",
+        f"train.batch_tokens={2 * (length + 17)}",
+    ] + ([f"model.linformer.max_len={length}"] if name == "linformer" else [])
+    config = apply_overrides(load_preset("selective-copy-transformer"), overrides)
+    vocab = 20
+    model = build_model(config, vocab, vocab).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(t: int) -> None:
+        src = torch.randint(4, vocab, (2, t), device=device)
+        tgt = torch.randint(4, vocab, (2, 17), device=device)
+        out = model(src, src != 0, tgt[:, :-1])
+        loss = F.cross_entropy(out.logits.reshape(-1, vocab).float(), tgt[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    step(16)  # warm-up: thread pool, kernels, the optimiser's state
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for _ in range(max(repeats, 1)):
+        start = time.perf_counter()
+        step(length)
+        times.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        mb = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    timed = times[1:] if len(times) > 1 else times
+    return {"ms": 1000 * min(timed), "mb": mb}
+
+
+def trained_rows(args: argparse.Namespace) -> None:
+    lengths = TRAINED_LENGTHS[:2] if args.quick else TRAINED_LENGTHS
+    names = [v for v in TRAINED_VARIANTS if not args.variants or v in args.variants.split(",")]
+    if "scaled-dot" not in names:
+        names.insert(0, "scaled-dot")  # every ratio's denominator
+    repeats = args.repeats or (2 if args.quick else 3)
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    print(
+        "one training step, Transformer d_model 128, 4 heads, ff 256, 2+2 layers, batch 2 × T "
+        f"source tokens (16-token targets), {args.device}, {threads} thread(s); ratios to "
+        "scaled-dot at the same T (speed = its time / the variant's; memory = the variant's "
+        "peak / its)"
+    )
+    rows: dict[int, dict[str, dict]] = {}
+    for length in lengths:
+        rows[length] = {}
+        for name in names:
+            args_ = [sys.executable, __file__, "--trained-worker", name, str(length)]
+            args_ += [str(repeats), args.device]
+            proc = subprocess.run(args_, capture_output=True, text=True)
+            if proc.returncode != 0:
+                why = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"  {name} T={length} failed: {why}", file=sys.stderr)
+                continue
+            rows[length][name] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"  {name:15s} T={length:5d} {rows[length][name]}", file=sys.stderr, flush=True)
+    print("| T | variant | ms / step | peak MiB | speed vs scaled-dot | memory vs scaled-dot |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for length, row in rows.items():
+        base = row.get("scaled-dot")
+        for name, cell in row.items():
+            speed = memory = "—"
+            if base is not None:
+                speed = f"{base['ms'] / cell['ms']:.2f}×"
+                memory = f"{100 * cell['mb'] / max(base['mb'], 0.1):.0f} %"
+            print(
+                f"| {length} | {name} | {cell['ms']:.1f} | {cell['mb']:.0f} | {speed} | {memory} |"
+            )
+    print(
+        "\nthe seed article at 4096: "
+        + "; ".join(
+            f"{name} {speed}× speed, {100 * memory:.0f} % memory"
+            for name, (speed, memory) in SEED_CLAIMS.items()
+        )
+    )
+
+
 def measure(name: str, length: int, need_weights: bool, causal: bool, repeats: int) -> dict | None:
     args = [
         sys.executable,
@@ -133,7 +269,21 @@ def main() -> None:
         "--variants", default="", help="comma-separated labels to run (default all)"
     )
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--trained",
+        action="store_true",
+        help="one training step of a small Transformer per variant, T = 512 ... 4096",
+    )
+    parser.add_argument("--device", default="cpu", help="--trained: cpu or cuda")
+    parser.add_argument("--trained-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.trained_worker:
+        name, length, repeats, device = args.trained_worker
+        print(json.dumps(trained_worker(name, int(length), int(repeats), device)))
+        return
+    if args.trained:
+        trained_rows(args)
+        return
     if args.worker:
         name, length, need_weights, causal, repeats = args.worker
         print(

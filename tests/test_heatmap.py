@@ -212,3 +212,28 @@ def test_renderers_import_neither_textual_nor_torch():
     code = "import sys, attnlab.viz; print('textual' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_1024_map_on_80_columns_shows_each_block_s_maximum(tmp_path):
+    """Far wider than fits: square blocks, each cell its block's maximum (a numpy reshape as
+    the reference), the title saying so; the SVG/HTML export draws the same."""
+    import numpy as np
+
+    from attnlab.viz.export import export_heatmap
+
+    rng = np.random.default_rng(0)
+    matrix = rng.random((1024, 1024)) ** 8
+    rows, cols = [f"t{i}" for i in range(1024)], [f"s{j}" for j in range(1024)]
+    drawn = render_heatmap(matrix, rows, cols, title="cross")
+    factor = drawn.block_factor(80)
+    assert factor == 16  # ceil(1024 / (80 - 12 - 2))
+    blocks = drawn.downsampled(factor)
+    expected = matrix.reshape(64, 16, 64, 16).max(axis=(1, 3))
+    np.testing.assert_allclose(np.array(blocks.rows), expected)
+    console = record(drawn, width=80)
+    lines = console.export_text(clear=False).splitlines()
+    assert lines[0] == "cross — max of each 16×16 block (1024×1024 shown as 64×64)"
+    assert max(len(line) for line in lines) <= 80 and len(lines) < 80
+    assert any(line.startswith("1008-1023 ") for line in lines)
+    svg, _html = export_heatmap(matrix, rows, cols, "cross", tmp_path / "map", width=80)
+    assert "max&#160;of&#160;each&#160;16×16&#160;block" in svg.read_text(encoding="utf-8")

@@ -245,3 +245,22 @@ def test_data_export_round_trips_through_the_tsv_corpus_reader(tmp_path, task):
     assert pairs == sorted((e.src_tokens, e.tgt_tokens) for e in expected)
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "exists; add --force" in again.output
+
+
+def test_top_k_drawn_in_chunks_equals_one_draw_of_every_key(monkeypatch):
+    """The chunked, in-place Gumbel-top-k gives what one [rows, n] draw of the keys gives."""
+    import numpy as np
+
+    import attnlab.data.synthetic as synthetic
+
+    weights = synthetic.power_law_weights(50, 0.3)
+
+    def one_draw(rng):
+        keys = np.log(weights)[None, :] + rng.gumbel(size=(37, weights.size))
+        top = np.argpartition(-keys, 4, axis=1)[:, :5]
+        order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
+        return np.take_along_axis(top, order, axis=1)
+
+    monkeypatch.setattr(synthetic, "TOP_K_CHUNK_CELLS", 3 * 50)  # 3 rows a chunk
+    chunked = synthetic.top_k_without_replacement(np.random.default_rng(4), weights, 37, 5)
+    assert np.array_equal(chunked, one_draw(np.random.default_rng(4)))

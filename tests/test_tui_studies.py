@@ -75,6 +75,18 @@ async def test_the_studies_tab_shows_the_table_and_failed_runs(tmp_path: Path) -
         assert "broken-s1: no such corpus" in notes
         assert "Welch" in notes
         assert view.query_one("#study-curves").points > 0
+        # score against cost: one vertical interval per scored cell, the mean in its middle
+        cost_plot = view.query_one("#study-cost")
+        from attnlab.study.render import cost_points
+
+        points = cost_points(expected, "exact_match", "train_tokens_per_s")
+        assert [name for name, *_ in points] == list(CELLS)
+        assert [(label, list(xs), list(ys)) for label, xs, ys in cost_plot.series] == [
+            (name, [x, x, x], [lo, mean, hi]) for name, x, lo, mean, hi in points
+        ]
+        assert cost_plot.points == 3 * len(CELLS) and "train tok/s" in cost_plot.title
+        await pilot.press("c")
+        assert view.cost_key == "train_peak_memory_mb" and "peak MiB" in cost_plot.title
         await pilot.press("n")
         assert view.highlighted_cell == "base"
 

@@ -134,7 +134,9 @@ def plan_batches(
     order = list(range(len(examples)))
     if shuffle:
         rng.shuffle(order)
-    costs = [example_cost(examples[i]) for i in range(len(examples))]
+    # an array split knows its lengths without building an example (attnlab.data.arrays)
+    lengths = getattr(examples, "costs", None)
+    costs = lengths() if lengths is not None else [example_cost(e) for e in examples]
     if batch_tokens > 0:
         mean = sum(s + t for s, t in costs) / max(len(costs), 1)
         pool_size = max(int(batch_tokens / max(mean, 1.0)), 1) * 100

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.config import DataConfig
+from attnlab.data.arrays import ArrayExamples
 from attnlab.data.example import Example, Splits
 from attnlab.data.indexed import (  # the value type, one floor down (corpus.py builds it too)
     META_VERSION,
@@ -32,11 +33,12 @@ __all__ = [
 ]
 
 
-def _toy_dataset(cfg: DataConfig) -> Dataset:
+def _toy_dataset(cfg: DataConfig, cache_dir: Path | None = None) -> Dataset:
+    from attnlab.data.task_cache import load_task_splits
     from attnlab.data.tasks import TASKS
 
     entry = TASKS.get(cfg.task)
-    splits = entry.factory(cfg)
+    splits = load_task_splits(cfg, entry, cache_dir)  # a large task from the disk cache
     alphabet = getattr(entry.meta, "alphabet", None)
     if alphabet is not None:
         src_vocab, tgt_vocab = alphabet_vocabs(alphabet(cfg), splits, cfg.shared_vocab)
@@ -56,6 +58,21 @@ def _toy_dataset(cfg: DataConfig) -> Dataset:
     )
 
 
+def _symbols_used(parts: Sequence[Sequence[Example]]) -> tuple[set[str], set[str]]:
+    """Every symbol of the source and target sides (an array split answers from its ids)."""
+    src: set[str] = set()
+    tgt: set[str] = set()
+    for part in parts:
+        if isinstance(part, ArrayExamples):
+            s, t = part.symbols_used()
+            src |= s
+            tgt |= t
+        else:
+            src = src.union(*(e.src_tokens for e in part))
+            tgt = tgt.union(*(e.tgt_tokens for e in part))
+    return src, tgt
+
+
 def alphabet_vocabs(
     alphabet: tuple[Sequence[str], Sequence[str]], splits: Splits, shared: bool
 ) -> tuple[Vocab, Vocab]:
@@ -64,9 +81,9 @@ def alphabet_vocabs(
     outside the alphabet is a bug in the task, refused rather than read as <unk>."""
     src = list(dict.fromkeys(alphabet[0]))
     tgt = list(dict.fromkeys(alphabet[1]))
-    everything = [*splits.train, *splits.dev, *splits.test]
-    for side, symbols, attr in (("source", src, "src_tokens"), ("target", tgt, "tgt_tokens")):
-        stray = set().union(*(getattr(e, attr) for e in everything)) - set(symbols)
+    used = _symbols_used([splits.train, splits.dev, splits.test])
+    for side, symbols, drawn in (("source", src, used[0]), ("target", tgt, used[1])):
+        stray = drawn - set(symbols)
         if stray:
             raise AttnlabError(
                 f"task {splits.stats.get('task')!r} drew {side} symbol {min(stray)!r} "
@@ -94,4 +111,4 @@ def load_dataset(
     builder = getattr(TASKS.get(data_cfg.task).meta, "dataset", None)
     if builder is not None:
         return builder(data_cfg, reuse)
-    return _toy_dataset(data_cfg)
+    return _toy_dataset(data_cfg, cache_dir)

@@ -26,11 +26,12 @@ The source length is ``data.max_len`` (``data.test_max_len`` for test, when set)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from attnlab.config import DataConfig
+from attnlab.data.arrays import ArrayExamples, ragged
 from attnlab.data.example import Example, Splits
 from attnlab.data.task_registry import TASKS, TaskSpec
 from attnlab.errors import AttnlabError
@@ -55,14 +56,32 @@ def split_generator(task: str, split: str, seed: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def _examples(src: np.ndarray, tgt: np.ndarray, alignment: np.ndarray) -> list[Example]:
-    symbols = np.array([str(i) for i in range(int(max(src.max(), tgt.max())) + 1)], dtype=object)
-    out = []
-    for s, t, a in zip(
-        symbols[src].tolist(), symbols[tgt].tolist(), alignment.tolist(), strict=True
-    ):
-        out.append(Example(tuple(s), tuple(t), " ".join(s), " ".join(t), tuple(a)))
-    return out
+def _examples(src: np.ndarray, tgt: np.ndarray, alignment: np.ndarray) -> ArrayExamples:
+    """The split's matrices as examples built when read (attnlab.data.arrays)."""
+    symbols = [str(i) for i in range(int(max(src.max(), tgt.max())) + 1)]
+    return ArrayExamples(symbols, ragged(src), ragged(tgt), ragged(alignment))
+
+
+def row_bytes(matrix: np.ndarray) -> list[bytes]:
+    """Each row's bytes (one C loop over a void view, not a tobytes call per row)."""
+    matrix = np.ascontiguousarray(matrix)
+    width = matrix.shape[1] * matrix.itemsize
+    return (
+        matrix.view(np.dtype((np.void, width))).ravel().tolist() if width else [b""] * len(matrix)
+    )
+
+
+def id_matrix(rows: int, length: int, vocab_size: int) -> np.ndarray:
+    """A zero (filler) matrix of the smallest integer type that holds the task's ids."""
+    return np.zeros((rows, length), dtype=np.min_scalar_type(max(vocab_size - 1, 0)))
+
+
+def scatter_rows(matrix: np.ndarray, columns: np.ndarray, values: np.ndarray) -> None:
+    """matrix[r, columns[r, j]] = values[r, j] for every row r (put_along_axis, through one
+    flat index: put_along_axis's broadcast indices cost more than the draw)."""
+    rows, width = matrix.shape
+    flat = (np.arange(rows, dtype=np.int64) * width)[:, None] + columns
+    matrix.reshape(-1)[flat.ravel()] = values.ravel()
 
 
 def generate_splits(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
@@ -70,23 +89,26 @@ def generate_splits(cfg: DataConfig, task: str, draw: Drawer) -> Splits:
     lengths = {"train": cfg.max_len, "dev": cfg.max_len, "test": cfg.test_max_len or cfg.max_len}
     sizes = {"train": cfg.train_size, "dev": cfg.dev_size, "test": cfg.test_size}
     seen: set[bytes] = set()
-    out: dict[str, list[Example]] = {}
+    out: dict[str, Sequence[Example]] = {}
     overlap = 0
     for split in ("train", "dev", "test"):
         rng = split_generator(task, split, cfg.seed)
         src, tgt, alignment = draw(rng, sizes[split], lengths[split])
         if split != "train" and len(src):
             for _ in range(_MAX_REDRAWS):
-                repeated = np.array([row.tobytes() in seen for row in src], dtype=bool)
+                repeated = np.array([row in seen for row in row_bytes(src)], dtype=bool)
                 if not repeated.any():
                     break
                 again = draw(rng, int(repeated.sum()), lengths[split])
                 src[repeated], tgt[repeated], alignment[repeated] = again
             else:
                 overlap += int(repeated.sum())  # the space is too small to keep splits apart
-        seen.update(row.tobytes() for row in src)
+        seen.update(row_bytes(src))
         out[split] = _examples(src, tgt, alignment) if len(src) else []
     return Splits(out["train"], out["dev"], out["test"], {"task": task, "overlap": overlap})
+
+
+TOP_K_CHUNK_CELLS = 1 << 20  # keys drawn per chunk of rows: cache-sized, not 51M at once
 
 
 def top_k_without_replacement(
@@ -94,11 +116,22 @@ def top_k_without_replacement(
 ) -> np.ndarray:
     """[rows, k] indices drawn without replacement, each row in draw order, with probability
     proportional to ``weights`` (the Gumbel-top-k trick: the same law as drawing one at a time
-    and renormalising, as ``numpy.random.choice(replace=False, p=…)`` does)."""
-    keys = np.log(weights)[None, :] + rng.gumbel(size=(rows, weights.size))
-    top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
-    return np.take_along_axis(top, order, axis=1)
+    and renormalising, as ``numpy.random.choice(replace=False, p=…)`` does).
+
+    Drawn a chunk of rows at a time, in place: the generator fills the keys element by
+    element in row order, so the chunks draw the very keys one [rows, n] call would."""
+    n = weights.size
+    log_weights = np.log(weights)
+    out = np.empty((rows, k), dtype=np.int64)
+    step = max(1, TOP_K_CHUNK_CELLS // max(n, 1))
+    for start in range(0, rows, step):
+        keys = rng.gumbel(size=(min(step, rows - start), n))
+        keys += log_weights
+        np.negative(keys, out=keys)  # the k largest keys are the k smallest negated
+        top = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(keys, top, axis=1), axis=1)
+        out[start : start + len(keys)] = np.take_along_axis(top, order, axis=1)
+    return out
 
 
 def power_law_weights(space: int, a: float) -> np.ndarray:
@@ -134,16 +167,15 @@ def mqar_task(cfg: DataConfig) -> Splits:
         check_mqar(cfg, length)
         keys = 1 + top_k_without_replacement(rng, np.ones(half - 1), rows, n)  # [rows, n]
         values = half + top_k_without_replacement(rng, np.ones(cfg.vocab_size - half), rows, n)
-        context = np.empty((rows, 2 * n), dtype=np.int64)
-        context[:, 0::2], context[:, 1::2] = keys, values
+        src = id_matrix(rows, length, cfg.vocab_size)  # filler 0 in the query region
+        src[:, 0 : 2 * n : 2], src[:, 1 : 2 * n : 2] = keys, values  # the context
         space = (length - 2 * n) // 2
         gaps = top_k_without_replacement(rng, power_law_weights(space, cfg.power_a), rows, n)
-        queries = np.zeros((rows, length - 2 * n), dtype=np.int64)
-        np.put_along_axis(queries, 2 * gaps, keys, axis=1)
+        scatter_rows(src, 2 * n + 2 * gaps, keys)
         order = np.argsort(gaps, axis=1)  # the queries in the order they appear
         target = np.take_along_axis(values, order, axis=1)
         alignment = 2 * order + 1  # each answer's value in the context
-        return np.concatenate([context, queries], axis=1), target, alignment
+        return src, target, alignment
 
     return generate_splits(cfg, "mqar", draw)
 
@@ -163,8 +195,8 @@ def selective_copy_task(cfg: DataConfig) -> Splits:
             raise AttnlabError("selective-copy needs data.vocab_size >= 2 (noise 0 + data)")
         positions = np.sort(top_k_without_replacement(rng, np.ones(length), rows, k), axis=1)
         tokens = rng.integers(1, cfg.vocab_size, size=(rows, k))
-        src = np.zeros((rows, length), dtype=np.int64)
-        np.put_along_axis(src, positions, tokens, axis=1)
+        src = id_matrix(rows, length, cfg.vocab_size)
+        scatter_rows(src, positions, tokens)
         return src, tokens.astype(np.int64), positions
 
     return generate_splits(cfg, "selective-copy", draw)

@@ -150,6 +150,23 @@ def cost_rows(table: StudyTable) -> tuple[list[str], list[list[str]]]:
     return columns, out
 
 
+def cost_points(
+    table: StudyTable, metric: str, cost: str
+) -> list[tuple[str, float, float, float, float]]:
+    """Score against cost, one point per cell with a value of both: (cell, cost mean, score
+    low, score mean, score high); the interval is the score's 95 % t interval over seeds (the
+    mean itself when there is none)."""
+    out = []
+    for row in table.rows:
+        score, price = row.metrics.get(metric), row.costs.get(cost)
+        if score is None or price is None or score.mean is None or price.mean is None:
+            continue
+        low = score.low if score.low is not None else score.mean
+        high = score.high if score.high is not None else score.mean
+        out.append((row.name, price.mean, low, score.mean, high))
+    return out
+
+
 def _markdown(columns: list[str], body: list[list[str]]) -> str:
     align = ["---"] + ["---:"] * (len(columns) - 1)
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(align) + " |"]

@@ -161,6 +161,21 @@ def marked_cell(cell: int) -> str:
     return SELECTED_MARK.center(cell)
 
 
+def block_max(rows: list[list[float]], factor: int) -> list[list[float]]:
+    """Each ``factor`` × ``factor`` block's maximum (the last blocks may be smaller); NaN
+    weights are skipped unless a block holds nothing else."""
+    out = []
+    for i in range(0, len(rows), factor):
+        band = rows[i : i + factor]
+        width = len(band[0]) if band else 0
+        line = []
+        for j in range(0, width, factor):
+            values = [v for row in band for v in row[j : j + factor] if v == v]
+            line.append(max(values) if values else float("nan"))
+        out.append(line)
+    return out
+
+
 def _as_rows(matrix: Any) -> list[list[float]]:
     if hasattr(matrix, "detach"):  # a torch tensor, without importing torch
         matrix = matrix.detach().float().cpu()
@@ -283,8 +298,47 @@ class Heatmap:
             yield from line.render(console, end="")
             yield Segment.line()
 
+    # -- downsampling ----------------------------------------------------------------------
+    def block_factor(self, width: int) -> int:
+        """1, or the side of the square blocks a map far wider than ``width`` is drawn in:
+        a map up to twice as wide as fits is cut with a "+k" marker (every weight of what is
+        shown), a wider one (a 1024-token map on 80 columns) shows each block's maximum."""
+        budget = max(width - MAX_ROW_LABEL - 2, 1)
+        if self.n_cols <= 2 * budget:
+            return 1
+        return -(-self.n_cols // budget)
+
+    def downsampled(self, factor: int) -> Heatmap:
+        """The map as ``factor`` × ``factor`` blocks, each cell its block's maximum (the
+        strongest weight inside survives), rows labelled by their positions, the title saying
+        so; marks are left out (a block is not one key)."""
+        blocks = block_max(self.rows, factor)
+        n_rows, n_cols = self.n_rows, self.n_cols
+        row_labels = [f"{i}-{min(i + factor, n_rows) - 1}" for i in range(0, n_rows, factor)]
+        col_labels = [str(j) for j in range(0, n_cols, factor)]
+        note = (
+            f"max of each {factor}×{factor} block ({n_rows}×{n_cols} shown as "
+            f"{len(blocks)}×{len(blocks[0]) if blocks else 0})"
+        )
+        drawn = Heatmap(
+            blocks,
+            row_labels,
+            col_labels,
+            f"{self.title} — {note}" if self.title else note,
+            self.max_width,
+            self.half_block,
+            False,
+            self.vmax,
+            NORM_SOFTMAX if self.normalisation == NORM_SUB_STOCHASTIC else self.normalisation,
+        )
+        drawn.note = self.note
+        return drawn
+
     # -- the lines -------------------------------------------------------------------------
     def lines(self, width: int) -> list[Text]:
+        factor = self.block_factor(width)
+        if factor > 1:
+            return self.downsampled(factor).lines(width)
         cell, shown = self.layout(width)
         label_width = self._label_width()
         out: list[Text] = []

@@ -106,6 +106,7 @@ class StudiesView(Vertical):
     BINDINGS = [
         Binding("n", "cell(1)", "Next cell"),
         Binding("b", "cell(-1)", "Prev cell"),
+        Binding("c", "cost", "Next cost"),
     ]
 
     DEFAULT_CSS = """
@@ -115,6 +116,7 @@ class StudiesView(Vertical):
     StudiesView #study-notes { height: auto; }
     StudiesView #study-tune { height: auto; display: none; }
     StudiesView #study-curves { height: 12; min-height: 8; }
+    StudiesView #study-cost { height: 12; min-height: 8; }
     StudiesView #studies-empty { color: $text-muted; padding: 1; }
     """
 
@@ -132,6 +134,7 @@ class StudiesView(Vertical):
         self.shown: tuple[Any, Any] = (None, None)  # (table, notes) as last drawn
         self.tune_shown: Table | None = None  # the highlighted cell's tuning curve
         self.wanted: Path | None = None  # a study just started: shown once its folder appears
+        self.cost_key = "train_tokens_per_s"  # the cost the score-against-cost plot reads
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -145,6 +148,7 @@ class StudiesView(Vertical):
                 yield Static("", id="study-table")
                 yield Static("", id="study-tune")
                 yield MetricPlot("dev BLEU: mean over seeds", id="study-curves")
+                yield MetricPlot("score against cost", x_label="cost", id="study-cost")
                 yield Static("", id="study-notes")
 
     def on_mount(self) -> None:
@@ -221,6 +225,7 @@ class StudiesView(Vertical):
             self.query_one("#study-notes", Static).update("")
             self._show_tune()
             self._plot()
+            self._plot_cost()
             return
         self.table, self.curves = message.table, message.curves
         self.shown = (table_renderable(self.table, self.highlighted_cell), notes_text(self.table))
@@ -228,6 +233,32 @@ class StudiesView(Vertical):
         self.query_one("#study-notes", Static).update(self.shown[1])
         self._show_tune()
         self._plot()
+        self._plot_cost()
+
+    def _plot_cost(self) -> None:
+        """Each cell's score (the table's first metric) against the chosen cost: one point at
+        the mean, its 95 % t interval over seeds as a vertical bar."""
+        from attnlab.study.metrics import COSTS, METRICS
+        from attnlab.study.render import cost_points
+
+        plot = self.query_one("#study-cost", MetricPlot)
+        table = self.table
+        metric = table.metrics[0] if table is not None and table.metrics else ""
+        points = cost_points(table, metric, self.cost_key) if metric else []
+        label = METRICS[metric].label if metric in METRICS else metric
+        plot.title = f"{label} against {COSTS[self.cost_key].label} (per cell, 95 % t over seeds)"
+        plot.x_label = COSTS[self.cost_key].label
+        plot.set_series(
+            [(cell, [x, x, x], [low, mean, high]) for cell, x, low, mean, high in points]
+        )
+
+    def action_cost(self) -> None:
+        """The next cost on the score-against-cost plot's x axis."""
+        from attnlab.study.metrics import COSTS
+
+        keys = list(COSTS)
+        self.cost_key = keys[(keys.index(self.cost_key) + 1) % len(keys)]
+        self._plot_cost()
 
     def _show_tune(self) -> None:
         widget = self.query_one("#study-tune", Static)
