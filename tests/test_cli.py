@@ -26,6 +26,21 @@ def test_help_everywhere(command):
     assert "Usage:" in result.output
 
 
+def _every_command(group, path=()):
+    import click
+
+    for name, command in getattr(group, "commands", {}).items():
+        yield (*path, name)
+        if isinstance(command, click.Group):
+            yield from _every_command(command, (*path, name))
+
+
+def test_no_help_shows_rst_markup():
+    """Docstrings are help text: ``literal`` markup printed as-is (issue 44, eval --help)."""
+    shown = {" ".join(p): invoke(*p, "--help").output for p in _every_command(cli)}
+    assert len(shown) > 10 and not [name for name, text in shown.items() if "``" in text]
+
+
 def test_a_bare_group_shows_its_help():
     result = invoke("data")
     assert (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -125,13 +124,10 @@ async def test_typing_a_corpus_path_shows_the_first_pairs_and_counts(tmp_path: P
         assert "src 3.5/5" in text
         assert setup.error is None
         assert not app.query_one("#train-button").disabled
-        # Swapping the languages (a preset field) refreshes the preview.
-        setup.config = setup.config.replace(
-            data=dataclasses.replace(setup.config.data, src_lang="en", tgt_lang="de")
-        )
-        setup.validate_form()
-        await until(pilot, lambda: not preview.pending)
-        assert "a dog runs → ein Hund läuft" in str(preview.content)
+        # Swapping the languages (Data fields of the corpus task) refreshes the preview.
+        app.query_one(f"#{field_id('data.src_lang')}").value = "en"
+        app.query_one(f"#{field_id('data.tgt_lang')}").value = "de"
+        await until(pilot, lambda: "a dog runs → ein Hund läuft" in str(preview.content))
 
 
 async def test_a_missing_path_shows_one_line_and_never_starts_a_run(

@@ -397,7 +397,8 @@ async def test_missing_corpus_error_is_rechecked_on_focus_and_on_t(
         preview = await choose_corpus(app, pilot)
         path = app.query_one(f"#{field_id('data.path')}", Input)
         path.value = str(folder)
-        await until(pilot, lambda: not preview.pending and preview.error is not None)
+        # (the empty path's error comes first: wait for the typed path's)
+        await until(pilot, lambda: not preview.pending and str(folder) in (preview.error or ""))
         await workers_idle(pilot)
         assert "no such file or folder" in preview.error
         # the corpus appears (downloaded elsewhere); focusing the field reads it again
@@ -460,7 +461,7 @@ async def test_help_at_80_columns_wraps_descriptions_under_their_column(tmp_path
 
     from attnlab.tui.help import HELP_TEXT, HelpScreen
 
-    sections = {"attnlab", "Everywhere", "Setup", "Train", "Inspect", "Runs", "Export"}
+    sections = {"attnlab", "Everywhere", "Setup", "Train", "Inspect", "Runs", "Export", "Studies"}
     app = make_app(tmp_path, config=tiny_config())
     async with app.run_test(size=(80, 24)) as pilot:
         await ready(app, pilot)
@@ -572,10 +573,20 @@ async def test_train_plots_keep_titles_and_bounded_axes(tmp_path: Path, size) ->
         entropy = app.query_one("#entropy-plot", MetricPlot)
         await until(pilot, lambda: entropy.points > 0)
         await pilot.pause()
+
+        async def shown(plot: MetricPlot) -> None:  # below 30 rows one at a time: v to it
+            for _ in range(3):
+                if plot.display:
+                    break
+                await pilot.press("v")
+            await pilot.pause()
+
+        await shown(entropy)
         title = entropy.query_one(_Title)
         assert str(title.render()) == ENTROPY_TITLE and title.region.height == 1
         assert "dec self: signed, none" in [label for label, _, _ in entropy.series]
         metric = app.query_one("#metric-plot", MetricPlot)
+        await shown(metric)
         canvas = metric.query_one(_Canvas)
         lines = [s.text for s in canvas.render_lines(Region(0, 0, *canvas.size))]
         labels = [line.split("┤")[0].strip() for line in lines if "┤" in line[:6]]

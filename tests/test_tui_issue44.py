@@ -243,3 +243,258 @@ async def test_inspect_runs_and_compare_offer_study_runs(tmp_path: Path) -> None
         await until(pilot, lambda: table.row_count == 4)
         names = [str(table.get_row_at(i)[1]) for i in range(4)]
         assert names == ["top", "st/b-s1", "st/a-s1", "st/a-s2"]
+
+
+# -- 2. Setup's Data section from the task registry ------------------------------------------
+
+
+@pytest.fixture
+def probe_task():
+    """A task registered here with fields of its own (as a plug-in would): Setup must show
+    exactly those, with no edit in the lab."""
+    from attnlab.data.task_registry import TaskSpec
+    from attnlab.data.tasks import TASKS
+
+    reads = ("data.copy_tokens", "data.power_a", "data.train_size")
+    TASKS.add("probe-task", TASKS.get("reverse").factory, TaskSpec("a probe", False, reads=reads))
+    yield reads
+    TASKS.remove("probe-task")
+
+
+def _shown(app, key: str) -> bool:
+    from attnlab.tui.views.setup import field_id
+
+    found = app.query(f"#{field_id(key)}")
+    return bool(found) and found.first().parent.display
+
+
+async def test_a_new_task_gets_its_own_data_fields_with_their_ranges(
+    tmp_path: Path, probe_task
+) -> None:
+    from textual.widgets import Label, Select
+
+    from attnlab.config import RANGES
+    from attnlab.tui.views.setup import SetupView, field_id
+
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        assert not _shown(app, "data.copy_tokens")  # reverse does not read it
+        app.query_one(f"#{field_id('data.task')}", Select).value = "probe-task"
+        await pilot.pause()
+        assert all(_shown(app, key) for key in probe_task)
+        assert not any(_shown(app, k) for k in ("data.min_len", "data.vocab_size", "data.path"))
+        row = app.query_one(f"#{field_id('data.power_a')}").parent
+        low, high = RANGES["data.power_a"]
+        assert [str(w.content) for w in row.query(Label)][1] == f"[{low:g}, {high:g}]"
+        app.query_one(f"#{field_id('data.copy_tokens')}").value = "7"
+        await pilot.pause()
+        config = app.query_one(SetupView).validate_form()
+        assert config is not None and config.data.copy_tokens == 7
+
+
+async def test_corpus_and_toy_data_fields_are_set_from_setup(tmp_path: Path) -> None:
+    from textual.widgets import Checkbox, Select
+
+    from attnlab.config import CHOICES
+    from attnlab.tui.views.setup import SetupView, field_id
+
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        setup = app.query_one(SetupView)
+        toy = {
+            "data.vocab_size": "12",
+            "data.dev_size": "40",
+            "data.test_size": "41",
+            "data.test_min_len": "7",
+            "data.test_max_len": "9",
+        }
+        for key, value in toy.items():
+            assert _shown(app, key), key
+            app.query_one(f"#{field_id(key)}").value = value
+        await pilot.pause()
+        config = setup.validate_form()
+        assert config is not None, setup.error
+        assert (config.data.vocab_size, config.data.dev_size, config.data.test_size) == (12, 40, 41)
+        assert (config.data.test_min_len, config.data.test_max_len) == (7, 9)
+        app.query_one(f"#{field_id('data.task')}", Select).value = "corpus"
+        await pilot.pause()
+        corpus = (
+            "data.tokenizer",
+            "data.subword_vocab",
+            "data.lowercase",
+            "data.min_freq",
+            "data.max_vocab",
+            "data.columns",
+            "data.src_lang",
+            "data.tgt_lang",
+            "data.dev_fraction",
+            "data.test_fraction",
+        )
+        assert all(_shown(app, key) for key in corpus)
+        assert not any(_shown(app, key) for key in toy)
+        tokenizer = app.query_one(f"#{field_id('data.tokenizer')}", Select)
+        assert [v for _, v in tokenizer._options] == list(CHOICES["data.tokenizer"])
+        assert isinstance(app.query_one(f"#{field_id('data.lowercase')}"), Checkbox)
+        fraction = app.query_one(f"#{field_id('data.dev_fraction')}")
+        fraction.value = "0.7"  # outside [0, 0.5]
+        await pilot.pause()
+        assert fraction.has_class("invalid") and "data.dev_fraction" in (setup.error or "")
+
+
+# -- 5. figures readable at 80×24 ------------------------------------------------------------
+
+
+async def test_train_plots_take_turns_and_get_rows_at_80x24(tmp_path: Path) -> None:
+    from _tui_support import write_run
+
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    run_dir = write_run(tmp_path, "reverse-rnn-bahdanau-20261207-101544")
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(run_dir)
+        train.poll()
+        await pilot.pause()
+        plots = list(train.query(MetricPlot))
+        shown = [p.id for p in plots if p.display]
+        assert shown == ["loss-plot"]  # one at a time, full width
+        canvas = plots[0].children[1]  # _Title, _Canvas, _Legend
+        # the y axis has room for three labelled ticks (it had one or two rows of data)
+        assert canvas.size.height >= 7 and canvas.size.width >= 70
+        await pilot.press("v")
+        assert [p.id for p in plots if p.display] == ["metric-plot"]
+        await pilot.press("v", "v")  # entropy (this run logs it), then loss again
+        assert [p.id for p in plots if p.display] == ["loss-plot"]
+
+
+async def test_train_plots_stay_side_by_side_at_120x40(tmp_path: Path) -> None:
+    from _tui_support import write_run
+
+    from attnlab.tui.views.train import TrainView
+    from attnlab.tui.widgets.plots import MetricPlot
+
+    run_dir = write_run(tmp_path, "reverse-rnn-bahdanau-20261207-101544")
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("2")
+        train = app.query_one(TrainView)
+        train.follow_run(run_dir)
+        train.poll()
+        await pilot.pause()
+        shown = [p.id for p in train.query(MetricPlot) if p.display]
+        assert shown == ["loss-plot", "metric-plot", "entropy-plot"]
+        assert not train.check_action("next_plot", ())
+
+
+def test_the_studies_table_shows_whole_intervals_a_page_of_metrics_at_a_time(
+    monkeypatch,
+) -> None:
+    from rich.console import Console
+
+    from attnlab.tui.views.studies import metric_pages, table_renderable
+
+    class Table:  # the fields table_renderable reads (attnlab.study.table.StudyTable)
+        name, split, checkpoint, tune = "st", "test", "best", None
+
+    columns = ["cell", "n", "exact match", "BLEU", "chrF", "loss"]
+    body = [
+        ["base (baseline)", "3/3", "0.508 ± 0.235", "26.2 ± 8.3", "71.0 ± 6.6", "0.568 ± 0.084"],
+        ["a-long-cell-name-x", "2/3", "0.808 ± 0.036\n+0.300†", "43.1 ± 3.4", "88.3 ± 9.8", "1"],
+    ]
+    monkeypatch.setattr("attnlab.study.render.stacked_rows", lambda table: (columns, body))
+    width = 60  # the Studies body at 80 columns
+    pages = metric_pages(columns, body, 2, width)
+    assert len(pages) > 1 and [i for p in pages for i in p] == list(range(2, 6))
+    seen = ""
+    for page in range(len(pages)):
+        console = Console(width=width, record=True)
+        console.print(table_renderable(Table(), None, width, page))
+        text = console.export_text()
+        assert "2/3" in text and "3/3" in text  # n is never cut
+        assert max(len(line) for line in text.splitlines()) <= width
+        seen += text
+    for cells in body:  # every figure whole on some page
+        for cell in cells[2:]:
+            assert all(line in seen for line in cell.split("\n")), cell
+
+
+# -- 7. names told apart -----------------------------------------------------------------------
+
+
+async def test_runs_of_one_configuration_are_told_apart_and_named_in_full_at_the_cursor(
+    tmp_path: Path,
+) -> None:
+    from _tui_support import write_run
+    from textual.widgets import DataTable
+
+    from attnlab.tui.views.runs import RunsView
+
+    names = [
+        "multi30k-transformer-scaled-dot-20261207-101530",
+        "multi30k-transformer-scaled-dot-20261207-101544",
+        "multi30k-transformer-performer-20261207-101601",
+    ]
+    for name in names:
+        write_run(tmp_path, name)
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("4")
+        view = app.query_one(RunsView)
+        table = view.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 3)
+        shown = [str(table.get_row_at(i)[1]) for i in range(3)]
+        assert len(set(shown)) == 3
+        for label, name in zip(shown, [r.listed_name for r in view.runs], strict=True):
+            assert label == name or (label.startswith("…") and label[-4:] == name[-4:])
+        assert any("performer" in label for label in shown)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.pause()
+        status = str(view.query_one("#runs-status", Static).content)
+        current = view._current()
+        assert shown[1] != current.listed_name and f"▸ {current.listed_name}" in status
+        await pilot.press("3")
+        inspect = app.query_one(InspectView)
+        line = inspect.query_one("#insp-run-name", Static)
+        chosen = str(inspect.query_one("#insp-run").value)
+        assert line.display and Path(chosen).name in str(line.content)
+
+
+# -- 14. the small ones ------------------------------------------------------------------------
+
+
+def test_a_run_stopped_early_says_how_far_it_got_not_eta_zero(tmp_path: Path) -> None:
+    from _tui_support import run_events, write_run
+
+    from attnlab.tui.follow import RunFollower
+    from attnlab.tui.views.train import eta_text
+
+    events = run_events(steps=5, eval_every=20, done="stopped")
+    events[0]["config"]["train"]["max_steps"] = 500  # stopped at step 5 of 500: 1 %
+    follower = RunFollower(write_run(tmp_path, "stopped-run", events))
+    follower.poll()
+    assert follower.finished and (follower.step, follower.max_steps) == (5, 500)
+    assert eta_text(follower, time.time()) == "stopped at 1 %"
+    finished = RunFollower(write_run(tmp_path, "finished-run"))
+    finished.poll()
+    assert eta_text(finished, time.time()) == "ETA 0:00"
+
+
+def test_a_minus_b_prints_x100_like_the_a_and_b_maps() -> None:
+    from rich.console import Console
+
+    from attnlab.viz.diverging import render_diverging
+
+    console = Console(width=80, record=True)
+    console.print(render_diverging([[0.25, -0.104]], ["t"], ["x", "y"]))
+    text = console.export_text()
+    assert "+25.0" in text and "-10.4" in text and "×100" in text
+    assert "±25.0" in text  # the scale in the same unit

@@ -216,8 +216,26 @@ def test_runs_of_one_experiment_never_share_a_label(width):
     assert all(len(label) <= width for label in labels)
     assert labels[3:] == [run_label(n, width) for n in names[3:]]  # no clash: unchanged
     for name, label in zip(names[:3], labels[:3], strict=True):
-        head, tail = label.split("…")
-        assert name.startswith(head) and name.endswith(tail) and name[-2:] in tail
+        # The prefix the three share goes first; the variant and the stamp's end stay.
+        assert label.startswith("…") and "bahdanau" in label and name[-2:] in label
+        assert all(part in name for part in label.split("…") if part)
+
+
+@pytest.mark.parametrize("width", [18, 24, 30])
+def test_run_labels_elide_the_common_prefix_not_the_distinguishing_part(width):
+    names = [
+        "scan-length-transformer-alibi-20261207-101530",
+        "scan-length-transformer-rotary-20261207-101544",
+        "length-generalisation/alibi-s1",
+        "length-generalisation/alibi-s2",
+        "length-generalisation/sinusoidal-s1",
+    ]
+    labels = run_labels(names, width)
+    assert len(set(labels)) == len(names) and all(len(label) <= width for label in labels)
+    variants = ["alibi", "rotary", "alibi-s1", "alibi-s2", "sinusoidal-s1"]
+    for name, label, variant in zip(names, labels, variants, strict=True):
+        assert variant in label and (label == name) == (len(name) <= width), (label, name)
+    assert labels[0].endswith("1530") and labels[1].endswith("1544")  # the stamps' ends
 
 
 def test_fold_warnings_shows_the_first_by_run_name_without_details_and_counts_the_rest() -> None:

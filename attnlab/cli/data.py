@@ -155,8 +155,8 @@ def export_command(
     out: Path,
     force: bool,
 ) -> None:
-    """Write a split as ``source<TAB>target`` lines (no header), the tokens space-separated,
-    which the TSV corpus reader (``data.task=corpus``, ``data.path=FILE.tsv``) reads back to
+    """Write a split as "source<TAB>target" lines (no header), the tokens space-separated,
+    which the TSV corpus reader (data.task=corpus, data.path=FILE.tsv) reads back to
     the same pairs."""
     from attnlab.data.dataset import load_dataset
     from attnlab.runs import write_output_text

@@ -79,7 +79,7 @@ def eval_command(
 ) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split.
     --hyps / --refs write what was scored, one sentence per line, so that
-    ``sacrebleu REFS -i HYPS`` gives the same BLEU."""
+    "sacrebleu REFS -i HYPS" gives the same BLEU."""
     for flag, path in (("--hyps", hyps_path), ("--refs", refs_path)):
         if path is not None and not path.parent.is_dir():
             raise AttnlabError(f"{flag} {path}: no such folder {path.parent}")

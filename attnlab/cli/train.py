@@ -239,8 +239,8 @@ def train(
 
     One trainer per run directory (a lock on RUN/.lock). A run that fails or is interrupted
     before its first step leaves no directory behind. With --nproc N (or train.nproc) the same
-    training runs in N processes under torchrun (DistributedDataParallel); ``torchrun ... -m
-    attnlab train ...`` works directly too.
+    training runs in N processes under torchrun (DistributedDataParallel); "torchrun ... -m
+    attnlab train ..." works directly too.
     """
     request = RunRequest(
         preset=preset,

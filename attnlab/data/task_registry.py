@@ -6,7 +6,7 @@ them back. ``attnlab.data.tasks`` is the public face that also loads the built-i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +41,59 @@ CORPUS_FIELDS: tuple[str, ...] = (
     "data.lowercase",
     "data.tokenizer",
     "data.subword_vocab",
+    "data.min_freq",
+    "data.max_vocab",
+    "data.shared_vocab",
     "data.train_max_tokens",
     "data.eval_max_tokens",
     "data.seed",
 )
+
+# Setup's label of each data field (at most 17 characters: the label column at 80 columns);
+# a field without one (a plug-in's own) is labelled from its name. Types and ranges come
+# from attnlab.config (DataConfig's defaults, RANGES, CHOICES).
+FIELD_LABELS: dict[str, str] = {
+    "data.min_len": "min length",
+    "data.max_len": "max length",
+    "data.train_size": "train pairs",
+    "data.dev_size": "dev pairs",
+    "data.test_size": "test pairs",
+    "data.vocab_size": "vocabulary size",
+    "data.test_min_len": "test min length",
+    "data.test_max_len": "test max length",
+    "data.seed": "data seed",
+    "data.path": "corpus path",
+    "data.src_file": "source file",
+    "data.tgt_file": "target file",
+    "data.src_lang": "source language",
+    "data.tgt_lang": "target language",
+    "data.columns": "TSV columns",
+    "data.max_pairs": "max pairs/split",
+    "data.dev_fraction": "dev fraction",
+    "data.test_fraction": "test fraction",
+    "data.lowercase": "lowercase",
+    "data.tokenizer": "tokenizer",
+    "data.subword_vocab": "subword vocab",
+    "data.min_freq": "min frequency",
+    "data.max_vocab": "max vocabulary",
+    "data.shared_vocab": "shared vocab",
+    "data.train_max_tokens": "train max tokens",
+    "data.eval_max_tokens": "eval max tokens",
+}
+
+
+def field_label(key: str) -> str:
+    """``data.kv_pairs`` -> its label, or ``kv pairs`` for a field with none."""
+    return FIELD_LABELS.get(key) or key.split(".", 1)[-1].replace("_", " ")
+
+
+def declared_fields(fields_by_task: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """Every data field of the tasks' declarations (``fields_read`` of each), each task's in
+    its own order (the first task that declares a field places it); ``data.seed`` last, as
+    every task's last knob."""
+    fields = dict.fromkeys(key for declared in fields_by_task for key in declared)
+    seed = fields.pop("data.seed", 0) is None  # dict.fromkeys' value: None when present
+    return (*fields, *(("data.seed",) if seed else ()))
 
 
 # data config -> (source symbols, target symbols): a task's whole alphabet, from its definition.

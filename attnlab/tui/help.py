@@ -38,6 +38,7 @@ entropy per role (nats, from each evaluation); the samples table (Enter on a sam
 attention in Inspect) and the event log.
   Runs queued with t / Queue + are listed under the progress bar: Del removes the highlighted \
 one.
+  v           below 30 rows (80×24): the next plot (one shows at a time, full width)
 
 [b]Inspect[/b]  pick run, checkpoint, split and sample (or type a sentence); d decodes \
 (Enter in a field, or the Decode button, does the same). Esc returns to the heatmap.
@@ -60,6 +61,9 @@ below 90 columns e switches the third panel between bars and entropy).
   Enter opens the run in Inspect; w follows it live in Train; r refreshes.
 
 [b]Export[/b]   writes one .safetensors bundle and shows the `attnlab translate` command.
+
+[b]Studies[/b]  n / b move the highlighted cell; m shows the next metrics when they do not all \
+fit the width.
 """
 
 

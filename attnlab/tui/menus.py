@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.config import CHOICES, RANGES, ExperimentConfig, ModelConfig, params_for, to_dict
+from attnlab.config import (
+    CHOICES,
+    INT_MAX,
+    RANGES,
+    ExperimentConfig,
+    ModelConfig,
+    params_for,
+    to_dict,
+)
 from attnlab.errors import AttnlabError
 from attnlab.nn.archs import ArchSpec, AttentionSlot
 
@@ -78,6 +86,12 @@ class Menus:
         """Whether ``task`` reads data field ``key`` (a task not in the snapshot: every one)."""
         fields = self.task_fields.get(task)
         return fields is None or key in fields
+
+    def data_fields(self) -> tuple[str, ...]:
+        """Every data field a listed task reads (Setup's Data section, in the tasks' order)."""
+        from attnlab.data.task_registry import declared_fields
+
+        return declared_fields(self.task_fields.get(name, ()) for name, _ in self.tasks)
 
     def variants_for(self, role: str) -> list[str]:
         return [name for name, v in self.variants.items() if role in v.roles]
@@ -187,8 +201,15 @@ def field_range_text(key: str) -> str:
         return " | ".join(CHOICES[key])
     if key in RANGES:
         lo, hi = RANGES[key]
-        return f"[{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
+        if hi is not None and hi >= INT_MAX:  # a 64-bit bound is no range a user reads
+            hi = None
+        return f"[{'-inf' if lo is None else _bound(lo)}, {'inf' if hi is None else _bound(hi)}]"
     return ""
+
+
+def _bound(value: float) -> str:
+    """``1000000`` as it is (not ``1e+06``); fractions as ``:g`` writes them."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 # section.key, or model.<variant>.<name> for a variant's hyper-parameter

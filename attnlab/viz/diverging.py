@@ -35,7 +35,11 @@ def render_diverging(
 ) -> Table:
     rows = matrix.tolist() if hasattr(matrix, "tolist") else [list(r) for r in matrix]
     vmax = max((abs(v) for row in rows for v in row), default=0.0)
-    table = Table(title=title, caption=f"blue: B larger · red: A larger · scale ±{vmax:.2f}")
+    # ×100, as the A and B maps print their weights (issue 44: they were ×100, A − B not)
+    table = Table(
+        title=title,
+        caption=f"×100 · blue: B larger · red: A larger · scale ±{vmax * 100:.1f}",
+    )
     table.add_column("")
     for label in col_labels:
         table.add_column(Text(str(label)), justify="right")
@@ -47,7 +51,7 @@ def render_diverging(
             rgb = diverging_rgb(value, vmax)
             cells.append(
                 Text(
-                    f"{value:+.2f}",
+                    f"{value * 100:+.1f}",
                     style=Style(bgcolor="#{:02x}{:02x}{:02x}".format(*rgb), color="#000000"),
                 )
             )

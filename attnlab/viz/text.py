@@ -184,10 +184,14 @@ def run_label(name: str, width: int) -> str:
 
 
 def run_labels(names: Sequence[str], width: int) -> list[str]:
-    """``run_label`` of each name, except where two names would get one label (runs of one
-    experiment differ only in their stamp, which run_label drops first): those are cut in the
-    middle instead, which keeps the stamp's end, so a list never shows two identical rows."""
-    labels = [run_label(name, width) for name in names]
+    """Labels of at most ``width`` for a list of run names that tell every run apart.
+
+    A name that fits is kept. Otherwise the prefix it shares with another name of the list
+    goes first (``reverse-rnn-`` of ``reverse-rnn-bahdanau-…`` beside ``reverse-rnn-luong-…``:
+    shown as ``…bahdanau-…1544``), never its last part (the variant, the stamp, the seed); a
+    name sharing nothing is shortened as ``run_label`` does. Two names left with one label
+    are cut in the middle, which keeps the stamp's end: a list never shows two equal rows."""
+    labels = [_shortened(name, _shared_prefix(name, names), width) for name in names]
     shared = {label for label, count in Counter(labels).items() if count > 1}
     return [
         middle_ellipsis(name, width) if label in shared else label
@@ -223,3 +227,52 @@ def fold_warnings(warned: Sequence[tuple[str, str]], name_width: int = 28) -> st
     name, text = warned[0]
     more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
     return f"⚠ {run_label(name, name_width)}: {without_details(text.split(': ', 1)[-1])}{more}"
+
+
+_SEPARATORS = "-/_"
+
+
+def _first_token(name: str) -> str:
+    return re.split(r"[-/_]", name, maxsplit=1)[0]
+
+
+def _shared_prefix(name: str, names: Sequence[str]) -> str:
+    """The prefix (ending at a separator) that ``name`` shares with every other name of its
+    group — the names starting with its first token (its task, its study) — short of the
+    name's last part: at most the study of ``STUDY/CELL-sN`` (its cell kept), at most the
+    stem of a stamped name less its last token (the variant's end kept)."""
+    group = [n for n in names if n != name and _first_token(n) == _first_token(name)]
+    if not group:
+        return ""
+    n = len(name)
+    for other in group:
+        k = 0
+        while k < min(n, len(other)) and name[k] == other[k]:
+            k += 1
+        n = k
+    best = max((i + 1 for i in range(n) if name[i] in _SEPARATORS), default=0)
+    stamp = _STAMP.search(name)
+    stem = name[: stamp.start()] if stamp else name
+    if "/" in stem:  # a study's run: at most the study's folder goes
+        limit = stem.rindex("/") + 1
+    else:
+        cuts = [i + 1 for i, c in enumerate(stem) if c in _SEPARATORS]
+        limit = cuts[-1] if cuts else 0
+    return name[: min(best, limit)]
+
+
+def _shortened(name: str, prefix: str, width: int) -> str:
+    if len(name) <= width:
+        return name
+    if not prefix:
+        return run_label(name, width)
+    rest = name[len(prefix) :]
+    stamp = _STAMP.search(rest)
+    candidates = [ELLIPSIS + rest]
+    if stamp:
+        stem, tail = rest[: stamp.start()], stamp.group(2)[-4:] + (stamp.group(3) or "")
+        candidates.append(f"{ELLIPSIS}{stem}-{ELLIPSIS}{tail}")
+    for candidate in candidates:
+        if len(candidate) <= width:
+            return candidate
+    return middle_ellipsis(candidates[-1], width)

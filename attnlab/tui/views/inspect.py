@@ -122,6 +122,8 @@ class InspectView(InspectHistory, MapExport, Horizontal):
         with VerticalScroll(id="inspect-controls"):
             yield Label("run")
             yield Select([], id="insp-run", compact=True, prompt="(no runs)")
+            # The chosen run's whole name when its menu label is cut (issue 44).
+            yield Static("", id="insp-run-name")
             with Horizontal(classes="pair"):
                 yield Select(
                     [("best", "best"), ("last", "last")],
@@ -248,6 +250,31 @@ class InspectView(InspectHistory, MapExport, Horizontal):
                 prefer=has_checkpoint,
                 label_width=RUN_LABEL,
             )
+        self._show_run_name()
+
+    @on(Select.Changed, "#insp-run")
+    def _show_run_name(self) -> None:
+        """Under the run menu: the chosen run's whole name (``STUDY/…`` for a study's run)
+        when the menu's label is cut (from 30 rows); the menu's tooltip says it always."""
+        from attnlab.study.listing import listed_name
+
+        select = self.query_one("#insp-run", Select)
+        name_line = self.query_one("#insp-run-name", Static)
+        value = select.value
+        if value is Select.NULL or not value:
+            name_line.update("")
+            name_line.display = False
+            return
+        full = listed_name(Path(str(value)))
+        label = next((str(text) for text, v in select._options if v == value), full)
+        select.tooltip = full
+        name_line.update(escape_markup(full))
+        # Below 30 rows the controls have no row to spare (they would scroll): the tooltip
+        # and the Runs tab's status line name it there.
+        name_line.display = label != full and not self.app.has_class("short")
+
+    def on_resize(self) -> None:
+        self._show_run_name()
 
     def select_run(self, run_dir: Path) -> None:
         self._run_paths = []
@@ -295,7 +322,9 @@ class InspectView(InspectHistory, MapExport, Horizontal):
             beam,
             str(self.query_one("#insp-decoder", Select).value),
         )
-        self._title(f"decoding with {Path(str(run)).name} …")
+        from attnlab.study.listing import listed_name
+
+        self._title(f"decoding with {escape_markup(listed_name(Path(str(run))))} …")
         self.run_analysis(request, number)
 
     # Not exclusive: a cancelled worker's thread runs on anyway; Jobs queues and numbers them.

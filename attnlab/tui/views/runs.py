@@ -159,6 +159,8 @@ class RunsView(Vertical):
         self._rows: list[tuple[str, ...]] = []
         self._last_signature: tuple | None = None
         self._layout: tuple[list[str], int] | None = None
+        self._status = ""  # the status line without the cursor's run name
+        self._labels: list[str] = []  # the run column's labels, in self.runs' order
 
     def compose(self) -> ComposeResult:
         yield Static("", id="runs-status")
@@ -236,14 +238,16 @@ class RunsView(Vertical):
         folded = fold_warnings([(run.path.name, w) for run in runs for w in run.warnings])
         note = f"  [$warning]{escape(folded)}[/]" if folded else ""
         status = self.query_one("#runs-status", Static)
-        status.update(
+        self._status = (
             f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {self.runs_dir}{note}  "
             "[dim]Space: mark for comparison · Enter: inspect · w: follow[/]"
         )
+        status.update(self._status)
         status.tooltip = "\n".join(w for run in runs for w in run.warnings) or None
         if rows != self._rows or self._layout != self._fit():
             self._rows = rows
             self._fill_table()
+        self._show_cursor_name()
         self._update_compare()
 
     def _fit(self) -> tuple[list[str], int]:
@@ -274,8 +278,21 @@ class RunsView(Vertical):
             shown = [cells[i] for i in index]
             shown[1] = label
             table.add_row(*shown, key=str(run.path))
+        self._labels = labels
         if self._rows:
             table.move_cursor(row=min(max(row, 0), len(self._rows) - 1))
+        self._show_cursor_name()
+
+    @on(DataTable.RowHighlighted, "#runs-table")
+    def _show_cursor_name(self) -> None:
+        """The highlighted run's whole name first on the status line when its row cuts it
+        (issue 44: the cut label is never all there is)."""
+        run = self._current()
+        index = self.runs.index(run) if run is not None else -1
+        label = self._labels[index] if 0 <= index < len(self._labels) else ""
+        full = str(getattr(run, "listed_name", "")) if run is not None else ""
+        prefix = f"[b]▸ {escape(full)}[/]  ·  " if full and label != full else ""
+        self.query_one("#runs-status", Static).update(prefix + self._status)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "toggle_entropy":  # wide: all three panels show, nothing to switch

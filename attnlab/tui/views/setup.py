@@ -50,7 +50,9 @@ class FieldDef:
 
 
 # The fields every experiment has; the model's own fields and attention menus come from the
-# architectures' specs (``arch_fields``) and sit after model.arch.
+# architectures' specs (``arch_fields``) and sit after model.arch; once the registries are
+# loaded the Data rows after data.task come from the task registry (``data_fields``): these
+# four are the first frame's, before it is read.
 FIELDS: tuple[FieldDef, ...] = (
     FieldDef("data.task", "task", "select"),
     FieldDef("data.path", "corpus path", "input", "corpus"),
@@ -86,17 +88,32 @@ def arch_fields(menus: Menus) -> list[FieldDef]:
     return list(found.values())
 
 
+def data_fields(menus: Menus) -> list[FieldDef]:
+    """The Data section from the task registry: every field a task declares it reads
+    (``TaskSpec.reads``, ``attnlab.data.task_registry.fields_read``), typed by the config
+    (a choice: a menu; a flag: a checkbox; else an input with its range); each row shows
+    only for the tasks that read it. A new task's fields appear with no edit here."""
+    from attnlab.data.task_registry import field_label
+
+    return [
+        FieldDef(key, field_label(key), _kind(key), "corpus" if key == "data.path" else "")
+        for key in menus.data_fields()
+    ]
+
+
 def form_fields(menus: Menus | None) -> list[FieldDef]:
     if menus is None:
         return list(FIELDS)
-    at = next(i for i, d in enumerate(FIELDS) if d.key == "model.arch") + 1
-    return [*FIELDS[:at], *arch_fields(menus), *FIELDS[at:]]
+    at = next(i for i, d in enumerate(FIELDS) if d.key == "model.arch")
+    head = [FIELDS[0], *data_fields(menus)]  # data.task, then what the tasks read
+    return [*head, FIELDS[at], *arch_fields(menus), *FIELDS[at + 1 :]]
 
 
 def _kind(key: str) -> str:
     if key in CHOICES:
         return "select"
-    default = to_dict(ExperimentConfig())["model"].get(key.split(".", 1)[1])
+    section, name = key.split(".", 1)
+    default = to_dict(ExperimentConfig())[section].get(name)
     return "check" if isinstance(default, bool) else "input"
 
 
@@ -229,9 +246,12 @@ class SetupView(Vertical):
         classes = " ".join(["field", *(f"group-{g}" for g in groups)])
         if _task_specific(key):
             classes += " task-field"  # shown only when the chosen task reads it (name = key)
-        return Horizontal(
-            Label(definition.label, classes="field-label"), widget, classes=classes, name=key
-        )
+        parts: list[Widget] = [Label(definition.label, classes="field-label"), widget]
+        if _task_specific(key) and definition.kind == "input" and field_range_text(key):
+            # A data field's range beside it (the registry declares the field, the config
+            # its type and range): visible with a value in the field too.
+            parts.append(Label(field_range_text(key), classes="field-hint", markup=False))
+        return Horizontal(*parts, classes=classes, name=key)
 
     def _options_for(self, key: str) -> list[tuple[str, str]]:
         menus = self.menus

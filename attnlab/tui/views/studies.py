@@ -45,22 +45,66 @@ class StudiesFound(Message):
     directories: list[Path]
 
 
-def table_renderable(table: Any, highlighted: str | None = None) -> Table:
+NAME_MAX, NAME_NARROW = 20, 12  # the cell-name column: it gives way first, never a figure
+COLUMN_EDGE = 3  # a column's padding and rule in a rich Table
+
+
+def metric_pages(columns: list[str], body: list[list[str]], lead: int, width: int) -> list[range]:
+    """The metric columns (indices after the ``lead`` ones) in pages that fit ``width``
+    whole: each page as many as fit beside the name and n columns (at least one)."""
+
+    def need(i: int) -> int:
+        lines = [columns[i], *(line for cells in body for line in cells[i].split("\n"))]
+        return max(len(line) for line in lines) + COLUMN_EDGE
+
+    name = min(NAME_MAX if width >= 70 else NAME_NARROW, need(0) - COLUMN_EDGE) + COLUMN_EDGE
+    room = width - 1 - name - sum(need(i) for i in range(1, lead))
+    pages, start = [], lead
+    while start < len(columns):
+        end, used = start, 0
+        while end < len(columns) and (end == start or used + need(end) <= room):
+            used += need(end)
+            end += 1
+        pages.append(range(start, end))
+        start = end
+    return pages or [range(lead, lead)]
+
+
+def table_renderable(
+    table: Any, highlighted: str | None = None, width: int = 0, page: int = 0
+) -> Table:
+    """The study table; with ``width`` only the metrics that fit it whole (page ``page`` of
+    them: the caption says which and that ``m`` shows the next)."""
     from attnlab.study.render import stacked_rows
 
     title = f"{table.name}: {table.split} split, {table.checkpoint} checkpoint"
     out = Table(title=title, expand=True, show_lines=False)
     columns, body = stacked_rows(table)
-    for i, column in enumerate(columns):
+    lead = 3 if getattr(table, "tune", None) else 2
+    pages = metric_pages(columns, body, lead, width) if width else [range(lead, len(columns))]
+    shown = [*range(lead), *pages[page % len(pages)]]
+    narrow = bool(width) and width < 70
+    for i in shown:
         if i == 0:  # the cell's name gives way first: the figures are never cut
-            out.add_column(column, no_wrap=True, overflow="ellipsis", max_width=20)
+            out.add_column(
+                columns[i],
+                no_wrap=True,
+                overflow="ellipsis",
+                max_width=NAME_NARROW if narrow else NAME_MAX,
+            )
         else:
-            out.add_column(column, justify="right", no_wrap=True)
+            out.add_column(columns[i], justify="right", no_wrap=True)
     for cells in body:
         name = cells[0].replace(" (baseline)", " ◆")
         style = "reverse" if highlighted and name.split(" ")[0] == highlighted else ""
-        out.add_row(name, *cells[1:], style=style)
+        out.add_row(name, *(cells[i] for i in shown[1:]), style=style)
     out.caption = "◆ baseline · * p < 0.05 over seeds · † over sentences (Holm)"
+    if len(pages) > 1:
+        part = pages[page % len(pages)]
+        out.caption += (
+            f"\nmetrics {part.start - lead + 1}–{part.stop - lead} of "
+            f"{len(columns) - lead} · m: next metrics"
+        )
     return out
 
 
@@ -107,6 +151,7 @@ class StudiesView(Vertical):
         Binding("n", "cell(1)", "Next cell"),
         Binding("b", "cell(-1)", "Prev cell"),
         Binding("c", "cost", "Next cost"),
+        Binding("m", "metrics", "More metrics"),  # acts (and shows) when they do not all fit
     ]
 
     DEFAULT_CSS = """
@@ -135,6 +180,7 @@ class StudiesView(Vertical):
         self.tune_shown: Table | None = None  # the highlighted cell's tuning curve
         self.wanted: Path | None = None  # a study just started: shown once its folder appears
         self.cost_key = "train_tokens_per_s"  # the cost the score-against-cost plot reads
+        self.metric_page = 0  # which metrics show when they do not all fit (m: the next)
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -228,7 +274,7 @@ class StudiesView(Vertical):
             self._plot_cost()
             return
         self.table, self.curves = message.table, message.curves
-        self.shown = (table_renderable(self.table, self.highlighted_cell), notes_text(self.table))
+        self.shown = (self._table(), notes_text(self.table))
         table_widget.update(self.shown[0])
         self.query_one("#study-notes", Static).update(self.shown[1])
         self._show_tune()
@@ -280,6 +326,39 @@ class StudiesView(Vertical):
             series.append((f"{band.cell} max", band.steps, band.high))
         self.query_one("#study-curves", MetricPlot).set_series(series)
 
+    def _table(self) -> Table:
+        """The table at the width it is drawn in (the metrics that fit, page ``metric_page``)."""
+        width = self.query_one("#study-body").size.width or self.app.size.width
+        return table_renderable(self.table, self.highlighted_cell, width - 2, self.metric_page)
+
+    def _pages(self) -> int:
+        if self.table is None:
+            return 1
+        from attnlab.study.render import stacked_rows
+
+        columns, body = stacked_rows(self.table)
+        lead = 3 if getattr(self.table, "tune", None) else 2
+        width = (self.query_one("#study-body").size.width or self.app.size.width) - 2
+        return len(metric_pages(columns, body, lead, width))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "metrics":
+            return self._pages() > 1
+        return True
+
+    def action_metrics(self) -> None:
+        self.metric_page = (self.metric_page + 1) % self._pages()
+        self._redraw_table()
+
+    def _redraw_table(self) -> None:
+        if self.table is not None:
+            self.shown = (self._table(), self.shown[1])
+            self.query_one("#study-table", Static).update(self.shown[0])
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._redraw_table)  # at the body's new width
+        self.refresh_bindings()
+
     def action_cell(self, step: int) -> None:
         self.cycle_cell(step)
 
@@ -290,7 +369,7 @@ class StudiesView(Vertical):
         names = [row.name for row in self.table.rows]
         index = names.index(self.highlighted_cell) if self.highlighted_cell in names else -1
         self.highlighted_cell = names[(index + step) % len(names)]
-        self.shown = (table_renderable(self.table, self.highlighted_cell), self.shown[1])
+        self.shown = (self._table(), self.shown[1])
         self.query_one("#study-table", Static).update(self.shown[0])
         self._show_tune()
         self._plot()

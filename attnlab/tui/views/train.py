@@ -29,6 +29,7 @@ from attnlab.tui.follow import (
     ENTROPY_ROLES,
     ENTROPY_TITLE,
     FAILED,
+    FINISHED,
     PAUSED,
     SENTENCE_METRICS_TITLE,
     STARTING,
@@ -39,6 +40,18 @@ from attnlab.tui.follow import (
 )
 from attnlab.tui.widgets.plots import LegendWrapped, MetricPlot, align_legends
 from attnlab.viz.text import run_label
+
+
+def eta_text(follower: RunFollower, now: float) -> str:
+    """``ETA 1:05`` while it trains; a run that ended short of its steps (stopped, failed)
+    says so with how far it got, not ``ETA 0:00`` (issue 44); one that finished: 0:00."""
+    if not follower.finished:
+        return f"ETA {format_duration(follower.eta_s(now))}"
+    if follower.state != FINISHED and follower.step < follower.max_steps:
+        done = 100.0 * follower.step / max(follower.max_steps, 1)
+        return f"{follower.state} at {done:.0f} %"
+    return f"ETA {format_duration(0.0)}"
+
 
 # Builds the child's argv (tests swap in a child that dies); None = ``python -m attnlab train``.
 CommandFactory = Callable[[Path, Path, str], Sequence[str]]
@@ -52,7 +65,10 @@ class TrainView(Vertical):
     BINDINGS = [
         Binding("delete", "unqueue", "Unqueue", key_display="Del"),
         Binding("backspace", "unqueue", "Remove from queue", show=False),
+        # Short terminals (24 rows): one plot at a time, full width, its own rows; v switches.
+        Binding("v", "next_plot", "Next plot"),
     ]
+    SHORT = 30  # rows below which one plot shows at a time (the app's ".short" too)
 
     class RunFinished(Message):
         """The active run ended (finished, stopped or failed)."""
@@ -86,6 +102,8 @@ class TrainView(Vertical):
         self._status_shown: tuple | None = None
         self._launched_at = 0.0
         self._queue_shown: tuple[int, ...] | None = None
+        self.plot_index = 0  # the plot shown when one shows at a time (short terminals)
+        self._has_entropy = False
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -113,11 +131,42 @@ class TrainView(Vertical):
         # column per sentence put ref and hyp dozens of columns off-screen on Multi30k.
         table.add_columns("ok", "sample")  # "ok" first: long sentences never hide it
         self._refresh_queue()
+        self._show_plots()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "unqueue":  # listed in the footer only while the queue list has focus
             return bool(self.queue) and self.query_one("#train-queue", OptionList).has_focus
+        if action == "next_plot":  # in the footer where the plots take turns
+            return self.one_plot
         return True
+
+    @property
+    def one_plot(self) -> bool:
+        return self.app.size.height < self.SHORT
+
+    def plots(self) -> list[MetricPlot]:
+        """The plots this run has (entropy once it logged attention_entropy)."""
+        ids = ["#loss-plot", "#metric-plot"] + (["#entropy-plot"] if self._has_entropy else [])
+        return [self.query_one(i, MetricPlot) for i in ids]
+
+    def action_next_plot(self) -> None:
+        self.plot_index = (self.plot_index + 1) % len(self.plots())
+        self._show_plots()
+
+    def _show_plots(self) -> None:
+        """Every plot side by side; below SHORT rows one at a time (``v``), full width and
+        without the x-axis title, so its y axis gets the rows a figure needs to be read."""
+        plots, one = self.plots(), self.one_plot
+        chosen = plots[self.plot_index % len(plots)]
+        for plot in self.query_one("#train-plots").query(MetricPlot):
+            plot.display = plot in plots and (not one or plot is chosen)
+            if plot not in plots:
+                continue
+            x_label = "" if one else "step"  # the ticks are steps; the footer says v
+            if plot.x_label != x_label:
+                plot.x_label = x_label
+                plot.set_series(plot.series)  # redrawn with its axis
+        align_legends([p for p in plots if p.display])
 
     # -- starting and following ---------------------------------------------------------------
 
@@ -266,7 +315,8 @@ class TrainView(Vertical):
                     ]
                     + signed
                 )
-                entropy.display = bool(c.entropy)  # runs logged before attention_entropy: none
+                self._has_entropy = bool(c.entropy)  # runs logged before attention_entropy: none
+                self._show_plots()
             if drawn[2] != previous[2]:
                 self._fill_samples()
             if drawn[3] != previous[3]:
@@ -306,6 +356,8 @@ class TrainView(Vertical):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._refit_samples)  # the table's new width: after layout
+        self._show_plots()
+        self.refresh_bindings()
 
     def _refit_samples(self) -> None:
         if self.follower is not None and self._sample_width() != self._samples_width:
@@ -403,8 +455,7 @@ class TrainView(Vertical):
             )
         else:
             elapsed = follower.live_elapsed_s(now)
-        eta = follower.eta_s(now) if not follower.finished else 0.0
-        clock = f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
+        clock = f"elapsed {format_duration(elapsed)}  {eta_text(follower, now)}"
         if queued:
             parts.append(queued.strip())
         width = status.content_region.width or self.app.size.width - 2
