@@ -563,7 +563,12 @@ def test_translate_streams_stdin_chunk_by_chunk_before_it_closes_and_keeps_the_o
         assert ready, "no translation before standard input closed"
         first = proc.stdout.readline().decode().strip()
         assert first == alone[lines[0]]
-        out, err = proc.communicate(timeout=120)  # closes stdin: the last, short chunk
+        # The rest through the same buffered reader: communicate() reads the raw pipe and
+        # would lose the lines readline() has already buffered.
+        proc.stdin.close()  # the last, short chunk
+        out = proc.stdout.read()
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

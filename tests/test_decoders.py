@@ -350,6 +350,8 @@ def test_cli_decoder_mbr_on_a_tiny_trained_model(tmp_path, tiny_sets):
     )
     plain = json.loads(invoke("eval", run, "--json").output)
     named = json.loads(invoke("eval", run, "--json", "--decoder", "greedy").output)
+    for report in (plain, named):  # a measured speed, not a score: it differs run to run
+        report["cost"].pop("decode_sentences_per_s")
     assert plain == named
     scored = json.loads(
         invoke(
