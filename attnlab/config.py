@@ -155,7 +155,7 @@ class TrainConfig:
     eval_every: int = 250
     eval_sentences: int = 500  # dev sentences scored at each eval (0 = all)
     samples: int = 3  # sample translations (with attention) logged per eval
-    # Attention history (attnlab.runs.history): the cross-attention of the first N dev
+    # Attention history (attnlab.runs.history): the cross-attention of N dev
     # sentences stored at each eval (0 = off), at most attention_history_keep snapshots.
     attention_history: int = 4
     attention_history_keep: int = 64
