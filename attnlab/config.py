@@ -155,10 +155,12 @@ class TrainConfig:
     eval_every: int = 250
     eval_sentences: int = 500  # dev sentences scored at each eval (0 = all)
     samples: int = 3  # sample translations (with attention) logged per eval
-    # Attention history (attnlab.runs.history): the cross-attention of the first N dev
+    # Attention history (attnlab.runs.history): the cross-attention of N dev
     # sentences stored at each eval (0 = off), at most attention_history_keep snapshots.
     attention_history: int = 4
     attention_history_keep: int = 64
+    # Which dev sentences: spread (evenly over source lengths) | first | longest | "3,17,42"
+    attention_history_select: str = "spread"
     log_every: int = 25
     patience: int = 0  # early stopping: evals without improvement (0 = off)
     keep_last: int = 0  # > 0: also keep checkpoints/step-<N> copies of the last N saves
@@ -452,7 +454,27 @@ TUPLES: dict[str, tuple[int, float, float]] = {
 }
 
 
+HISTORY_SELECTIONS = ("spread", "first", "longest")
+
+
+def history_selection(value: str) -> tuple[str, list[int]]:
+    """train.attention_history_select -> (rule, explicit dev indices): a rule of
+    HISTORY_SELECTIONS with no indices, or ("list", [i, ...]) for "3,17,42"."""
+    text = str(value).strip()
+    if text in HISTORY_SELECTIONS:
+        return text, []
+    parts = [p.strip() for p in text.split(",")]
+    if not text or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+        raise AttnlabError(
+            f"train.attention_history_select={value}: must be one of "
+            f"{', '.join(HISTORY_SELECTIONS)} or distinct dev sentence indices such as 3,17,42"
+        )
+    return "list", [int(p) for p in parts]
+
+
 def _check_value(key: str, value: Any) -> None:
+    if key == "train.attention_history_select":
+        history_selection(value)
     if key in TUPLES:
         length, low, high = TUPLES[key]
         if len(value) != length or not all(low <= v < high for v in value):

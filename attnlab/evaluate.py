@@ -376,6 +376,10 @@ def evaluate_split(
                 list(h) == list(e.tgt_tokens) for h, e in zip(hyp_tokens, examples, strict=True)
             ],
             "src_len": [len(e.src_tokens) for e in examples],
+            # the sources as read (eval --srcs), or detokenised where none was kept
+            "srcs": [
+                e.src_text or dataset.src_tokenizer.decode(list(e.src_tokens)) for e in examples
+            ],
         }
     # the maps of every layer at once ([B, L, H, T, S]): at most ATTENTION_STATS_TOKENS
     # source tokens of them (one sentence of 4096), however long the sentences

@@ -86,12 +86,17 @@ def test_each_stored_map_is_what_the_checkpoint_of_its_step_decodes(runs, arch):
             np.testing.assert_allclose(frame.maps[i], expected, atol=1e-3, rtol=1e-3)
 
 
-def test_the_sentences_are_the_first_dev_sentences_stored_as_float16(runs):
+def test_the_sentences_are_spread_over_dev_lengths_and_stored_as_float16(runs):
     from attnlab.data.dataset import load_dataset
+    from attnlab.train.attention_history import history_sentences
 
     run = runs["rnn"]
     loaded = load_checkpoint(run / "checkpoints" / "best")
-    dev = list(load_dataset(loaded.config.data).splits.dev)[:SENTENCES]
+    assert loaded.config.train.attention_history_select == "spread"  # the default
+    every = list(load_dataset(loaded.config.data).splits.dev)
+    chosen = history_sentences(loaded.config.train, [len(e.src_tokens) for e in every])
+    dev = [every[i] for i in chosen]
+    assert len(dev) == SENTENCES
     history = read_history(run)
     assert history.sources == [list(e.src_tokens) for e in dev]
     from safetensors.numpy import load_file
@@ -536,3 +541,33 @@ def test_tokens_are_escaped_in_both_files(tmp_path):
     texts = [t.text for t in root.iter(f"{SVG_NS}text")]
     assert "</svg>" in texts and '"<script>' in texts and "&amp;\ufffd" in texts
     assert "<script>" not in slider_html(frames, ['"<script>'], "t").split("<script>const")[0]
+
+
+def _selection(select: str, count: int = 4):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(attention_history=count, attention_history_select=select)
+
+
+def test_each_selection_rule_by_hand():
+    from attnlab.train.attention_history import history_sentences
+
+    lengths = [5, 3, 9, 3, 7, 1, 9, 4]  # sorted by (length, index): 5 1 3 7 0 4 2 6
+    assert history_sentences(_selection("first"), lengths) == [0, 1, 2, 3]
+    assert history_sentences(_selection("longest"), lengths) == [2, 6, 4, 0]
+    # spread: positions round(k * 7 / 3) = 0, 2, 5, 7 of the length order
+    assert history_sentences(_selection("spread"), lengths) == [5, 3, 4, 6]
+    assert history_sentences(_selection("spread", 1), lengths) == [6]  # the longest
+    assert history_sentences(_selection("2, 7,30"), lengths) == [2, 7]  # past the split: left out
+    assert history_sentences(_selection("spread", 20), lengths) == list(range(8))
+
+
+@pytest.mark.parametrize("value", ["middle", "1,x", "", "2,2", "-1"])
+def test_a_bad_selection_is_one_line(value):
+    from _tiny import tiny_config
+
+    from attnlab.errors import AttnlabError
+
+    with pytest.raises(AttnlabError, match="train.attention_history_select") as err:
+        tiny_config("t", f"train.attention_history_select={value}")
+    assert "\n" not in str(err.value) and "3,17,42" in str(err.value)

@@ -406,3 +406,31 @@ def test_a_missing_corpus_is_one_line_naming_the_paths_tried_and_no_run_director
     assert str(tmp_path / "corpora" / "multi30k") in lines[0]  # the current directory first
     assert "not shipped" in lines[0] and "github.com/multi30k/dataset" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_eval_srcs_writes_the_scored_sources_in_the_order_of_hyps_and_refs(tmp_path, tiny_sets):
+    from attnlab.data.dataset import load_dataset
+    from attnlab.runs import load_checkpoint
+
+    trained = invoke("train", "--out", str(tmp_path), "--run-name", "sr", "--quiet", *tiny_sets)
+    assert trained.exit_code == 0, trained.output
+    srcs, refs = tmp_path / "srcs.txt", tmp_path / "refs.txt"
+    run = tmp_path / "sr"
+    result = invoke("eval", str(run), "--split", "test", "--srcs", str(srcs), "--refs", str(refs))
+    assert result.exit_code == 0, result.output
+    test = load_dataset(load_checkpoint(run / "checkpoints" / "best").config.data).splits.test
+    assert srcs.read_text().splitlines() == [e.src_text for e in test]
+    assert refs.read_text().splitlines() == [e.tgt_text for e in test]
+
+
+def test_data_show_piped_prints_the_pairs_as_tab_separated_lines(tiny_sets):
+    from attnlab.data.dataset import load_dataset
+    from attnlab.experiment import apply_overrides
+
+    result = invoke("data", "show", "-n", "4", "--split", "dev", *tiny_sets)
+    assert result.exit_code == 0, result.output  # CliRunner's stdout is not a terminal
+    from attnlab.config import ExperimentConfig
+
+    config = apply_overrides(ExperimentConfig(), [v for v in tiny_sets if v != "--set"])
+    dev = load_dataset(config.data).splits.dev[:4]
+    assert result.output.splitlines() == [f"{e.src_text}\t{e.tgt_text}" for e in dev]

@@ -547,3 +547,54 @@ def test_force_replaces_only_a_model_attnlab_wrote(saved_transformer_run, tmp_pa
     assert sorted(p.name for p in work.iterdir()) == ["keep", "model", "notes.txt", "users"]
     (work / "model" / "mine.txt").write_text("added by the user")
     assert export("model").exit_code == 2 and (work / "model" / "mine.txt").exists()
+
+
+@needs_ct2
+def test_a_float32_export_changes_no_output_and_keeps_the_bleu(tmp_path):
+    """The check's reference property: float32 weights decode attnlab's tokens (parity), so
+    nothing changes and the two BLEU figures are one."""
+    from attnlab.exporters.ct2_quantization import quantization_check
+    from attnlab.nn.model import count_parameters
+    from attnlab.runs import save_checkpoint
+
+    model, config, dataset = _trained("pre-sinusoidal")
+    run = tmp_path / "run"
+    save_checkpoint(run, "best", model, config, dataset.meta(), 30, {}, count_parameters(model))
+    _export(tmp_path, "pre-sinusoidal")
+    check = quantization_check(run / "checkpoints" / "best", tmp_path / "pre-sinusoidal")
+    assert check.sentences == len(dataset.splits.dev[:500]) and check.changed == 0
+    assert check.bleu_quantized == pytest.approx(check.bleu_float32)
+
+
+@needs_ct2
+def test_an_int8_export_says_how_many_dev_outputs_changed(saved_transformer_run):
+    """The printed count and BLEU figures, recomputed here with attnlab's search, the int8
+    model and sacrebleu itself."""
+    import sacrebleu
+
+    from attnlab.exporters.ctranslate2 import load_ct2_model, translate_tokens
+    from attnlab.runs import load_checkpoint, load_checkpoint_data
+
+    run, _ = saved_transformer_run
+    out = run.parent / "i8"
+    result = _cli("export", str(run), "--format", "ctranslate2", "--out", str(out),
+                  "--quantization", "int8")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("int8 weights change"))
+    changed, total = map(int, re.search(r"change (\d+) of (\d+) dev", line).groups())
+    loaded = load_checkpoint(run / "checkpoints" / "best")
+    data = load_checkpoint_data(loaded)
+    dev = list(data.splits.dev)[:500]
+    ours = decode_sorted(
+        loaded.model, [data.src_vocab.encode(e.src_tokens) for e in dev], DecodeConfig()
+    )
+    theirs = translate_tokens(load_ct2_model(out), [list(e.src_tokens) for e in dev], 1)
+    ours_tokens = [data.tgt_vocab.decode(n[0].tokens) for n in ours]
+    assert total == len(dev)
+    assert changed == sum(a != b.tokens for a, b in zip(ours_tokens, theirs, strict=True))
+    refs = [data.tgt_tokenizer.decode(list(e.tgt_tokens)) for e in dev]
+    bleu_ours = sacrebleu.corpus_bleu([data.tgt_tokenizer.decode(t) for t in ours_tokens], [refs])
+    bleu_int8 = sacrebleu.corpus_bleu([t.text for t in theirs], [refs])
+    assert f"BLEU {bleu_ours.score:.1f} (float32, attnlab) -> {bleu_int8.score:.1f} (int8" in line
+    plain = _cli("export", str(run), "--format", "ctranslate2", "--out", str(run.parent / "f"))
+    assert "weights change" not in plain.output  # float32: parity, nothing to check

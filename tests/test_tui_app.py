@@ -616,3 +616,28 @@ async def test_a_huge_loss_in_a_damaged_log_does_not_take_the_lab_down(tmp_path:
         plot = app.query_one("#loss-plot", MetricPlot)
         logged = sum(1 for _label, _xs, ys in plot.series for y in ys if y is not None)
         assert plot.points == logged - 1  # every point but the 1e308 one
+
+
+async def test_step_mode_scrolls_the_bars_to_the_rows_largest_weight(tmp_path: Path) -> None:
+    """A 60-token source runs past the bar panel at 80×24: the attended token is shown."""
+    from attnlab.tui.follow import Sample
+
+    src = [f"s{j}" for j in range(60)]
+    weights = np.full((2, 60), 0.1 / 59)
+    weights[0, 50] = weights[1, 3] = 0.9
+    app = make_app(tmp_path, config=lab_config())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        app.query_one(InspectView).show_logged_sample(
+            tmp_path, Sample(0, src, ["x", "y"], ["x", "y"], weights.tolist())
+        )
+        await pilot.press("3")
+        await pilot.press("n")  # row 0 attends s50
+        await pilot.pause()
+        box = app.query_one("#insp-bars-box")
+        top, height = box.scroll_offset.y, box.scrollable_content_region.height
+        assert height < 61 and top <= 1 + 50 < top + height  # the s50 line is in view
+        await pilot.press("n")  # row 1 attends s3: back near the top
+        await pilot.pause()
+        top = box.scroll_offset.y
+        assert top <= 1 + 3 < top + box.scrollable_content_region.height

@@ -29,6 +29,22 @@ def export_ct2(run: Path, out_dir: Path | None, which: str, quantization: str | 
         f"exported {path} (a CTranslate2 {engine}, {kind} weights); use it with: "
         f'attnlab translate --engine ctranslate2 {path} "..."'
     )
+    if quantization not in (None, "float32"):
+        _say_what_quantization_changed(run, which, path, kind)
+
+
+def _say_what_quantization_changed(run: Path, which: str, model_dir: Path, kind: str) -> None:
+    """Quantized weights: decode the dev split both ways and say how many outputs changed."""
+    from attnlab.exporters.ct2_quantization import quantization_check
+    from attnlab.runs import export_source
+
+    checkpoint = run if run.is_file() else export_source(run, which)[0]
+    try:
+        check = quantization_check(checkpoint, model_dir)
+    except AttnlabError as err:
+        click.echo(f"note: {kind} weights not checked: {err}")
+        return
+    click.echo(check.line(kind))
 
 
 def load_meta_kind(model_dir: Path) -> str:

@@ -103,7 +103,8 @@ def stats_command(
 def show_command(
     path: str | None, preset: str | None, overrides: tuple[str, ...], split: str, count: int
 ) -> None:
-    """The first pairs of a split, raw and tokenised as the model will see them."""
+    """The first pairs of a split, raw and tokenised as the model will see them (piped: plain
+    source<TAB>target lines, as written)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -124,17 +125,27 @@ def show_command(
             windows.add_row(str(i), f"{start:,}", Text(text))  # the text as written
         Console().print(windows)
         return
+    pairs = dataset.splits.split(split)[:count]
+    if not sys.stdout.isatty():  # piped: lines a script can read
+        for e in pairs:
+            click.echo(f"{_one_line(e.src_text)}\t{_one_line(e.tgt_text)}")
+        return
     table = Table(show_lines=True)
     table.add_column("#", justify="right")
     table.add_column("source")
     table.add_column("target")
-    for i, e in enumerate(dataset.splits.split(split)[:count]):
+    for i, e in enumerate(pairs):
         table.add_row(
             str(i),
             Text.assemble(e.src_text, "\n", (" ".join(e.src_tokens), "dim")),
             Text.assemble(e.tgt_text, "\n", (" ".join(e.tgt_tokens), "dim")),
         )
     Console().print(table)
+
+
+def _one_line(text: str) -> str:
+    """A TSV field: tabs and line breaks as spaces (they would split the pair)."""
+    return " ".join(text.split())
 
 
 @data.command("export")

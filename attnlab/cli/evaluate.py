@@ -64,6 +64,13 @@ from attnlab.interpret.maps import METHODS, ROLES, MapChoice, chosen_map
     default=None,
     help="write the references here, one per line, in the same order",
 )
+@click.option(
+    "--srcs",
+    "srcs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the sources here, one per line, in the same order",
+)
 @decode_options
 def eval_command(
     run: Path,
@@ -75,12 +82,18 @@ def eval_command(
     alignment_order: str,
     hyps_path: Path | None,
     refs_path: Path | None,
+    srcs_path: Path | None,
     **flags: Any,
 ) -> None:
     """Score a run (its best checkpoint), a checkpoint directory or an exported file on a split.
     --hyps / --refs write what was scored, one sentence per line, so that
-    "sacrebleu REFS -i HYPS" gives the same BLEU."""
-    for flag, path in (("--hyps", hyps_path), ("--refs", refs_path)):
+    "sacrebleu REFS -i HYPS" gives the same BLEU; --srcs the sources, in the same order."""
+    outputs = (
+        ("--hyps", hyps_path, "hyps"),
+        ("--refs", refs_path, "refs"),
+        ("--srcs", srcs_path, "srcs"),
+    )
+    for flag, path, _key in outputs:
         if path is not None and not path.parent.is_dir():
             raise AttnlabError(f"{flag} {path}: no such folder {path.parent}")
     from attnlab.evaluate import evaluate_split, with_training_cost
@@ -99,7 +112,7 @@ def eval_command(
         device=torch_device,
         max_sentences=max_sentences,
         normalisations=normalisations_of(config),
-        keep_sentences=hyps_path is not None or refs_path is not None,
+        keep_sentences=any(path is not None for _flag, path, _key in outputs),
     )
     result.pop("samples", None)
     with_training_cost(result["cost"], loaded.metrics)
@@ -107,10 +120,10 @@ def eval_command(
     if sentences is not None:
         from attnlab.runs import write_output_text
 
-        for path, key in ((hyps_path, "hyps"), (refs_path, "refs")):
+        for flag, path, key in outputs:
             if path is not None:  # one line each: a line break inside would shift the pairs
                 lines = [" ".join(line.split()) for line in sentences[key]]
-                write_output_text(path, "".join(f"{line}\n" for line in lines), f"--{key}")
+                write_output_text(path, "".join(f"{line}\n" for line in lines), flag)
     result["checkpoint"] = str(loaded.path)
     result["step"] = loaded.step
     if gold_path is not None:

@@ -1,6 +1,7 @@
 """The trainer's side of the attention history (``train.attention_history``): at each
-evaluation, the cross-attention of the first N dev sentences (fixed for the run, so frames
-compare) with the dev scores of that evaluation, stored by ``attnlab.runs.history``.
+evaluation, the cross-attention of N dev sentences (``train.attention_history_select``; fixed
+for the run, so frames compare) with the dev scores of that evaluation, stored by
+``attnlab.runs.history``.
 
 The map is the one the rest of the product shows by default: greedy decoding, the last layer
 averaged over heads (RNN attention: its one map). A cross-attention that exposes no weights
@@ -46,6 +47,28 @@ def history_scores(result: dict[str, Any]) -> dict[str, float]:
     return scores
 
 
+def history_sentences(train: Any, lengths: list[int]) -> list[int]:
+    """The dev indices train.attention_history_select names, at most train.attention_history
+    of them (fixed for the run, so frames compare): ``first`` the first N; ``longest`` the N
+    with the longest sources (ties by index); ``spread`` N spread evenly over the sources
+    sorted by length (shortest and longest included), so short and long sentences both show;
+    an explicit list as given (indices past the split left out)."""
+    from attnlab.config import history_selection
+
+    count, n = train.attention_history, len(lengths)
+    rule, listed = history_selection(train.attention_history_select)
+    if rule == "list":
+        return [i for i in listed if i < n][:count]
+    if rule == "first" or count >= n:
+        return list(range(min(count, n)))
+    by_length = sorted(range(n), key=lambda i: (lengths[i], i))
+    if rule == "longest":
+        return sorted(by_length[-count:], key=lambda i: (-lengths[i], i))
+    if count == 1:
+        return [by_length[-1]]
+    return [by_length[round(k * (n - 1) / (count - 1))] for k in range(count)]
+
+
 def record_attention_history(
     model: Any,
     dataset: Any,
@@ -56,8 +79,9 @@ def record_attention_history(
     result: dict[str, Any],
 ) -> None:
     """Store the snapshot of ``step`` (train.attention_history > 0 and weights exposed)."""
-    count = config.train.attention_history
-    examples = list(dataset.splits.split("dev"))[:count]
+    dev = list(dataset.splits.split("dev"))
+    chosen = history_sentences(config.train, [len(e.src_tokens) for e in dev])
+    examples = [dev[i] for i in chosen]
     if not examples:
         return
     # Batched greedy, as the eval event's scores (whatever decoder translate / eval use).

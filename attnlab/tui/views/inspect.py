@@ -663,6 +663,15 @@ class InspectView(InspectHistory, MapExport, Horizontal):
         self.query_one("#insp-bars", Static).update(
             row_bars(matrix[row], cols, width=16, title=f"row {row}: {label}")
         )
+        # A long source runs past the panel: bring the row's largest weight into view.
+        line = 1 + int(np.nanargmax(matrix[row])) if np.isfinite(matrix[row]).any() else 0
+        self.call_after_refresh(self._show_bar_line, line)
+
+    def _show_bar_line(self, line: int) -> None:
+        box = self.query_one("#insp-bars-box", VerticalScroll)
+        height = box.scrollable_content_region.height
+        if height > 0:
+            box.scroll_to(y=max(0, line - height // 2), animate=False)
 
     # -- events -----------------------------------------------------------------------------------
 
