@@ -664,14 +664,20 @@ class InspectView(InspectHistory, MapExport, Horizontal):
             row_bars(matrix[row], cols, width=16, title=f"row {row}: {label}")
         )
         # A long source runs past the panel: bring the row's largest weight into view.
-        line = 1 + int(np.nanargmax(matrix[row])) if np.isfinite(matrix[row]).any() else 0
-        self.call_after_refresh(self._show_bar_line, line)
+        if np.isfinite(matrix[row]).any():
+            entry = min(max((len(str(c)) for c in cols), default=1), 10) + 1 + 16 + 5
+            self.call_after_refresh(self._show_bar, int(np.nanargmax(matrix[row])), entry)
 
-    def _show_bar_line(self, line: int) -> None:
+    def _show_bar(self, index: int, entry_width: int) -> None:
+        """Scroll the bar panel to bar ``index`` (one bar is ``entry_width`` cells, wrapped
+        onto several lines in a narrow panel), unless it is already in view."""
         box = self.query_one("#insp-bars-box", VerticalScroll)
-        height = box.scrollable_content_region.height
-        if height > 0:
-            box.scroll_to(y=max(0, line - height // 2), animate=False)
+        region = box.scrollable_content_region
+        per_bar = max(1, -(-entry_width // max(region.width, 1)))
+        first, last = 1 + index * per_bar, index * per_bar + per_bar  # after the title line
+        top = int(box.scroll_offset.y)
+        if region.height > 0 and not (top <= first and last < top + region.height):
+            box.scroll_to(y=max(0, first - region.height // 2), animate=False)
 
     # -- events -----------------------------------------------------------------------------------
 
