@@ -78,3 +78,28 @@ def finished_study_run(run: Path, score: dict) -> None:
     ]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run / "study-score.json").write_text(json.dumps(score), encoding="utf-8")
+
+
+def briefly_trained(config: ExperimentConfig, steps: int, lr: float = 3e-3):
+    """(model in eval mode, dataset) of ``config`` after ``steps`` Adam steps of 16 training
+    pairs each (seed 0): hypotheses of varied lengths for parity tests, 0 steps untrained."""
+    import torch.nn.functional as F
+
+    from attnlab.data.batching import make_batch
+    from attnlab.data.dataset import load_dataset
+    from attnlab.nn.model import build_model
+
+    dataset = load_dataset(config.data)
+    torch.manual_seed(0)
+    model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    train = dataset.splits.train
+    for step in range(steps):
+        examples = [train[(step * 16 + i) % len(train)] for i in range(16)]
+        b = make_batch(examples, dataset.src_vocab, dataset.tgt_vocab)
+        logits = model(b.src, b.src_mask, b.tgt_in).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), dataset

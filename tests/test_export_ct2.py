@@ -20,11 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from _tiny import TINY_TRANSFORMER, tiny_config
+from _tiny import TINY_TRANSFORMER, briefly_trained, tiny_config
 
 from attnlab.config import DecodeConfig
-from attnlab.data.batching import make_batch
 from attnlab.data.dataset import load_dataset
 from attnlab.data.vocab import BOS_ID, PAD_ID
 from attnlab.decode.search import decode_sorted
@@ -92,20 +90,8 @@ def _trained(name: str):
     if name not in _TRAINED:
         overrides, steps = MODELS[name]
         config = tiny_config(name, *SMALL, *overrides)
-        dataset = load_dataset(config.data)
-        torch.manual_seed(0)
-        model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        train = dataset.splits.train
-        for step in range(steps):
-            examples = [train[(step * 16 + i) % len(train)] for i in range(16)]
-            b = make_batch(examples, dataset.src_vocab, dataset.tgt_vocab)
-            logits = model(b.src, b.src_mask, b.tgt_in).logits
-            loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        _TRAINED[name] = (model.eval(), config, dataset)
+        model, dataset = briefly_trained(config, steps)
+        _TRAINED[name] = (model, config, dataset)
     return _TRAINED[name]
 
 

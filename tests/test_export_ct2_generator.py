@@ -14,21 +14,15 @@ import importlib.util
 import json
 
 import pytest
-import torch
-import torch.nn.functional as F
-from _tiny import tiny_config
+from _tiny import briefly_trained, tiny_config
 from click.testing import CliRunner
 
 from attnlab.config import DecodeConfig
-from attnlab.data.batching import make_batch
-from attnlab.data.dataset import load_dataset
-from attnlab.data.vocab import PAD_ID
 from attnlab.decode.search import decode_sorted
 from attnlab.errors import AttnlabError
 from attnlab.exporters.ct2_check import GENERATOR_VARIANTS, check_exportable
 from attnlab.nn.attention import ATTENTION
 from attnlab.nn.attention.base import ROLE_CAUSAL_SELF
-from attnlab.nn.model import build_model
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 needs_ct2 = pytest.mark.skipif(not HAS_CT2, reason="ctranslate2 is not installed")
@@ -82,20 +76,8 @@ def _trained(name: str):
     if name not in _TRAINED:
         overrides, steps = MODELS[name]
         config = tiny_config(name, *SMALL, *overrides)
-        dataset = load_dataset(config.data)
-        torch.manual_seed(0)
-        model = build_model(config, len(dataset.src_vocab), len(dataset.tgt_vocab))
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        train = dataset.splits.train
-        for step in range(steps):
-            examples = [train[(step * 16 + i) % len(train)] for i in range(16)]
-            b = make_batch(examples, dataset.src_vocab, dataset.tgt_vocab)
-            logits = model(b.src, b.src_mask, b.tgt_in).logits
-            loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        _TRAINED[name] = (model.eval(), config, dataset)
+        model, dataset = briefly_trained(config, steps)
+        _TRAINED[name] = (model, config, dataset)
     return _TRAINED[name]
 
 
