@@ -73,11 +73,6 @@ def prompt_ids(loaded: Any, text: str) -> list[int]:
     return vocab.encode(tokens)
 
 
-def _label(token: str) -> str:
-    """A map label that shows its character: newline ⏎, tab ⇥ (the char tokenizer's ▁ stays)."""
-    return {"\n": "⏎", "\t": "⇥", " ": "▁"}.get(token, token)
-
-
 def _show_map(console: Any, loaded: Any, ids: list[int], context: int) -> None:
     from attnlab.decode.generate import causal_map
     from attnlab.nn.archs import normalisations_of
@@ -85,7 +80,9 @@ def _show_map(console: Any, loaded: Any, ids: list[int], context: int) -> None:
     window = ids[-context:]
     maps = causal_map(loaded.model, window)  # [L, H, N, N]
     matrix = maps[-1].mean(dim=0).float().cpu()
-    labels = [_label(t) for t in loaded.dataset.tgt_vocab.decode(window)]
+    from attnlab.viz.text import visible_token
+
+    labels = [visible_token(t) for t in loaded.dataset.tgt_vocab.decode(window)]
     layers = maps.shape[0]
     title = (
         f"self-attention, layer {layers - 1} (the last), head average: "

@@ -284,7 +284,6 @@ def select_selected(mask: np.ndarray, layer: int, head: int | None) -> np.ndarra
 # A language model in Inspect: at most this many new tokens, greedy, within one context window
 # (the model never saw a later position), so the causal map covers the whole text it read.
 LM_MAX_NEW = 48
-_SHOWN = {"\n": "⏎", "\t": "⇥", " ": "▁"}  # a map label that shows its character
 
 
 def _analyse_lm(request: InspectRequest, loaded: Any, path: Path) -> InspectResult:
@@ -333,7 +332,9 @@ def _analyse_lm(request: InspectRequest, loaded: Any, path: Path) -> InspectResu
         score = float(
             torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(new)[:, None]).sum()
         )
-    labels = [_SHOWN.get(t, t) for t in ds.tgt_vocab.decode(ids + new)]
+    from attnlab.viz.text import visible_token
+
+    labels = [visible_token(t) for t in ds.tgt_vocab.decode(ids + new)]
     prompt = ds.tgt_vocab.decode(ids)
     hypothesis = HypothesisMaps(
         ds.tgt_vocab.decode(new), score, False, {"dec_self": maps}, {"dec_self": (labels, labels)}

@@ -276,3 +276,12 @@ def _shortened(name: str, prefix: str, width: int) -> str:
         if len(candidate) <= width:
             return candidate
     return middle_ellipsis(candidates[-1], width)
+
+
+_VISIBLE = {"\n": "⏎", "\t": "⇥", " ": "▁"}
+
+
+def visible_token(token: str) -> str:
+    """A map label that shows its character: newline ⏎, tab ⇥, space ▁ (a character LM's
+    tokens; any other token as it is)."""
+    return _VISIBLE.get(token, token)
